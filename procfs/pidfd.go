@@ -1,0 +1,180 @@
+package procfs
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Handle is a pidfd: a reference to one process that stays valid, and never
+// refers to another process, even after the PID is reused. Signals sent
+// through it reach that process or fail.
+type Handle struct {
+	f   *os.File // nonblocking, so Go's poller can wait on it without a thread
+	pid int
+}
+
+// ErrNotSame means the PID now belongs to a process other than the one
+// recorded: the recorded one has ended and its PID was reused.
+var ErrNotSame = errors.New("pid now belongs to another process")
+
+// NewHandle wraps a pidfd that the caller owns (for example one returned by
+// SysProcAttr.PidFD). The Handle takes ownership and closes it in Close.
+func NewHandle(pidfd, pid int) (*Handle, error) {
+	flags, err := unix.FcntlInt(uintptr(pidfd), unix.F_GETFL, 0)
+	if err == nil {
+		_, err = unix.FcntlInt(uintptr(pidfd), unix.F_SETFL, flags|unix.O_NONBLOCK)
+	}
+	if err != nil {
+		unix.Close(pidfd)
+		return nil, fmt.Errorf("pidfd of %d: %w", pid, err)
+	}
+	return &Handle{f: os.NewFile(uintptr(pidfd), fmt.Sprintf("pidfd:%d", pid)), pid: pid}, nil
+}
+
+// Open returns a Handle on process pid if, and only if, it is still the
+// process that started at startTime. The identity is checked after the
+// pidfd is open, so the handle cannot refer to a later owner of the PID.
+func Open(pid int, startTime uint64) (*Handle, error) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		if errors.Is(err, unix.ESRCH) {
+			return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+		}
+		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	h, err := NewHandle(fd, pid)
+	if err != nil {
+		return nil, err
+	}
+	st, err := ReadStat(pid)
+	if err == nil && st.StartTime != startTime {
+		err = fmt.Errorf("pid %d started at tick %d, not %d: %w", pid, st.StartTime, startTime, ErrNotSame)
+	}
+	if err == nil && st.State == 'Z' {
+		err = fmt.Errorf("pid %d: %w", pid, ErrNoProcess) // exited; its end is someone else's to reap
+	}
+	if err != nil {
+		h.Close()
+		return nil, err
+	}
+	return h, nil
+}
+
+// PID returns the process ID the handle refers to.
+func (h *Handle) PID() int { return h.pid }
+
+// Signal sends sig to the process itself (not its group). It fails with
+// ESRCH once the process has exited, even if its PID was reused.
+func (h *Handle) Signal(sig syscall.Signal) error {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	err = conn.Control(func(fd uintptr) { serr = unix.PidfdSendSignal(int(fd), sig, nil, 0) })
+	if err != nil {
+		return err
+	}
+	return serr
+}
+
+// WaitExited blocks until the process has exited (it may still be an
+// unreaped zombie). It parks a goroutine on Go's poller, not an OS thread,
+// so thousands of waits cost only their goroutines.
+func (h *Handle) WaitExited() error {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	return conn.Read(func(fd uintptr) bool {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		return err == nil && n > 0 // false: not yet, wait for readiness
+	})
+}
+
+// Exit is how a child process ended.
+type Exit struct {
+	Code   int            // exit code, if the process exited
+	Signal syscall.Signal // the signal that killed it, if one did (Code is then -1)
+	Core   bool
+}
+
+// sigchldInfo is the kernel's siginfo_t as filled in for a child's end:
+// after signo, errno and code (and padding on 64-bit), si_pid, si_uid and
+// si_status.
+type sigchldInfo struct {
+	Signo, Errno, Code, _ int32
+	PID                   int32
+	UID                   uint32
+	Status                int32
+	_                     [100]byte
+}
+
+// si_code values for a child that ended (include/uapi/asm-generic/siginfo.h).
+const (
+	cldExited = 1
+	cldKilled = 2
+	cldDumped = 3
+)
+
+func decodeExit(info *unix.Siginfo) (Exit, bool, error) {
+	ci := (*sigchldInfo)(unsafe.Pointer(info))
+	switch {
+	case ci.PID == 0:
+		return Exit{}, false, nil // WNOHANG on a blocking pidfd: still running
+	case ci.Code == cldExited:
+		return Exit{Code: int(ci.Status)}, true, nil
+	case ci.Code == cldKilled || ci.Code == cldDumped:
+		return Exit{Code: -1, Signal: syscall.Signal(ci.Status), Core: ci.Code == cldDumped}, true, nil
+	}
+	return Exit{}, false, fmt.Errorf("waitid pid %d: unexpected si_code %d", ci.PID, ci.Code)
+}
+
+// Peek returns how the child ended without reaping it, so its PID (and so
+// its process-group ID) stays reserved until Reap. ok is false while it
+// still runs. Only the parent of the process can peek or reap.
+func (h *Handle) Peek() (e Exit, ok bool, err error) {
+	return h.waitid(unix.WEXITED | unix.WNOHANG | unix.WNOWAIT)
+}
+
+// Reap collects the exited child, releasing its PID.
+func (h *Handle) Reap() (Exit, error) {
+	e, _, err := h.waitid(unix.WEXITED)
+	return e, err
+}
+
+func (h *Handle) waitid(options int) (Exit, bool, error) {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return Exit{}, false, err
+	}
+	var info unix.Siginfo
+	var werr error
+	err = conn.Control(func(fd uintptr) {
+		for {
+			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, options, nil)
+			if werr != unix.EINTR {
+				return
+			}
+		}
+	})
+	if err != nil {
+		return Exit{}, false, err
+	}
+	if werr == unix.EAGAIN { // a nonblocking pidfd says "not yet" this way
+		return Exit{}, false, nil
+	}
+	if werr != nil {
+		return Exit{}, false, fmt.Errorf("waitid pid %d: %w", h.pid, werr)
+	}
+	return decodeExit(&info)
+}
+
+// Close releases the pidfd. It does not signal or reap the process.
+func (h *Handle) Close() error { return h.f.Close() }

@@ -1,0 +1,161 @@
+package procfs
+
+import (
+	"errors"
+	"os"
+	"syscall"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestParseStat(t *testing.T) {
+	tail := " 1 10 10 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 777 1000 100"
+	tests := []struct {
+		name, in string
+		want     Stat
+		wantErr  bool
+	}{
+		{"plain", "42 (sleep) S" + tail, Stat{PID: 42, Comm: "sleep", State: 'S', PPID: 1, PGID: 10, SID: 10, StartTime: 777}, false},
+		{"spaces and parens in name", "43 (a) b (c)) Z" + tail, Stat{PID: 43, Comm: "a) b (c)", State: 'Z', PPID: 1, PGID: 10, SID: 10, StartTime: 777}, false},
+		{"no name", "44 S 1", Stat{}, true},
+		{"truncated", "45 (x) S 1 2", Stat{}, true},
+		{"bad pid", "x (y) S" + tail, Stat{}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseStat([]byte(tt.in))
+			if (err != nil) != tt.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tt.wantErr)
+			}
+			if got != tt.want {
+				t.Fatalf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestReadStatSelfAndMissing(t *testing.T) {
+	st, err := ReadStat(os.Getpid())
+	if err != nil || st.PID != os.Getpid() || st.StartTime == 0 {
+		t.Fatalf("ReadStat(self) = %+v, %v", st, err)
+	}
+	if _, err := ReadStat(1 << 30); !errors.Is(err, ErrNoProcess) {
+		t.Fatalf("ReadStat(missing) err = %v, want ErrNoProcess", err)
+	}
+}
+
+func TestSigchldInfoMatchesSiginfo(t *testing.T) {
+	if a, b := unsafe.Sizeof(sigchldInfo{}), unsafe.Sizeof(unix.Siginfo{}); a != b {
+		t.Fatalf("sigchldInfo is %d bytes, unix.Siginfo %d", a, b)
+	}
+}
+
+// startChild starts sh -c script in its own process group and returns a
+// Handle on it.
+func startChild(t *testing.T, script string) *Handle {
+	t.Helper()
+	pidfd := -1
+	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", script}, &os.ProcAttr{
+		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid := p.Pid
+	p.Release() // the Handle, not os.Process, owns this child from here on
+	h, err := NewHandle(pidfd, pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h.Signal(syscall.SIGKILL); h.Reap(); h.Close() })
+	return h
+}
+
+func TestHandleExitCodeAndPeekKeepsPID(t *testing.T) {
+	h := startChild(t, "exit 3")
+	if err := h.WaitExited(); err != nil {
+		t.Fatal(err)
+	}
+	e, ok, err := h.Peek()
+	if err != nil || !ok || e.Code != 3 || e.Signal != 0 {
+		t.Fatalf("Peek = %+v, %v, %v; want code 3", e, ok, err)
+	}
+	// Not reaped: the zombie still holds its PID and group.
+	if st, err := ReadStat(h.PID()); err != nil || st.State != 'Z' {
+		t.Fatalf("after Peek, stat = %+v, %v; want a zombie", st, err)
+	}
+	if err := unix.Kill(-h.PID(), 0); err != nil {
+		t.Fatalf("group of unreaped zombie: %v", err)
+	}
+	if e, err := h.Reap(); err != nil || e.Code != 3 {
+		t.Fatalf("Reap = %+v, %v", e, err)
+	}
+	if _, err := ReadStat(h.PID()); !errors.Is(err, ErrNoProcess) {
+		t.Fatalf("after Reap, stat err = %v", err)
+	}
+}
+
+func TestHandleSignalAndPeekRunning(t *testing.T) {
+	h := startChild(t, "exec sleep 100")
+	if _, ok, err := h.Peek(); ok || err != nil {
+		t.Fatalf("Peek of a running child = %v, %v", ok, err)
+	}
+	if err := h.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- h.WaitExited() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("child did not exit after SIGTERM")
+	}
+	e, err := h.Reap()
+	if err != nil || e.Signal != syscall.SIGTERM || e.Code != -1 {
+		t.Fatalf("Reap = %+v, %v; want SIGTERM", e, err)
+	}
+	if err := h.Signal(syscall.SIGTERM); !errors.Is(err, unix.ESRCH) {
+		t.Fatalf("Signal after reap = %v, want ESRCH", err)
+	}
+}
+
+func TestOpenChecksIdentity(t *testing.T) {
+	h := startChild(t, "exec sleep 100")
+	st, err := ReadStat(h.PID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(h.PID(), st.StartTime+1); !errors.Is(err, ErrNotSame) {
+		t.Fatalf("Open with wrong start time: %v, want ErrNotSame", err)
+	}
+	o, err := Open(h.PID(), st.StartTime)
+	if err != nil {
+		t.Fatalf("Open with right identity: %v", err)
+	}
+	o.Close()
+}
+
+func TestGroupMembers(t *testing.T) {
+	h := startChild(t, "sleep 100 & sleep 100 & wait")
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		m, err := GroupMembers(map[int]bool{h.PID(): true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m[h.PID()]) == 3 { // sh and two sleeps
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d has %d members, want 3", h.PID(), len(m[h.PID()]))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	unix.Kill(-h.PID(), syscall.SIGKILL)
+}

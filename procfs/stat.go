@@ -1,0 +1,135 @@
+// Package procfs reads what Linux says about processes in /proc: a
+// process's identity (PID plus start time), its group and session, and the
+// members of a process group. It also holds pidfd handles, through which a
+// process can be signaled and waited for without any risk of PID reuse.
+//
+// Every function here reads; nothing here starts processes.
+package procfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Stat is the part of /proc/<pid>/stat that tend uses.
+type Stat struct {
+	PID   int
+	Comm  string
+	State byte // R, S, D, Z, T, ...
+	PPID  int
+	PGID  int
+	SID   int
+	// StartTime is the process's start time in clock ticks after boot. With
+	// the PID it identifies one process for the life of the machine: a
+	// reused PID has a later start time.
+	StartTime uint64
+}
+
+// ErrNoProcess means no process has the PID asked for.
+var ErrNoProcess = errors.New("no such process")
+
+// ReadStat reads /proc/<pid>/stat. It returns an error wrapping ErrNoProcess
+// if the process does not exist.
+func ReadStat(pid int) (Stat, error) {
+	var buf [512]byte
+	n, err := readSmall(fmt.Sprintf("/proc/%d/stat", pid), buf[:])
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Stat{}, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+		}
+		return Stat{}, err
+	}
+	st, err := ParseStat(buf[:n])
+	if err != nil {
+		return Stat{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	return st, nil
+}
+
+// readSmall reads a /proc file that fits in buf, in one read.
+func readSmall(path string, buf []byte) (int, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	n, err := f.Read(buf)
+	if err != nil {
+		return 0, err
+	}
+	return n, nil
+}
+
+// ParseStat parses the contents of a /proc/<pid>/stat file. The command
+// name may hold spaces and parentheses, so it is delimited by the first "("
+// and the last ")".
+func ParseStat(b []byte) (Stat, error) {
+	open := bytes.IndexByte(b, '(')
+	closing := bytes.LastIndexByte(b, ')')
+	if open < 1 || closing < open {
+		return Stat{}, errors.New("malformed stat: no command name")
+	}
+	pid, err := strconv.Atoi(string(bytes.TrimSpace(b[:open])))
+	if err != nil {
+		return Stat{}, fmt.Errorf("malformed stat: pid: %w", err)
+	}
+	// Fields after the name, numbered as in proc(5) starting at 3 (state).
+	fields := bytes.Fields(b[closing+1:])
+	if len(fields) < 20 {
+		return Stat{}, fmt.Errorf("malformed stat: %d fields after the name", len(fields))
+	}
+	field := func(n int) []byte { return fields[n-3] }
+	st := Stat{PID: pid, Comm: string(b[open+1 : closing])}
+	if len(field(3)) != 1 {
+		return Stat{}, errors.New("malformed stat: state")
+	}
+	st.State = field(3)[0]
+	ints := []struct {
+		n   int
+		dst *int
+	}{{4, &st.PPID}, {5, &st.PGID}, {6, &st.SID}}
+	for _, f := range ints {
+		if *f.dst, err = strconv.Atoi(string(field(f.n))); err != nil {
+			return Stat{}, fmt.Errorf("malformed stat: field %d: %w", f.n, err)
+		}
+	}
+	if st.StartTime, err = strconv.ParseUint(string(field(22)), 10, 64); err != nil {
+		return Stat{}, fmt.Errorf("malformed stat: start time: %w", err)
+	}
+	return st, nil
+}
+
+// GroupMembers returns the processes whose process group is one of pgids,
+// keyed by group, from one pass over /proc. Zombies are left out: they are
+// dead and only wait to be reaped. One pass serves many groups, so callers
+// gather the groups they care about and ask once.
+func GroupMembers(pgids map[int]bool) (map[int][]Stat, error) {
+	d, err := os.Open("/proc")
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("/proc: %w", err)
+	}
+	out := make(map[int][]Stat)
+	for _, name := range names {
+		if name[0] < '0' || name[0] > '9' {
+			continue
+		}
+		pid, err := strconv.Atoi(name)
+		if err != nil {
+			continue
+		}
+		st, err := ReadStat(pid)
+		if err != nil || st.State == 'Z' || !pgids[st.PGID] {
+			continue // gone meanwhile, a zombie, or another group
+		}
+		out[st.PGID] = append(out[st.PGID], st)
+	}
+	return out, nil
+}
