@@ -1,0 +1,305 @@
+package spool
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/natefinch/atomic"
+	"golang.org/x/sys/unix"
+)
+
+// Dir is the request side of a tend root: spool/ where requests arrive,
+// outcomes/ where their answers go, and rejected/ where bad requests are
+// kept beside the reason they were refused.
+type Dir struct {
+	Root string
+}
+
+// Spool, Outcomes and Rejected return the directories of d.
+func (d Dir) Spool() string    { return filepath.Join(d.Root, "spool") }
+func (d Dir) Outcomes() string { return filepath.Join(d.Root, "outcomes") }
+func (d Dir) Rejected() string { return filepath.Join(d.Root, "rejected") }
+
+// Make creates the root (mode 0700) and the request directories, as needed.
+func (d Dir) Make() error {
+	if err := os.MkdirAll(d.Root, 0o700); err != nil {
+		return err
+	}
+	for _, dir := range []string{d.Spool(), d.Outcomes(), d.Rejected()} {
+		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// Errors from Read. Each is final for the file as it is now, except
+// ErrBusy, which clears when the writer closes the file.
+var (
+	ErrBusy       = errors.New("still open for writing")
+	ErrNotRegular = errors.New("not a regular file")
+	ErrTooLarge   = fmt.Errorf("larger than the limit of %d bytes", MaxBody)
+)
+
+// File is a request file as read from the spool.
+type File struct {
+	Name string
+	Body []byte
+	UID  int
+	Dev  uint64
+	Ino  uint64
+	// Settled is true when the kernel confirmed (with a read lease) that no
+	// one held the file open for writing while it was read. Where leases are
+	// not available it is false, and the caller must judge completeness by
+	// a quiet period instead.
+	Settled bool
+}
+
+// Read reads the request file name in the spool, without following a
+// symbolic link and without blocking on a FIFO or device. It returns
+// ErrBusy if someone has the file open for writing, ErrNotRegular for
+// anything but a regular file, and ErrTooLarge (without reading the body)
+// for a file over MaxBody.
+func (d Dir) Read(name string) (File, error) {
+	return readFile(filepath.Join(d.Spool(), name), name)
+}
+
+func readFile(path, name string) (File, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		if errors.Is(err, unix.ELOOP) {
+			return File{}, fmt.Errorf("%s: a symbolic link: %w", name, ErrNotRegular)
+		}
+		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return File{}, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return File{}, fmt.Errorf("%s: %s: %w", name, fileKind(st.Mode), ErrNotRegular)
+	}
+	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino}
+	if st.Size > MaxBody {
+		return out, fmt.Errorf("%s: %d bytes: %w", name, st.Size, ErrTooLarge)
+	}
+	leased, err := takeReadLease(fd)
+	if err != nil {
+		return out, fmt.Errorf("%s: %w", name, err)
+	}
+	out.Body, err = io.ReadAll(io.LimitReader(f, MaxBody+1))
+	if err != nil {
+		return out, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if len(out.Body) > MaxBody {
+		return out, fmt.Errorf("%s: %w", name, ErrTooLarge)
+	}
+	if leased {
+		// A writer that opened the file while we read broke the lease: what
+		// we read may be partial.
+		if l, err := unix.FcntlInt(uintptr(fd), unix.F_GETLEASE, 0); err != nil || l != unix.F_RDLCK {
+			return out, fmt.Errorf("%s: %w", name, ErrBusy)
+		}
+	}
+	out.Settled = leased
+	return out, nil
+}
+
+// takeReadLease takes a read lease on fd, which the kernel grants only when
+// no one has the file open for writing. It returns false, nil where leases
+// are not available (another user's file without CAP_LEASE, a filesystem
+// without leases, leases disabled).
+func takeReadLease(fd int) (bool, error) {
+	_, err := unix.FcntlInt(uintptr(fd), unix.F_SETLEASE, unix.F_RDLCK)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EBUSY):
+		return false, ErrBusy
+	case errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS):
+		return false, nil
+	}
+	return false, fmt.Errorf("read lease: %w", err)
+}
+
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFSOCK:
+		return "a socket"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFLNK:
+		return "a symbolic link"
+	}
+	return fmt.Sprintf("a file of type %#o", mode&unix.S_IFMT)
+}
+
+// Claim moves the request file f.Name out of the spool to dst, atomically,
+// so that no other reader can take it and a rewrite of the same name is a
+// new request. If the name was replaced after f was read, Claim moves the
+// replacement and reads it again from dst, so the returned File is always
+// what was claimed.
+func (d Dir) Claim(f File, dst string) (File, error) {
+	if err := os.Rename(filepath.Join(d.Spool(), f.Name), dst); err != nil {
+		return File{}, err
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dst, &st); err != nil {
+		return File{}, &os.PathError{Op: "lstat", Path: dst, Err: err}
+	}
+	if st.Dev == f.Dev && st.Ino == f.Ino {
+		return f, nil
+	}
+	return readFile(dst, f.Name)
+}
+
+// Reject moves the spool entry name (of any kind: it is renamed, never
+// opened) into rejected/, beside a file <name>.error holding one line that
+// says what is wrong. It never overwrites an earlier rejected file: a
+// repeated name gets a numbered suffix. It returns the rejected path.
+func (d Dir) Reject(name, reason string) (string, error) {
+	src := filepath.Join(d.Spool(), name)
+	for i := 0; ; i++ {
+		base := name
+		if i > 0 {
+			base = fmt.Sprintf("%s.%d", name, i)
+		}
+		dst := filepath.Join(d.Rejected(), base)
+		if _, err := os.Lstat(dst + ".error"); err == nil {
+			continue
+		}
+		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+		if errors.Is(err, unix.EEXIST) {
+			continue
+		}
+		if err != nil {
+			return "", &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
+		}
+		line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
+		return dst, writeAtomic(dst+".error", []byte(line))
+	}
+}
+
+// Printable quotes a name that holds bytes a terminal or a line-oriented
+// reader would mangle (control characters, invalid UTF-8).
+func Printable(name string) string {
+	q := fmt.Sprintf("%q", name)
+	if q[1:len(q)-1] == name {
+		return name
+	}
+	return q
+}
+
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
+}
+
+// The outcomes of requests. An outcome file holds one line: the outcome,
+// then for some outcomes ": " and a detail.
+const (
+	Accepted        = "accepted"
+	Rejected        = "rejected"
+	Canceled        = "canceled"
+	AlreadyFinished = "already_finished"
+	NotFound        = "not_found"
+	NotCancellable  = "not_cancellable"
+)
+
+// OutcomePath returns the path of the outcome file for request n.
+func (d Dir) OutcomePath(n Name) string {
+	return filepath.Join(d.Outcomes(), n.String())
+}
+
+// WriteOutcome replaces the outcome of request n, atomically and durably.
+func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
+	line := outcome
+	if detail != "" {
+		line += ": " + oneLine(detail)
+	}
+	return writeAtomic(d.OutcomePath(n), []byte(line+"\n"))
+}
+
+// ReadOutcome returns the outcome and detail of request n, or an error
+// satisfying errors.Is(err, os.ErrNotExist) if it has none yet.
+func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {
+	b, err := os.ReadFile(d.OutcomePath(n))
+	if err != nil {
+		return "", "", err
+	}
+	line := strings.TrimSpace(string(b))
+	outcome, detail, _ = strings.Cut(line, ": ")
+	return outcome, detail, nil
+}
+
+// Submit writes a request the way every client should: under a hidden
+// temporary name that the watcher ignores, then renamed to spool/<n>, so
+// the watcher only ever sees it whole. With replace false it refuses to
+// replace a request of the same name that is still waiting.
+func (d Dir) Submit(n Name, body []byte, replace bool) error {
+	var suffix [6]byte
+	rand.Read(suffix[:])
+	tmp := filepath.Join(d.Spool(), "."+n.String()+"."+hex.EncodeToString(suffix[:])+".tmp")
+	dst := filepath.Join(d.Spool(), n.String())
+	if err := os.WriteFile(tmp, body, 0o600); err != nil {
+		return err
+	}
+	var err error
+	if replace {
+		err = os.Rename(tmp, dst)
+	} else if err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); errors.Is(err, unix.EEXIST) {
+		err = fmt.Errorf("%s: a request with this name is already waiting in the spool", dst)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
+}
+
+// writeAtomic replaces path with data so that readers see the old or the
+// new content, never a mix, and the change survives a power loss.
+func writeAtomic(path string, data []byte) error {
+	if err := atomic.WriteFile(path, bytes.NewReader(data)); err != nil {
+		return fmt.Errorf("%s: %v", path, err)
+	}
+	return SyncDir(filepath.Dir(path))
+}
+
+// SyncDir fsyncs a directory, making the renames in it durable.
+func SyncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// ModTime returns when name in the spool last changed, for quiet-period
+// judgements where leases are not available.
+func (d Dir) ModTime(name string) (time.Time, error) {
+	fi, err := os.Lstat(filepath.Join(d.Spool(), name))
+	if err != nil {
+		return time.Time{}, err
+	}
+	return fi.ModTime(), nil
+}

@@ -1,0 +1,56 @@
+package spool
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Duration is a length of time in a request or a state file. In JSON it is
+// written as a Go duration string ("1m30s") and read from either such a
+// string or a number of seconds (90, 0.5).
+type Duration time.Duration
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON reads a duration string or a number of seconds. Negative
+// values and values beyond a year are errors: they are always mistakes.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var v any
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	var dur time.Duration
+	switch v := v.(type) {
+	case string:
+		var err error
+		if dur, err = time.ParseDuration(v); err != nil {
+			return fmt.Errorf("%q is not a duration (try \"30s\", \"5m\" or a number of seconds)", v)
+		}
+	case float64:
+		if math.IsNaN(v) || math.Abs(v) > maxDuration.Seconds() {
+			return fmt.Errorf("%v seconds is out of range", v)
+		}
+		dur = time.Duration(v * float64(time.Second))
+	default:
+		return fmt.Errorf("want a duration such as \"30s\" or a number of seconds, not %s", b)
+	}
+	if dur < 0 {
+		return fmt.Errorf("%s is negative", dur)
+	}
+	if dur > maxDuration {
+		return fmt.Errorf("%s is longer than the limit of %s", dur, maxDuration)
+	}
+	*d = Duration(dur)
+	return nil
+}
+
+// maxDuration bounds every duration in a request.
+const maxDuration = 365 * 24 * time.Hour
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,161 @@
+// Package spool is tend's request-file protocol: the names of request files,
+// the formats of their bodies, and the safe ways to read, claim and reject
+// them, to submit them, and to answer them with outcome files.
+//
+// A request is a file spool/<id>.<verb>. Nothing in a request's name or
+// body can make tend read or write outside its root: IDs are restricted to
+// a safe alphabet and files are opened without following links.
+package spool
+
+import (
+	"fmt"
+	"strings"
+)
+
+// The verbs a request name may end in.
+const (
+	VerbStart  = "start"
+	VerbCancel = "cancel"
+)
+
+// Verbs lists every verb tend takes, in the order the docs give them.
+var Verbs = []string{VerbStart, VerbCancel}
+
+// MaxIDLen bounds an ID, so that every file tend derives from it
+// (<id>.<verb>, <id>.<verb>.error) stays far below NAME_MAX.
+const MaxIDLen = 64
+
+// Name is a request file's name, split into ID and verb.
+type Name struct {
+	ID   string
+	Verb string
+}
+
+func (n Name) String() string { return n.ID + "." + n.Verb }
+
+// ValidID reports why id is not a safe run ID, or nil if it is. IDs are 1 to
+// MaxIDLen bytes of ASCII letters, digits, '.', '_' and '-', and do not
+// start with '.' or '-'. So an ID is never a path, never hidden, never an
+// option, and never "." or "..".
+func ValidID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("empty id")
+	case len(id) > MaxIDLen:
+		return fmt.Errorf("id is %d bytes long, the limit is %d", len(id), MaxIDLen)
+	case id[0] == '.' || id[0] == '-':
+		return fmt.Errorf("id %q starts with %q", id, id[0])
+	}
+	for i := 0; i < len(id); i++ {
+		if !idByte(id[i]) {
+			return fmt.Errorf("id %q has %q at byte %d: ids use only letters, digits, '.', '_' and '-'", id, id[i:i+1], i)
+		}
+	}
+	return nil
+}
+
+func idByte(c byte) bool {
+	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' ||
+		c == '.' || c == '_' || c == '-'
+}
+
+// ParseName splits a request file name into ID and verb. The verb is what
+// follows the last dot, so IDs may contain dots. The error says what is
+// wrong in words a person can act on.
+func ParseName(name string) (Name, error) {
+	dot := strings.LastIndexByte(name, '.')
+	if dot < 0 {
+		return Name{}, fmt.Errorf("no verb: a request is named <id>.<verb>, with verb one of %s", strings.Join(Verbs, ", "))
+	}
+	n := Name{ID: name[:dot], Verb: name[dot+1:]}
+	if !knownVerb(n.Verb) {
+		msg := fmt.Sprintf("unknown verb %q", n.Verb)
+		if s := suggestVerb(n.Verb); s != "" {
+			msg += fmt.Sprintf(" (did you mean %q?)", s)
+		}
+		return Name{}, fmt.Errorf("%s: verbs are %s", msg, strings.Join(Verbs, ", "))
+	}
+	if err := ValidID(n.ID); err != nil {
+		return Name{}, err
+	}
+	return n, nil
+}
+
+func knownVerb(v string) bool {
+	for _, k := range Verbs {
+		if v == k {
+			return true
+		}
+	}
+	return false
+}
+
+// suggestVerb returns the known verb within two edits of v, if there is one.
+func suggestVerb(v string) string {
+	best, bestDist := "", 3
+	for _, k := range Verbs {
+		if d := editDistance(strings.ToLower(v), k); d < bestDist {
+			best, bestDist = k, d
+		}
+	}
+	return best
+}
+
+// editDistance is the Damerau-Levenshtein distance (with adjacent swaps),
+// so "strat" is one edit from "start".
+func editDistance(a, b string) int {
+	if len(a) > 32 || len(b) > 32 {
+		return 99
+	}
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
+}
+
+// Ignored reports whether name is one that editors, atomic savers and
+// tend's own clients use for files that are not (yet) requests: hidden
+// files (vim swap files .x.swp, emacs locks .#x, temp files of atomic
+// savers, tend's own .x.start.tmp), emacs autosaves #x#, backups x~, vim's
+// write probe 4913, and names ending in a temp or backup suffix. A request
+// written under such a name and renamed to its real name is taken once,
+// whole. No valid request name is ignored: IDs never start with '.' and no
+// verb is one of these suffixes.
+func Ignored(name string) bool {
+	switch {
+	case name == "" || name == "4913":
+		return true
+	case name[0] == '.' || name[0] == '#' || strings.HasSuffix(name, "~"):
+		return true
+	}
+	for _, suffix := range ignoredSuffixes {
+		if strings.HasSuffix(name, suffix) {
+			return true
+		}
+	}
+	return false
+}
+
+var ignoredSuffixes = []string{
+	".swp", ".swo", ".swx", ".swn", // vim
+	".tmp", ".temp", ".part", ".partial", // atomic savers and downloads
+	".bak", ".orig", ".rej", ".kate-swp", // backups, patch leftovers, kate
+	"___jb_tmp___", "___jb_old___", // JetBrains safe write
+}

@@ -1,0 +1,269 @@
+package spool
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// MaxBody is the largest request body tend reads. A larger file is rejected
+// without being read whole.
+const MaxBody = 1 << 20
+
+// MaxGrace bounds the time between SIGTERM and SIGKILL that a request may ask for.
+const MaxGrace = Duration(24 * time.Hour)
+
+// ErrIncomplete marks a body that could become valid if its writer added to
+// it: JSON cut off before its end. The watcher waits for more before it
+// rejects such a body.
+var ErrIncomplete = errors.New("incomplete")
+
+// Start is a start request: what to run and how.
+type Start struct {
+	// Command is the shell text run with /bin/sh -c, or the argv that is
+	// executed directly. Exactly one is set.
+	Shell string
+	Argv  []string
+
+	Cwd     string            `json:"cwd,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Session string            `json:"session,omitempty"`
+	Timeout Duration          `json:"timeout,omitempty"`
+	Grace   *Duration         `json:"grace,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// startJSON is the JSON shape of a start request; Command is decoded by hand
+// because it is a string or an array.
+type startJSON struct {
+	Command json.RawMessage   `json:"command"`
+	Cwd     string            `json:"cwd,omitempty"`
+	Env     map[string]string `json:"env,omitempty"`
+	Session string            `json:"session,omitempty"`
+	Timeout json.RawMessage   `json:"timeout,omitempty"`
+	Grace   json.RawMessage   `json:"grace,omitempty"`
+	Labels  map[string]string `json:"labels,omitempty"`
+}
+
+// MarshalJSON writes s in the request format that ParseStart reads.
+func (s Start) MarshalJSON() ([]byte, error) {
+	j := startJSON{Cwd: s.Cwd, Env: s.Env, Session: s.Session, Labels: s.Labels}
+	var err error
+	if s.Argv != nil {
+		j.Command, err = json.Marshal(s.Argv)
+	} else {
+		j.Command, err = json.Marshal(s.Shell)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if s.Timeout != 0 {
+		j.Timeout, _ = s.Timeout.MarshalJSON()
+	}
+	if s.Grace != nil {
+		j.Grace, _ = s.Grace.MarshalJSON()
+	}
+	return json.Marshal(j)
+}
+
+// Args returns the argv to execute: the argv itself, or /bin/sh -c Shell.
+func (s *Start) Args() []string {
+	if s.Argv != nil {
+		return s.Argv
+	}
+	return []string{"/bin/sh", "-c", s.Shell}
+}
+
+// ParseStart parses a start request body: plain text is a shell command,
+// and a JSON object (a body whose first non-blank byte is '{' followed by
+// '"' or '}') is a full request. A shell command may itself start with '{'
+// (a brace group): "{ make; make test; }" is shell text.
+func ParseStart(body []byte) (Start, error) {
+	if !isJSON(body) {
+		return parseShellText(body)
+	}
+	var j startJSON
+	if err := decodeStrict(body, &j); err != nil {
+		return Start{}, err
+	}
+	s := Start{Cwd: j.Cwd, Env: j.Env, Session: j.Session, Labels: j.Labels}
+	if err := s.setCommand(j.Command); err != nil {
+		return Start{}, err
+	}
+	timeout, err := durationField("timeout", j.Timeout, maxDuration)
+	if err != nil {
+		return Start{}, err
+	}
+	if timeout != nil {
+		s.Timeout = *timeout
+	}
+	if s.Grace, err = durationField("grace", j.Grace, MaxGrace.D()); err != nil {
+		return Start{}, err
+	}
+	return s, s.validate()
+}
+
+func parseShellText(body []byte) (Start, error) {
+	text := strings.TrimSpace(string(body))
+	switch {
+	case text == "":
+		return Start{}, errors.New("empty command: write the shell command to run, or a JSON object with \"command\"")
+	case strings.IndexByte(text, 0) >= 0:
+		return Start{}, errors.New("command contains a NUL byte")
+	}
+	return Start{Shell: text}, nil
+}
+
+func (s *Start) setCommand(raw json.RawMessage) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return errors.New(`missing "command": a string for /bin/sh -c or an array to execute`)
+	}
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &s.Shell); err != nil {
+			return fmt.Errorf(`"command": %w`, err)
+		}
+		if strings.TrimSpace(s.Shell) == "" {
+			return errors.New(`"command" is empty`)
+		}
+		return nil
+	}
+	if err := json.Unmarshal(raw, &s.Argv); err != nil || s.Argv == nil {
+		return fmt.Errorf(`"command" must be a string or an array of strings, not %.40s`, raw)
+	}
+	if len(s.Argv) == 0 || s.Argv[0] == "" {
+		return errors.New(`"command" array is empty or its first element is empty`)
+	}
+	return nil
+}
+
+func (s *Start) validate() error {
+	for _, a := range append([]string{s.Shell, s.Cwd}, s.Argv...) {
+		if strings.IndexByte(a, 0) >= 0 {
+			return errors.New("command or cwd contains a NUL byte")
+		}
+	}
+	for _, k := range sortedKeys(s.Env) {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(s.Env[k], 0) >= 0 {
+			return fmt.Errorf(`"env": bad variable %q: names are non-empty and have no '=' or NUL`, k)
+		}
+	}
+	for _, k := range sortedKeys(s.Labels) {
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(s.Labels[k]) {
+			return fmt.Errorf(`"labels": bad label %q: keys are non-empty UTF-8`, k)
+		}
+	}
+	if s.Session != "" {
+		if err := ValidID(s.Session); err != nil {
+			return fmt.Errorf(`"session": %v`, strings.Replace(err.Error(), "id", "session", 1))
+		}
+	}
+	return nil
+}
+
+// durationField decodes an optional duration field, naming it in errors.
+func durationField(name string, raw json.RawMessage, max time.Duration) (*Duration, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var d Duration
+	if err := d.UnmarshalJSON(raw); err != nil {
+		return nil, fmt.Errorf("%q: %v", name, err)
+	}
+	if d.D() > max {
+		return nil, fmt.Errorf("%q: %s is longer than the limit of %s", name, d.D(), max)
+	}
+	return &d, nil
+}
+
+// Cancel is a cancel request. Both fields are optional.
+type Cancel struct {
+	Grace   *Duration `json:"grace,omitempty"`
+	Session string    `json:"session,omitempty"`
+}
+
+type cancelJSON struct {
+	Grace   json.RawMessage `json:"grace"`
+	Session string          `json:"session"`
+}
+
+// ParseCancel parses a cancel request body: empty, or a JSON object.
+func ParseCancel(body []byte) (Cancel, error) {
+	var c Cancel
+	if len(bytes.TrimSpace(body)) == 0 {
+		return c, nil
+	}
+	if !isJSON(body) {
+		return c, errors.New(`a cancel body is empty or a JSON object such as {"grace": "5s"}`)
+	}
+	var j cancelJSON
+	if err := decodeStrict(body, &j); err != nil {
+		return c, err
+	}
+	c.Session = j.Session
+	var err error
+	if c.Grace, err = durationField("grace", j.Grace, MaxGrace.D()); err != nil {
+		return c, err
+	}
+	if c.Session != "" {
+		if err := ValidID(c.Session); err != nil {
+			return c, fmt.Errorf(`"session": %v`, err)
+		}
+	}
+	return c, nil
+}
+
+// isJSON reports whether body is meant as a JSON object: '{' then '"' or
+// '}' (or nothing yet), ignoring blanks.
+func isJSON(body []byte) bool {
+	rest := bytes.TrimLeft(body, " \t\r\n")
+	if len(rest) == 0 || rest[0] != '{' {
+		return false
+	}
+	rest = bytes.TrimLeft(rest[1:], " \t\r\n")
+	return len(rest) == 0 || rest[0] == '"' || rest[0] == '}'
+}
+
+// decodeStrict decodes one JSON object into v, refusing unknown fields and
+// trailing data, and words errors for people.
+func decodeStrict(body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("unexpected data after the JSON object")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var syn *json.SyntaxError
+	var typ *json.UnmarshalTypeError
+	switch {
+	case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+		return fmt.Errorf("%w JSON: the object is cut off before its end", ErrIncomplete)
+	case errors.As(err, &syn):
+		return fmt.Errorf("invalid JSON at byte %d: %s", syn.Offset, syn.Error())
+	case errors.As(err, &typ):
+		return fmt.Errorf("%q: want %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	return fmt.Errorf("invalid request: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+func sortedKeys(m map[string]string) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

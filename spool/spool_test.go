@@ -1,0 +1,256 @@
+package spool
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestParseName(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    Name
+		wantErr string
+	}{
+		{"a.start", Name{"a", "start"}, ""},
+		{"build-1.2_x.cancel", Name{"build-1.2_x", "cancel"}, ""},
+		{"a.b.start", Name{"a.b", "start"}, ""},
+		{"x.strat", Name{}, `unknown verb "strat" (did you mean "start"?)`},
+		{"x.cancle", Name{}, `did you mean "cancel"?`},
+		{"x.frobnicate", Name{}, `unknown verb "frobnicate": verbs are start, cancel`},
+		{"noverb", Name{}, "no verb"},
+		{".start", Name{}, "empty id"},
+		{"-rf.start", Name{}, `starts with '-'`},
+		{"a b.start", Name{}, `has " " at byte 1`},
+		{"a\nb.start", Name{}, `has "\n" at byte 1`},
+		{"\xff.start", Name{}, `has "\xff"`},
+		{strings.Repeat("a", 65) + ".start", Name{}, "65 bytes long, the limit is 64"},
+		{strings.Repeat("a", 64) + ".start", Name{strings.Repeat("a", 64), "start"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseName(tt.in)
+			if tt.wantErr == "" {
+				if err != nil || got != tt.want {
+					t.Fatalf("ParseName(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("ParseName(%q) error = %v; want it to contain %q", tt.in, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestIgnored(t *testing.T) {
+	for _, name := range []string{
+		".a.start.swp", ".a.start.swx", "4913", ".#a.start", "#a.start#", "a.start~",
+		".a.start.1a2b3c.tmp", "a.start.tmp", "a.start___jb_tmp___", "a.start.kate-swp", ".hidden",
+	} {
+		if !Ignored(name) {
+			t.Errorf("Ignored(%q) = false, want true", name)
+		}
+	}
+	for _, name := range []string{"a.start", "a.cancel", "x.strat", "noverb", "tmp.start", "a.tmp.start"} {
+		if Ignored(name) {
+			t.Errorf("Ignored(%q) = true, want false", name)
+		}
+	}
+}
+
+func TestParseStart(t *testing.T) {
+	tests := []struct {
+		name, body string
+		want       []string // argv
+		wantErr    string
+		incomplete bool
+	}{
+		{"shell text", "echo hi; exit 3\n", []string{"/bin/sh", "-c", "echo hi; exit 3"}, "", false},
+		{"brace group is shell", "{ echo a; echo b; }", []string{"/bin/sh", "-c", "{ echo a; echo b; }"}, "", false},
+		{"json string", `{"command": "make test"}`, []string{"/bin/sh", "-c", "make test"}, "", false},
+		{"json argv", `{"command": ["make", "test"], "cwd": "/tmp"}`, []string{"make", "test"}, "", false},
+		{"empty", "  \n", nil, "empty command", false},
+		{"empty object", "{}", nil, `missing "command"`, false},
+		{"cut off", `{"command":`, nil, "cut off", true},
+		{"only brace", `{`, nil, "cut off", true},
+		{"unknown field", `{"command": "x", "comand": "y"}`, nil, `unknown field "comand"`, false},
+		{"wrong type", `{"command": "x", "cwd": 5}`, nil, `"cwd": want string`, false},
+		{"argv not strings", `{"command": [1, 2]}`, nil, "must be a string or an array of strings", false},
+		{"empty argv", `{"command": []}`, nil, "array is empty", false},
+		{"negative timeout", `{"command": "x", "timeout": "-5s"}`, nil, `"timeout": -5s is negative`, false},
+		{"absurd timeout", `{"command": "x", "timeout": 1e12}`, nil, `"timeout": 1e+12 seconds is out of range`, false},
+		{"bad duration", `{"command": "x", "timeout": "soon"}`, nil, `"timeout": "soon" is not a duration`, false},
+		{"seconds timeout", `{"command": "x", "timeout": 1.5}`, []string{"/bin/sh", "-c", "x"}, "", false},
+		{"huge grace", `{"command": "x", "grace": "48h"}`, nil, `"grace": 48h0m0s is longer than the limit`, false},
+		{"bad env", `{"command": "x", "env": {"A=B": "c"}}`, nil, `"env": bad variable "A=B"`, false},
+		{"bad session", `{"command": "x", "session": "../x"}`, nil, `"session"`, false},
+		{"trailing data", `{"command": "x"} {}`, nil, "unexpected data after", false},
+		{"garbage", `{"command" "x"}`, nil, "invalid JSON", false},
+		{"nul in text", "echo \x00", nil, "NUL", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := ParseStart([]byte(tt.body))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error = %v, want it to contain %q", err, tt.wantErr)
+				}
+				if errors.Is(err, ErrIncomplete) != tt.incomplete {
+					t.Fatalf("incomplete = %v, want %v (%v)", !tt.incomplete, tt.incomplete, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Args(); strings.Join(got, "\x00") != strings.Join(tt.want, "\x00") {
+				t.Fatalf("Args = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestStartRoundTrip(t *testing.T) {
+	g := Duration(3 * time.Second)
+	in := Start{Argv: []string{"a", "b c"}, Cwd: "/x", Env: map[string]string{"K": "v"}, Session: "s1",
+		Timeout: Duration(time.Minute), Grace: &g, Labels: map[string]string{"k": "v"}}
+	b, err := in.MarshalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := ParseStart(b)
+	if err != nil {
+		t.Fatalf("ParseStart(%s): %v", b, err)
+	}
+	if out.Timeout != in.Timeout || *out.Grace != g || out.Cwd != "/x" || out.Env["K"] != "v" || out.Args()[1] != "b c" {
+		t.Fatalf("round trip: %s gave %+v", b, out)
+	}
+}
+
+func TestParseCancel(t *testing.T) {
+	tests := []struct{ body, wantErr string }{
+		{"", ""}, {"\n", ""}, {`{"grace": "2s"}`, ""}, {`{"session": "s"}`, ""},
+		{"now please", "a cancel body is empty or a JSON object"},
+		{`{"grace": -1}`, `"grace": -1s is negative`},
+		{`{"force": true}`, `unknown field "force"`},
+	}
+	for _, tt := range tests {
+		_, err := ParseCancel([]byte(tt.body))
+		if (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("ParseCancel(%q) = %v, want %q", tt.body, err, tt.wantErr)
+		}
+	}
+}
+
+func newDir(t *testing.T) Dir {
+	d := Dir{Root: filepath.Join(t.TempDir(), "root")}
+	if err := d.Make(); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestReadBusyUntilWriterCloses(t *testing.T) {
+	d := newDir(t)
+	w, err := os.Create(filepath.Join(d.Spool(), "a.start"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.WriteString(`{"command":`)
+	if _, err := d.Read("a.start"); !errors.Is(err, ErrBusy) {
+		t.Fatalf("Read while open for writing: %v, want ErrBusy", err)
+	}
+	w.WriteString(`"true"}`)
+	w.Close()
+	f, err := d.Read("a.start")
+	if err != nil || !f.Settled || string(f.Body) != `{"command":"true"}` || f.UID != os.Getuid() {
+		t.Fatalf("Read after close = %+v, %v", f, err)
+	}
+}
+
+func TestReadRefusesOddFiles(t *testing.T) {
+	d := newDir(t)
+	sp := d.Spool()
+	os.Symlink("/etc/passwd", filepath.Join(sp, "link.start"))
+	syscall.Mkfifo(filepath.Join(sp, "fifo.start"), 0o600)
+	os.Mkdir(filepath.Join(sp, "dir.start"), 0o700)
+	os.WriteFile(filepath.Join(sp, "big.start"), make([]byte, MaxBody+1), 0o600)
+	for name, want := range map[string]string{
+		"link.start": "a symbolic link", "fifo.start": "a FIFO", "dir.start": "a directory", "big.start": "larger than the limit",
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := d.Read(name); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("Read(%s) = %v, want %q", name, err, want)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("Read(%s) blocked", name)
+		}
+	}
+}
+
+func TestClaimFollowsReplacement(t *testing.T) {
+	d := newDir(t)
+	p := filepath.Join(d.Spool(), "a.start")
+	os.WriteFile(p, []byte("echo old"), 0o600)
+	f, err := d.Read("a.start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An editor replaces the file between the read and the claim.
+	os.WriteFile(p+".tmp", []byte("echo new"), 0o600)
+	os.Rename(p+".tmp", p)
+	got, err := d.Claim(f, filepath.Join(d.Root, "claimed"))
+	if err != nil || string(got.Body) != "echo new" {
+		t.Fatalf("Claim = %q, %v; want the replacement's content", got.Body, err)
+	}
+}
+
+func TestRejectKeepsEveryFile(t *testing.T) {
+	d := newDir(t)
+	for i := 0; i < 3; i++ {
+		os.WriteFile(filepath.Join(d.Spool(), "x.strat"), []byte{byte('0' + i)}, 0o600)
+		if _, err := d.Reject("x.strat", "unknown verb\n\"strat\""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, name := range []string{"x.strat", "x.strat.1", "x.strat.2"} {
+		b, err := os.ReadFile(filepath.Join(d.Rejected(), name))
+		if err != nil || b[0] != byte('0'+i) {
+			t.Fatalf("rejected/%s = %q, %v", name, b, err)
+		}
+		e, _ := os.ReadFile(filepath.Join(d.Rejected(), name+".error"))
+		if string(e) != "x.strat: unknown verb \"strat\"\n" {
+			t.Fatalf("rejected/%s.error = %q", name, e)
+		}
+	}
+}
+
+func TestSubmitAndOutcome(t *testing.T) {
+	d := newDir(t)
+	n := Name{"a", VerbStart}
+	if err := d.Submit(n, []byte("true"), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Submit(n, []byte("true"), false); err == nil || !strings.Contains(err.Error(), "already waiting") {
+		t.Fatalf("second Submit = %v, want already waiting", err)
+	}
+	ents, _ := os.ReadDir(d.Spool())
+	if len(ents) != 1 {
+		t.Fatalf("spool holds %d entries, want 1 (no temp file left)", len(ents))
+	}
+	if err := d.WriteOutcome(n, Rejected, "run a already\nexists"); err != nil {
+		t.Fatal(err)
+	}
+	o, detail, err := d.ReadOutcome(n)
+	if o != Rejected || detail != "run a already exists" || err != nil {
+		t.Fatalf("ReadOutcome = %q, %q, %v", o, detail, err)
+	}
+}
