@@ -1,0 +1,82 @@
+// Package tracker keeps tend's run records: one directory per run holding
+// its state.json, which is replaced atomically and durably on every change,
+// and the root's history.jsonl, to which every state change is appended as
+// one whole line under a lock.
+//
+// Readers never see a partial state file, and a history line that does not
+// parse is an error that names its line, never something skipped.
+package tracker
+
+import (
+	"time"
+
+	"github.com/tendhq/tend/spool"
+)
+
+// The states of a run. Queued is reserved for the queue (a later protocol
+// version); the others are all in use.
+const (
+	Queued    = "queued"
+	Starting  = "starting"
+	Running   = "running"
+	Stopping  = "stopping" // a stop signal was sent; ends canceled or timed_out
+	Completed = "completed"
+	Failed    = "failed"
+	Canceled  = "canceled"
+	TimedOut  = "timed_out"
+)
+
+// Final reports whether state is one a run never leaves.
+func Final(state string) bool {
+	switch state {
+	case Completed, Failed, Canceled, TimedOut:
+		return true
+	}
+	return false
+}
+
+// State is a run's record, as kept in runs/<id>/state.json.
+type State struct {
+	ID    string `json:"id"`
+	State string `json:"state"`
+	// Rev grows by one with every change of the record.
+	Rev      int64  `json:"rev"`
+	Session  string `json:"session"`
+	OwnerUID int    `json:"owner_uid"`
+	// Command is the argv that was (or is to be) executed; a shell command
+	// is ["/bin/sh", "-c", text].
+	Command []string          `json:"command"`
+	Cwd     string            `json:"cwd"`
+	Labels  map[string]string `json:"labels,omitempty"`
+	Timeout spool.Duration    `json:"timeout,omitempty"`
+	Grace   spool.Duration    `json:"grace"`
+
+	// PID, PGID and ProcStart identify the run's process: a PID names the
+	// same process only while /proc/<pid>/stat shows this start time (in
+	// clock ticks after boot).
+	PID       int    `json:"pid,omitempty"`
+	PGID      int    `json:"pgid,omitempty"`
+	ProcStart uint64 `json:"proc_start,omitempty"`
+
+	CreatedAt time.Time  `json:"created_at"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	EndedAt   *time.Time `json:"ended_at,omitempty"`
+
+	// ExitCode is set when the process exited; Signal names the signal
+	// (e.g. "SIGTERM") when one killed it instead.
+	ExitCode *int   `json:"exit_code,omitempty"`
+	Signal   string `json:"signal,omitempty"`
+	// Reason says in words why the run is in its state; every failure has one.
+	Reason string `json:"reason,omitempty"`
+
+	// Stop is set once tend has decided to stop the run (cancel or timeout).
+	Stop *Stop `json:"stop,omitempty"`
+}
+
+// Stop records a decision to stop a run: why, and when SIGKILL follows the
+// SIGTERM if the run's process group has not ended.
+type Stop struct {
+	Cause       string    `json:"cause"` // Canceled or TimedOut
+	RequestedAt time.Time `json:"requested_at"`
+	KillAt      time.Time `json:"kill_at"`
+}

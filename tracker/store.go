@@ -1,0 +1,128 @@
+package tracker
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"github.com/natefinch/atomic"
+	"github.com/tendhq/tend/spool"
+)
+
+// Store is the runs/ directory of a tend root.
+type Store struct {
+	dir string
+}
+
+// NewStore returns the Store of the tend root at root.
+func NewStore(root string) *Store { return &Store{dir: filepath.Join(root, "runs")} }
+
+// ErrNotFound means there is no run with the ID asked for.
+var ErrNotFound = errors.New("no such run")
+
+// Dir returns the runs/ directory.
+func (s *Store) Dir() string { return s.dir }
+
+// RunDir returns the directory of run id. The id must be valid (see
+// spool.ValidID); every caller has checked it, so a bad one is a bug.
+func (s *Store) RunDir(id string) string {
+	if err := spool.ValidID(id); err != nil {
+		panic(fmt.Sprintf("tracker: invalid run id reached the store: %v", err))
+	}
+	return filepath.Join(s.dir, id)
+}
+
+// Path returns the path of file name in run id's directory.
+func (s *Store) Path(id, name string) string { return filepath.Join(s.RunDir(id), name) }
+
+// Make creates runs/ if it is missing.
+func (s *Store) Make() error {
+	if err := os.Mkdir(s.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// Write replaces run st.ID's state.json: readers see the old or the new
+// file, never a mix, and once Write returns the change survives a crash or
+// a power loss (the file and its directory are fsynced).
+func (s *Store) Write(st *State) error {
+	b, err := json.MarshalIndent(st, "", "  ")
+	if err != nil {
+		return fmt.Errorf("run %s: %w", st.ID, err)
+	}
+	path := s.Path(st.ID, "state.json")
+	if err := atomic.WriteFile(path, bytes.NewReader(append(b, '\n'))); err != nil {
+		return fmt.Errorf("run %s: %v", st.ID, err) // atomic's errors are not wrappable
+	}
+	return spool.SyncDir(filepath.Dir(path))
+}
+
+// Read returns run id's state. A missing run gives an error satisfying
+// errors.Is(err, ErrNotFound); a state file that does not parse gives an
+// error naming the file.
+func (s *Store) Read(id string) (*State, error) {
+	if err := spool.ValidID(id); err != nil {
+		return nil, fmt.Errorf("run %q: %w: %v", id, ErrNotFound, err)
+	}
+	path := s.Path(id, "state.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return ParseState(path, b)
+}
+
+// ParseState parses a state file's bytes; path is used in errors.
+func ParseState(path string, b []byte) (*State, error) {
+	var st State
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: not a valid state file: %v", path, err)
+	}
+	if st.ID == "" || st.State == "" || st.Rev < 1 {
+		return nil, fmt.Errorf("%s: not a valid state file: missing id, state or rev", path)
+	}
+	return &st, nil
+}
+
+// List returns every run's state, sorted by creation time then ID, and an
+// error for each run directory whose state could not be read. A directory
+// without a state.json yet (a run being created) is skipped.
+func (s *Store) List() ([]*State, []error) {
+	ents, err := os.ReadDir(s.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, []error{err}
+	}
+	var out []*State
+	var errs []error
+	for _, e := range ents {
+		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
+			continue
+		}
+		st, err := s.Read(e.Name())
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			errs = append(errs, err)
+		default:
+			out = append(out, st)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if !out[i].CreatedAt.Equal(out[j].CreatedAt) {
+			return out[i].CreatedAt.Before(out[j].CreatedAt)
+		}
+		return out[i].ID < out[j].ID
+	})
+	return out, errs
+}
