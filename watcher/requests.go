@@ -1,0 +1,265 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// pending is a spool entry that has been seen but not yet taken or rejected.
+type pending struct {
+	lastChange time.Time     // the last event for it (or when it was first seen)
+	retry      *time.Timer   // the next examination, if one is scheduled
+	busyDelay  time.Duration // backoff while a writer holds it open
+}
+
+func (w *watcher) pendingFor(name string) *pending {
+	p := w.pending[name]
+	if p == nil {
+		p = &pending{lastChange: time.Now()}
+		w.pending[name] = p
+	}
+	return p
+}
+
+func (w *watcher) forget(name string) {
+	if p := w.pending[name]; p != nil && p.retry != nil {
+		p.retry.Stop()
+	}
+	delete(w.pending, name)
+}
+
+// examineAfter examines name again after d, replacing any earlier schedule.
+func (w *watcher) examineAfter(name string, d time.Duration) {
+	p := w.pendingFor(name)
+	if p.retry != nil {
+		p.retry.Stop()
+	}
+	p.retry = w.after(d, func() {
+		if w.pending[name] == p {
+			w.examine(name)
+		}
+	})
+}
+
+// examine decides what to do with spool entry name now. The rule for when
+// a request is complete:
+//   - the kernel grants a read lease, so no one has it open for writing, and
+//   - its content parses.
+//
+// A request that is open for writing is examined again soon (and on its
+// next event). One that does not parse is rejected only once it has been
+// unchanged for the settle period, so a writer that closes and reopens the
+// file between writes, or an editor's temporary name about to be renamed,
+// is not cut off. Where leases are not available, the settle period also
+// applies to requests that parse.
+func (w *watcher) examine(name string) {
+	if w.stopping > 0 {
+		return
+	}
+	n, nameErr := spool.ParseName(name)
+	f, err := w.spool.Read(name)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		w.forget(name) // taken, renamed away or removed
+		return
+	case errors.Is(err, spool.ErrNotRegular):
+		w.reject(name, n, nameErr, err.Error())
+		return
+	case errors.Is(err, spool.ErrBusy):
+		p := w.pendingFor(name)
+		p.busyDelay = min(max(2*p.busyDelay, time.Millisecond), 100*time.Millisecond)
+		w.examineAfter(name, p.busyDelay)
+		return
+	}
+	problem := err
+	if problem == nil {
+		problem = nameErr
+	}
+	if problem == nil && f.UID != os.Getuid() && f.UID != 0 {
+		problem = fmt.Errorf("owned by uid %d: tend takes requests only from its own user (uid %d) or root", f.UID, os.Getuid())
+	}
+	var start spool.Start
+	var cancel spool.Cancel
+	if problem == nil {
+		switch n.Verb {
+		case spool.VerbStart:
+			start, problem = spool.ParseStart(f.Body)
+		case spool.VerbCancel:
+			cancel, problem = spool.ParseCancel(f.Body)
+		}
+	}
+	if problem != nil || !f.Settled {
+		if wait := w.pendingFor(name).lastChange.Add(w.cfg.Settle).Sub(time.Now()); wait > 0 {
+			w.examineAfter(name, wait)
+			return
+		}
+	}
+	if problem != nil {
+		w.reject(name, n, nameErr, problem.Error())
+		return
+	}
+	w.forget(name)
+	switch n.Verb {
+	case spool.VerbStart:
+		w.takeStart(n, f, start)
+	case spool.VerbCancel:
+		w.takeCancel(n, f, cancel)
+	}
+}
+
+// reject moves a bad request aside with its reason and, if its name is a
+// valid request name, answers it with a rejected outcome.
+func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string) {
+	w.forget(name)
+	if _, err := w.spool.Reject(name, reason); err != nil {
+		if !errors.Is(err, fs.ErrNotExist) {
+			w.log.Printf("%s: rejecting: %v", spool.Printable(name), err)
+		}
+		return
+	}
+	w.log.Printf("%s: rejected: %s", spool.Printable(name), reason)
+	if nameErr == nil {
+		w.outcome(n, spool.Rejected, reason)
+		w.afterStartDecided(n)
+	}
+}
+
+func (w *watcher) outcome(n spool.Name, outcome, detail string) {
+	if err := w.spool.WriteOutcome(n, outcome, detail); err != nil {
+		w.log.Printf("%s: writing outcome %s: %v", n, outcome, err)
+	}
+}
+
+// afterStartDecided re-examines cancels that waited for start request n.
+func (w *watcher) afterStartDecided(n spool.Name) {
+	if n.Verb != spool.VerbStart {
+		return
+	}
+	names := w.afterStart[n.ID]
+	delete(w.afterStart, n.ID)
+	for _, name := range names {
+		w.examine(name)
+	}
+}
+
+// takeStart claims a complete start request into runs/<id>/request and
+// starts the run. A run with the same ID, live or finished, makes it a
+// duplicate.
+func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
+	defer w.afterStartDecided(n)
+	dir := w.store.RunDir(n.ID)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if !errors.Is(err, fs.ErrExist) || !emptyDir(dir) {
+			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir))
+			return
+		}
+	}
+	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
+	if err != nil {
+		w.log.Printf("%s: claiming: %v", n, err)
+		os.Remove(dir)
+		return
+	}
+	if claimed.Ino != f.Ino { // replaced between read and claim: parse what was claimed
+		if req, err = spool.ParseStart(claimed.Body); err != nil {
+			w.rejectClaimed(n, dir, err.Error())
+			return
+		}
+	}
+	now := time.Now()
+	st := &tracker.State{
+		ID: n.ID, State: tracker.Starting, Session: req.Session, OwnerUID: claimed.UID,
+		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
+		Grace: spool.Duration(defaultGrace), CreatedAt: now,
+	}
+	if req.Grace != nil {
+		st.Grace = *req.Grace
+	}
+	w.save(st)
+	w.launch(st, req.Env)
+	w.outcome(n, spool.Accepted, "")
+}
+
+// rejectClaimed moves a claimed request back out to rejected/.
+func (w *watcher) rejectClaimed(n spool.Name, dir, reason string) {
+	src := filepath.Join(dir, "request")
+	tmp := filepath.Join(w.spool.Spool(), "."+n.String()+".claimed")
+	if err := os.Rename(src, tmp); err == nil {
+		w.spool.Reject(filepath.Base(tmp), reason)
+	}
+	os.RemoveAll(dir)
+	w.log.Printf("%s: rejected: %s", n, reason)
+	w.outcome(n, spool.Rejected, reason)
+}
+
+// cwd resolves a request's working directory: by default, and for relative
+// paths, the directory that holds the tend root (the project).
+func (w *watcher) cwd(dir string) string {
+	if filepath.IsAbs(dir) {
+		return filepath.Clean(dir)
+	}
+	return filepath.Join(filepath.Dir(w.cfg.Root), dir)
+}
+
+func emptyDir(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	return err == nil && len(ents) == 0
+}
+
+// takeCancel answers a cancel request. Its outcome:
+//   - canceled: the run was stopped by this (or an earlier) cancel; written
+//     once the run has ended and none of its process group is left;
+//   - already_finished: the run had ended, or ended for another reason;
+//   - not_found: no run has this ID;
+//   - not_cancellable: the run exists but no process of it can be signaled
+//     by this watcher.
+func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
+	if _, err := os.Lstat(filepath.Join(w.spool.Spool(), n.ID+"."+spool.VerbStart)); err == nil {
+		// Its start request is still being written: decide after it.
+		w.afterStart[n.ID] = append(w.afterStart[n.ID], n.String())
+		return
+	}
+	dst := filepath.Join(w.spool.Outcomes(), "."+n.String()+".taken")
+	if _, err := w.spool.Claim(f, dst); err != nil {
+		w.log.Printf("%s: claiming: %v", n, err)
+		return
+	}
+	os.Remove(dst)
+	r := w.runs[n.ID]
+	switch {
+	case r == nil:
+		st, err := w.store.Read(n.ID)
+		switch {
+		case errors.Is(err, tracker.ErrNotFound):
+			w.answer(n, spool.NotFound, "no run has this id")
+		case err != nil:
+			w.answer(n, spool.NotCancellable, err.Error())
+		case tracker.Final(st.State):
+			w.answer(n, spool.AlreadyFinished, st.State)
+		default:
+			w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
+		}
+	case r.exit != nil:
+		w.answer(n, spool.AlreadyFinished, "its process has exited")
+	default:
+		grace := r.grace()
+		if req.Grace != nil {
+			grace = req.Grace.D()
+		}
+		r.cancelWaiting = true
+		w.stop(r, tracker.Canceled, "canceled", grace)
+		w.log.Printf("%s: canceling (grace %s)", n, grace)
+	}
+}
+
+func (w *watcher) answer(n spool.Name, outcome, detail string) {
+	w.log.Printf("%s: %s", n, outcome)
+	w.outcome(n, outcome, detail)
+}
