@@ -1,0 +1,152 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
+)
+
+// waitUntil calls check whenever something changes in dir, and once a
+// second, until it reports done or fails. Between checks it blocks on
+// inotify, not on a timer; the once-a-second check notices a watcher that
+// died. It returns exitInterrupted on Ctrl-C or SIGTERM.
+func waitUntil(dir string, check func() (done bool, err error)) error {
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	defer fsw.Close()
+	if err := fsw.Add(dir); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, err)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		// Check after the watch is in place, so no change falls in between.
+		if done, err := check(); done || err != nil {
+			return err
+		}
+		select {
+		case <-fsw.Events:
+		case err := <-fsw.Errors:
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				return err
+			}
+		case <-tick.C:
+		case <-sigs:
+			return exitf(exitInterrupted, "interrupted")
+		}
+	}
+}
+
+// submit writes a request into the spool and waits for its outcome. With
+// no watcher running it leaves the request there and says so.
+func submit(e *env, n spool.Name, body []byte, replace bool) (outcome, detail string, err error) {
+	d := spool.Dir{Root: e.root}
+	if err := d.Make(); err != nil {
+		return "", "", err
+	}
+	// An outcome from an earlier request of the same name must not be
+	// taken for this one's.
+	if err := os.Remove(d.OutcomePath(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", "", err
+	}
+	if err := d.Submit(n, body, replace); err != nil {
+		return "", "", err
+	}
+	err = waitUntil(d.Outcomes(), func() (bool, error) {
+		var err error
+		outcome, detail, err = d.ReadOutcome(n)
+		if err == nil {
+			return true, nil
+		}
+		if running, _, perr := watcher.Probe(e.root); perr == nil && !running {
+			return false, exitf(exitNoWatcher, "no watcher is running on %s: the request waits in %s/%s until one starts (run: tend watch)",
+				e.root, d.Spool(), n)
+		}
+		return false, nil
+	})
+	return outcome, detail, err
+}
+
+// readRun returns run id's state, or a not-found error for people.
+func readRun(e *env, id string) (*tracker.State, error) {
+	st, err := tracker.NewStore(e.root).Read(id)
+	if errors.Is(err, tracker.ErrNotFound) {
+		if _, serr := os.Lstat(spool.Dir{Root: e.root}.Spool() + "/" + id + ".start"); serr == nil && spool.ValidID(id) == nil {
+			return nil, exitf(exitNotFound, "run %s has not started yet: its request waits in the spool", id)
+		}
+		return nil, exitf(exitNotFound, "no run %q in %s", id, e.root)
+	}
+	return st, err
+}
+
+// waitFinal blocks until run id reaches a final state and returns it. A run
+// whose start request still waits in the spool is waited for too.
+func waitFinal(e *env, id string) (*tracker.State, error) {
+	store := tracker.NewStore(e.root)
+	var st *tracker.State
+	dir := store.Dir()
+	if _, err := os.Stat(store.RunDir(id)); err == nil {
+		dir = store.RunDir(id) // state.json is replaced here
+	}
+	err := waitUntil(dir, func() (bool, error) {
+		var err error
+		st, err = store.Read(id)
+		if errors.Is(err, tracker.ErrNotFound) {
+			if _, serr := os.Lstat(spool.Dir{Root: e.root}.Spool() + "/" + id + ".start"); serr == nil {
+				return false, nil
+			}
+			if _, derr := os.Stat(store.RunDir(id)); derr == nil {
+				return false, nil // claimed, state not written yet
+			}
+			return false, exitf(exitNotFound, "no run %q in %s", id, e.root)
+		}
+		if err != nil {
+			return false, err
+		}
+		if tracker.Final(st.State) {
+			return true, nil
+		}
+		if dir != store.RunDir(id) {
+			return false, errRewatch
+		}
+		return false, nil
+	})
+	if errors.Is(err, errRewatch) {
+		return waitFinal(e, id)
+	}
+	return st, err
+}
+
+// errRewatch asks waitFinal to move its watch into the run's directory,
+// now that it exists.
+var errRewatch = errors.New("rewatch")
+
+// runExitCode is the exit code a shell would report for the run: its own
+// code, 128+N if signal N killed it, 127 if it could not start.
+func runExitCode(st *tracker.State) int {
+	switch {
+	case st.ExitCode != nil:
+		return *st.ExitCode
+	case st.Signal != "":
+		if sig := unix.SignalNum(st.Signal); sig > 0 {
+			return 128 + int(sig)
+		}
+	case st.PID == 0:
+		return 127
+	}
+	return exitFailed
+}

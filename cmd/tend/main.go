@@ -1,0 +1,127 @@
+// Command tend is a process supervisor driven by plain files. This binary
+// is a thin client: "tend watch" runs the watcher, and every other command
+// writes request files into the spool and reads state files, as a shell
+// script would.
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/alecthomas/kong"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+// Exit codes, the same for every command (docs/protocol.md lists them).
+// "tend wait" and "tend logs -f" exit with the run's own code instead.
+const (
+	exitOK          = 0
+	exitFailed      = 1 // the command failed (I/O, a run failed to start, ...)
+	exitUsage       = 2
+	exitNotFound    = 3
+	exitRefused     = 4 // rejected, not_cancellable
+	exitFinished    = 5 // already_finished: nothing was left to do
+	exitNoWatcher   = 6 // no watcher runs; the request waits in the spool
+	exitInterrupted = 130
+)
+
+// exitError is an error that carries the exit code it calls for.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e *exitError) Error() string { return e.msg }
+
+func exitf(code int, format string, args ...any) error {
+	return &exitError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// cli is the command line. Every command gets *env for the root and the
+// output streams.
+type cli struct {
+	Root    string           `help:"The tend root (default: the nearest .tend/ above the current directory, else ./.tend)." env:"TEND_ROOT" placeholder:"DIR"`
+	Version kong.VersionFlag `help:"Print the version and exit."`
+
+	Watch  watchCmd  `cmd:"" help:"Run the watcher in the foreground."`
+	Start  startCmd  `cmd:"" help:"Start a command as a run."`
+	Ls     lsCmd     `cmd:"" help:"List runs."`
+	Show   showCmd   `cmd:"" help:"Show one run."`
+	Logs   logsCmd   `cmd:"" help:"Print a run's output."`
+	Cancel cancelCmd `cmd:"" help:"Cancel a run."`
+	Wait   waitCmd   `cmd:"" help:"Wait for a run to end; exit with its exit code."`
+}
+
+// env is what commands run with.
+type env struct {
+	root   string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func run(args []string, stdout, stderr io.Writer) int {
+	var c cli
+	parser, err := kong.New(&c,
+		kong.Name("tend"),
+		kong.Description("A process supervisor driven by plain files. Requests are files in ROOT/spool; state is in ROOT/runs."),
+		kong.Writers(stdout, stderr),
+		kong.Vars{"version": version},
+		kong.UsageOnError(),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "tend:", err)
+		return exitFailed
+	}
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "tend:", err)
+		return exitUsage
+	}
+	root, err := findRoot(c.Root)
+	if err != nil {
+		fmt.Fprintln(stderr, "tend:", err)
+		return exitFailed
+	}
+	err = ctx.Run(&env{root: root, stdout: stdout, stderr: stderr})
+	var ee *exitError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &ee):
+		if ee.msg != "" {
+			fmt.Fprintln(stderr, "tend:", ee.msg)
+		}
+		return ee.code
+	}
+	fmt.Fprintln(stderr, "tend:", err)
+	return exitFailed
+}
+
+// findRoot returns the root: the flag or TEND_ROOT if set, else the nearest
+// .tend directory at or above the working directory, else ./.tend.
+func findRoot(flag string) (string, error) {
+	if flag != "" {
+		return filepath.Abs(flag)
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(filepath.Join(dir, ".tend")); err == nil && fi.IsDir() {
+			return filepath.Join(dir, ".tend"), nil
+		}
+		if dir == filepath.Dir(dir) {
+			return filepath.Join(wd, ".tend"), nil
+		}
+	}
+}

@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+		"statereader": stateReader,
+	})
+}
+
+// TestScripts runs the end-to-end tests in testdata/script: the tend
+// binary, a real watcher, real processes and real files.
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir:                 "testdata/script",
+		RequireExplicitExec: true,
+		Setup: func(e *testscript.Env) error {
+			e.Setenv("TEND_ROOT", "") // each script's root is found from $WORK
+			return nil
+		},
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){
+			"waitfile":  cmdWaitFile,
+			"waitstate": cmdWaitState,
+			"waitmatch": cmdWaitMatch,
+			"nogroup":   cmdNoGroup,
+			"dead":      cmdDead,
+			"drop":      cmdDrop,
+			"lines":     cmdLines,
+			"waitruns":  cmdWaitRuns,
+		},
+	})
+}
+
+// deadline is how long a waiting command waits for its condition. It is
+// generous: these tests check behavior, not speed (make bench does that).
+const deadline = 60 * time.Second
+
+// poll calls cond until it returns "" or the deadline passes, then fails
+// with cond's last complaint.
+func poll(ts *testscript.TestScript, cond func() string) {
+	end := time.Now().Add(deadline)
+	for {
+		msg := cond()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(end) {
+			ts.Fatalf("after %s: %s", deadline, msg)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// waitfile path...: wait until every path exists.
+func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
+	for _, a := range args {
+		path := ts.MkAbs(a)
+		poll(ts, func() string {
+			if _, err := os.Lstat(path); (err == nil) == neg {
+				return fmt.Sprintf("%s: exists=%v, want %v", a, err == nil, !neg)
+			}
+			return ""
+		})
+	}
+}
+
+// waitstate id state: wait until run id's state.json says state.
+func cmdWaitState(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitstate ID STATE")
+	}
+	store := tracker.NewStore(ts.MkAbs(".tend"))
+	poll(ts, func() string {
+		st, err := store.Read(args[0])
+		if err != nil {
+			return err.Error()
+		}
+		if st.State != args[1] {
+			return fmt.Sprintf("run %s is %s, want %s (reason: %s)", args[0], st.State, args[1], st.Reason)
+		}
+		return ""
+	})
+}
+
+// waitmatch file regexp: wait until the file's content matches.
+func cmdWaitMatch(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: waitmatch FILE REGEXP")
+	}
+	re := regexp.MustCompile(args[1])
+	poll(ts, func() string {
+		b, _ := os.ReadFile(ts.MkAbs(args[0]))
+		if !re.Match(b) {
+			return fmt.Sprintf("%s = %q, does not match %q", args[0], b, args[1])
+		}
+		return ""
+	})
+}
+
+// nogroup id: no process is left in run id's process group.
+func cmdNoGroup(ts *testscript.TestScript, neg bool, args []string) {
+	st, err := tracker.NewStore(ts.MkAbs(".tend")).Read(args[0])
+	ts.Check(err)
+	if st.PGID == 0 {
+		ts.Fatalf("run %s has no process group", args[0])
+	}
+	m, err := procfs.GroupMembers(map[int]bool{st.PGID: true})
+	ts.Check(err)
+	if len(m[st.PGID]) > 0 {
+		ts.Fatalf("run %s: %d processes left in group %d: %+v", args[0], len(m[st.PGID]), st.PGID, m[st.PGID])
+	}
+}
+
+// dead pidfile...: wait until every PID listed in the files (one a line)
+// has ended (a zombie counts: it runs no more and only waits to be reaped).
+func cmdDead(ts *testscript.TestScript, neg bool, args []string) {
+	for _, a := range args {
+		for _, line := range strings.Fields(ts.ReadFile(a)) {
+			pid, err := strconv.Atoi(line)
+			ts.Check(err)
+			poll(ts, func() string {
+				if st, err := procfs.ReadStat(pid); err == nil && st.State != 'Z' {
+					return fmt.Sprintf("pid %d (%s, from %s) is still alive", pid, st.Comm, a)
+				}
+				return ""
+			})
+		}
+	}
+}
+
+// waitruns n state: wait until n runs are in state (and none is missing).
+func cmdWaitRuns(ts *testscript.TestScript, neg bool, args []string) {
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	store := tracker.NewStore(ts.MkAbs(".tend"))
+	poll(ts, func() string {
+		runs, errs := store.List()
+		if len(errs) > 0 {
+			return fmt.Sprint(errs)
+		}
+		n := 0
+		for _, st := range runs {
+			if st.State == args[1] {
+				n++
+			}
+		}
+		if n != want {
+			return fmt.Sprintf("%d of %d runs are %s, want %d", n, len(runs), args[1], want)
+		}
+		return ""
+	})
+}
+
+// drop n: drop n start requests into .tend/spool at once, named r0..r{n-1},
+// alternately renamed in and written in place. Each appends its ID to
+// ran.log in $WORK.
+func cmdDrop(ts *testscript.TestScript, neg bool, args []string) {
+	n, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	sp := ts.MkAbs(".tend/spool")
+	staging := ts.MkAbs("staging")
+	ts.Check(os.MkdirAll(staging, 0o755))
+	ts.Check(os.MkdirAll(sp, 0o755))
+	log := ts.MkAbs("ran.log")
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("r%d.start", i)
+		body := []byte(fmt.Sprintf("echo $TEND_RUN_ID >> %s\n", log))
+		if i%2 == 0 {
+			ts.Check(os.WriteFile(filepath.Join(staging, name), body, 0o644))
+			ts.Check(os.Rename(filepath.Join(staging, name), filepath.Join(sp, name)))
+		} else {
+			ts.Check(os.WriteFile(filepath.Join(sp, name), body, 0o644))
+		}
+	}
+}
+
+// lines file n: the file has exactly n lines, all different.
+func cmdLines(ts *testscript.TestScript, neg bool, args []string) {
+	want, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	seen := map[string]bool{}
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(ts.ReadFile(args[0])))
+	for sc.Scan() {
+		total++
+		if seen[sc.Text()] {
+			ts.Fatalf("%s: line %q appears twice", args[0], sc.Text())
+		}
+		seen[sc.Text()] = true
+	}
+	if total != want {
+		ts.Fatalf("%s has %d lines, want %d", args[0], total, want)
+	}
+}
+
+// stateReader is a program: statereader ROOT STOPFILE reads every
+// runs/*/state.json in a loop until STOPFILE exists, and fails if any read
+// gave anything but a whole, valid state file.
+func stateReader() {
+	root, stop := os.Args[1], os.Args[2]
+	reads, bad := 0, 0
+	for {
+		if _, err := os.Stat(stop); err == nil {
+			break
+		}
+		paths, _ := filepath.Glob(filepath.Join(root, "runs", "*", "state.json"))
+		for _, p := range paths {
+			b, err := os.ReadFile(p)
+			if err != nil {
+				continue // not created yet
+			}
+			var st tracker.State
+			if err := json.Unmarshal(b, &st); err != nil || st.ID == "" || st.Rev < 1 {
+				bad++
+				fmt.Fprintf(os.Stderr, "%s: invalid: %v: %q\n", p, err, b)
+			}
+			reads++
+		}
+	}
+	fmt.Printf("reads=%d invalid=%d\n", reads, bad)
+	if bad > 0 || reads == 0 {
+		os.Exit(1)
+	}
+}

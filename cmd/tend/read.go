@@ -1,0 +1,228 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tendhq/tend/tracker"
+)
+
+type lsCmd struct {
+	JSON bool `help:"Print a JSON array of state records."`
+}
+
+func (c *lsCmd) Help() string {
+	return "Example: tend ls; tend ls --json | jq '.[] | select(.state==\"failed\")'"
+}
+
+func (c *lsCmd) Run(e *env) error {
+	runs, errs := tracker.NewStore(e.root).List()
+	for _, err := range errs {
+		fmt.Fprintln(e.stderr, "tend:", err)
+	}
+	if c.JSON {
+		if runs == nil {
+			runs = []*tracker.State{}
+		}
+		return writeJSON(e.stdout, runs)
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTIME\tCOMMAND")
+	now := time.Now()
+	for _, st := range runs {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.ID, st.State, exitText(st), timeText(st, now), commandText(st.Command, 60))
+	}
+	tw.Flush()
+	if len(errs) > 0 {
+		return exitf(exitFailed, "%d run records could not be read", len(errs))
+	}
+	return nil
+}
+
+func exitText(st *tracker.State) string {
+	switch {
+	case st.ExitCode != nil:
+		return fmt.Sprint(*st.ExitCode)
+	case st.Signal != "":
+		return st.Signal
+	}
+	return "-"
+}
+
+// timeText is how long a run ran, or has been running.
+func timeText(st *tracker.State, now time.Time) string {
+	switch {
+	case st.StartedAt == nil:
+		return "-"
+	case st.EndedAt != nil:
+		return st.EndedAt.Sub(*st.StartedAt).Round(time.Millisecond).String()
+	}
+	return now.Sub(*st.StartedAt).Round(time.Second).String()
+}
+
+func commandText(argv []string, width int) string {
+	s := strings.Join(argv, " ")
+	if len(argv) == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" {
+		s = argv[2]
+	}
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > width {
+		s = s[:width-3] + "..."
+	}
+	return s
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+type showCmd struct {
+	ID   string `arg:"" help:"The run to show."`
+	JSON bool   `help:"Print the state record as JSON."`
+}
+
+func (c *showCmd) Run(e *env) error {
+	st, err := readRun(e, c.ID)
+	if err != nil {
+		return err
+	}
+	if c.JSON {
+		return writeJSON(e.stdout, st)
+	}
+	store := tracker.NewStore(e.root)
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	row := func(k, v string) {
+		if v != "" {
+			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+		}
+	}
+	row("id", st.ID)
+	row("state", st.State)
+	row("reason", st.Reason)
+	row("exit", exitText(st))
+	row("command", commandText(st.Command, 1<<20))
+	row("cwd", st.Cwd)
+	row("session", st.Session)
+	if st.PID != 0 {
+		row("pid", fmt.Sprintf("%d (group %d)", st.PID, st.PGID))
+	}
+	row("created", st.CreatedAt.Format(time.RFC3339))
+	if st.StartedAt != nil {
+		row("started", st.StartedAt.Format(time.RFC3339))
+	}
+	if st.EndedAt != nil {
+		row("ended", st.EndedAt.Format(time.RFC3339))
+	}
+	row("time", timeText(st, time.Now()))
+	row("stdout", store.Path(st.ID, "stdout"))
+	row("stderr", store.Path(st.ID, "stderr"))
+	row("state file", store.Path(st.ID, "state.json"))
+	return tw.Flush()
+}
+
+type logsCmd struct {
+	ID     string `arg:"" help:"The run whose output to print."`
+	Stderr bool   `help:"Print standard error instead of standard output."`
+	Follow bool   `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
+}
+
+func (c *logsCmd) Help() string { return "Example: tend logs -f build" }
+
+func (c *logsCmd) Run(e *env) error {
+	st, err := readRun(e, c.ID)
+	if err != nil {
+		return err
+	}
+	name := "stdout"
+	if c.Stderr {
+		name = "stderr"
+	}
+	store := tracker.NewStore(e.root)
+	f, err := os.Open(store.Path(st.ID, name))
+	if errors.Is(err, os.ErrNotExist) && !c.Follow {
+		return nil // it never started, so it never wrote
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	if !c.Follow {
+		defer f.Close()
+		_, err := io.Copy(e.stdout, f)
+		return err
+	}
+	return c.follow(e, store, f)
+}
+
+// follow copies the output file as it grows until the run is final, then
+// exits with the run's code.
+func (c *logsCmd) follow(e *env, store *tracker.Store, f *os.File) error {
+	path := store.Path(c.ID, "stdout")
+	if c.Stderr {
+		path = store.Path(c.ID, "stderr")
+	}
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+	}()
+	var final *tracker.State
+	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
+		st, err := store.Read(c.ID)
+		if err != nil {
+			return false, err
+		}
+		if f == nil {
+			if f, err = os.Open(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return false, err
+			}
+		}
+		if f != nil {
+			if _, err := io.Copy(e.stdout, f); err != nil {
+				return false, err
+			}
+		}
+		if tracker.Final(st.State) {
+			final = st
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		return err
+	}
+	if code := runExitCode(final); code != 0 {
+		return exitf(code, "")
+	}
+	return nil
+}
+
+type waitCmd struct {
+	ID string `arg:"" help:"The run to wait for."`
+}
+
+func (c *waitCmd) Help() string {
+	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
+could not start). Example: tend wait build && echo built`
+}
+
+func (c *waitCmd) Run(e *env) error {
+	st, err := waitFinal(e, c.ID)
+	if err != nil {
+		return err
+	}
+	if st.State != tracker.Completed {
+		fmt.Fprintf(e.stderr, "tend: run %s %s: %s\n", st.ID, st.State, st.Reason)
+	}
+	if code := runExitCode(st); code != 0 {
+		return exitf(code, "")
+	}
+	return nil
+}

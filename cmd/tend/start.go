@@ -1,0 +1,144 @@
+package main
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+type startCmd struct {
+	ID      string        `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
+	Cwd     string        `help:"Working directory (default: the current one)." placeholder:"DIR"`
+	Env     []string      `short:"e" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
+	Timeout time.Duration `help:"Stop the run (SIGTERM, then SIGKILL after the grace) if it runs longer than this."`
+	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL when the run is stopped (default 10s)."`
+	Session string        `help:"The session the run belongs to." env:"TEND_SESSION"`
+	Label   []string      `short:"l" help:"Attach a label (repeatable)." placeholder:"K=V"`
+
+	Command []string `arg:"" passthrough:"" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
+}
+
+func (c *startCmd) Help() string {
+	return `Examples:
+  tend start -- make test                  # executes make with argument test
+  tend start --id web -- 'npm run dev 2>&1' # one argument: run by /bin/sh -c
+  tend start --timeout 10m -- ./long-job.sh
+
+Prints the run's ID. The run gets this shell's environment and working
+directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION.`
+}
+
+func (c *startCmd) Run(e *env) error {
+	args := c.Command
+	if len(args) > 0 && args[0] == "--" {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return exitf(exitUsage, "start: no command given (tend start -- CMD [ARG...])")
+	}
+	req, err := c.request(args)
+	if err != nil {
+		return exitf(exitUsage, "start: %v", err)
+	}
+	id := c.ID
+	if id == "" {
+		id = makeID(args)
+	} else if err := spool.ValidID(id); err != nil {
+		return exitf(exitUsage, "start: --id: %v", err)
+	}
+	body, err := req.MarshalJSON()
+	if err != nil {
+		return err
+	}
+	n := spool.Name{ID: id, Verb: spool.VerbStart}
+	outcome, detail, err := submit(e, n, body, false)
+	if err != nil {
+		fmt.Fprintln(e.stdout, id)
+		return err
+	}
+	if outcome != spool.Accepted {
+		return exitf(exitRefused, "start %s: %s: %s", id, outcome, detail)
+	}
+	fmt.Fprintln(e.stdout, id)
+	st, err := tracker.NewStore(e.root).Read(id)
+	if err == nil && st.State == tracker.Failed && st.PID == 0 {
+		return exitf(exitFailed, "run %s: %s", id, st.Reason)
+	}
+	return nil
+}
+
+func (c *startCmd) request(args []string) (spool.Start, error) {
+	req := spool.Start{Session: c.Session, Timeout: spool.Duration(c.Timeout)}
+	if len(args) == 1 {
+		req.Shell = args[0]
+	} else {
+		req.Argv = args
+	}
+	if c.Grace > 0 {
+		g := spool.Duration(c.Grace)
+		req.Grace = &g
+	}
+	cwd := c.Cwd
+	if cwd == "" {
+		cwd, _ = os.Getwd()
+	}
+	var err error
+	if req.Cwd, err = filepath.Abs(cwd); err != nil {
+		return req, err
+	}
+	req.Env = map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			req.Env[k] = v
+		}
+	}
+	if req.Env, err = addPairs(req.Env, c.Env, "--env"); err != nil {
+		return req, err
+	}
+	if len(c.Label) > 0 {
+		if req.Labels, err = addPairs(map[string]string{}, c.Label, "--label"); err != nil {
+			return req, err
+		}
+	}
+	body, err := req.MarshalJSON()
+	if err == nil {
+		_, err = spool.ParseStart(body) // the watcher's own check, before anything is written
+	}
+	return req, err
+}
+
+func addPairs(m map[string]string, pairs []string, flag string) (map[string]string, error) {
+	for _, kv := range pairs {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("%s %q: want K=V", flag, kv)
+		}
+		m[k] = v
+	}
+	return m, nil
+}
+
+// makeID makes a readable, unique ID from the command's first word.
+func makeID(args []string) string {
+	word := filepath.Base(strings.Fields(args[0] + " x")[0])
+	var b strings.Builder
+	for i := 0; i < len(word) && b.Len() < 20; i++ {
+		if c := word[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
+			b.WriteByte(c)
+		}
+	}
+	if b.Len() == 0 || b.String()[0] == '-' {
+		b.Reset()
+		b.WriteString("run")
+	}
+	var r [3]byte
+	rand.Read(r[:])
+	return b.String() + "-" + hex.EncodeToString(r[:])
+}
