@@ -1,0 +1,32 @@
+# tend's build. `make test` is what CI runs (.ci/run) and what the README shows.
+GO      ?= go
+BIN     := bin/tend
+VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+
+.PHONY: all build test vet unit e2e-sh install clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tend
+
+# vet, then unit and end-to-end (testscript) tests under the race detector,
+# then the POSIX sh client suite under dash and bash.
+test: vet unit e2e-sh
+
+vet:
+	$(GO) vet ./...
+
+unit:
+	$(GO) test -race -count=1 ./...
+
+e2e-sh: build
+	dash scripts/e2e.sh $(BIN)
+	bash scripts/e2e.sh $(BIN)
+
+install:
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend
+
+clean:
+	rm -rf bin
