@@ -44,7 +44,7 @@ func ValidID(id string) error {
 	case len(id) > MaxIDLen:
 		return fmt.Errorf("id is %d bytes long, the limit is %d", len(id), MaxIDLen)
 	case id[0] == '.' || id[0] == '-':
-		return fmt.Errorf("id %q starts with %q", id, id[0])
+		return fmt.Errorf("id %q starts with %q", id, id[:1])
 	}
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {

@@ -24,7 +24,7 @@ func TestParseName(t *testing.T) {
 		{"x.frobnicate", Name{}, `unknown verb "frobnicate": verbs are start, cancel`},
 		{"noverb", Name{}, "no verb"},
 		{".start", Name{}, "empty id"},
-		{"-rf.start", Name{}, `starts with '-'`},
+		{"-rf.start", Name{}, `starts with "-"`},
 		{"a b.start", Name{}, `has " " at byte 1`},
 		{"a\nb.start", Name{}, `has "\n" at byte 1`},
 		{"\xff.start", Name{}, `has "\xff"`},
