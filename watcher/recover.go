@@ -58,14 +58,7 @@ func (w *watcher) recoverClaimed(id string) {
 		return
 	}
 	fi, _ := os.Stat(filepath.Join(dir, "request"))
-	st := &tracker.State{
-		ID: id, State: tracker.Starting, Session: req.Session, OwnerUID: ownerOf(fi),
-		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
-		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
-	}
-	if req.Grace != nil {
-		st.Grace = *req.Grace
-	}
+	st := w.newRun(id, ownerOf(fi), req)
 	w.log.Printf("recover: run %s was claimed but not started: starting it", id)
 	w.save(st)
 	w.launch(st, req.Env)

@@ -173,18 +173,23 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 			return
 		}
 	}
-	now := time.Now()
+	st := w.newRun(n.ID, claimed.UID, req)
+	w.save(st)
+	w.launch(st, req.Env)
+	w.outcome(n, spool.Accepted, "")
+}
+
+// newRun returns the first record of run id, made from its request.
+func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 	st := &tracker.State{
-		ID: n.ID, State: tracker.Starting, Session: req.Session, OwnerUID: claimed.UID,
+		ID: id, State: tracker.Starting, Session: req.Session, OwnerUID: uid,
 		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
-		Grace: spool.Duration(defaultGrace), CreatedAt: now,
+		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
 	}
 	if req.Grace != nil {
 		st.Grace = *req.Grace
 	}
-	w.save(st)
-	w.launch(st, req.Env)
-	w.outcome(n, spool.Accepted, "")
+	return st
 }
 
 // rejectClaimed moves a claimed request back out to rejected/.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 	"time"
 
@@ -85,12 +86,22 @@ func submit(e *env, n spool.Name, body []byte, replace bool) (outcome, detail st
 func readRun(e *env, id string) (*tracker.State, error) {
 	st, err := tracker.NewStore(e.root).Read(id)
 	if errors.Is(err, tracker.ErrNotFound) {
-		if _, serr := os.Lstat(spool.Dir{Root: e.root}.Spool() + "/" + id + ".start"); serr == nil && spool.ValidID(id) == nil {
+		if startWaiting(e, id) {
 			return nil, exitf(exitNotFound, "run %s has not started yet: its request waits in the spool", id)
 		}
 		return nil, exitf(exitNotFound, "no run %q in %s", id, e.root)
 	}
 	return st, err
+}
+
+// startWaiting reports whether a start request for id waits in the spool.
+func startWaiting(e *env, id string) bool {
+	if spool.ValidID(id) != nil {
+		return false
+	}
+	n := spool.Name{ID: id, Verb: spool.VerbStart}
+	_, err := os.Lstat(filepath.Join(spool.Dir{Root: e.root}.Spool(), n.String()))
+	return err == nil
 }
 
 // waitFinal blocks until run id reaches a final state and returns it. A run
@@ -106,7 +117,7 @@ func waitFinal(e *env, id string) (*tracker.State, error) {
 		var err error
 		st, err = store.Read(id)
 		if errors.Is(err, tracker.ErrNotFound) {
-			if _, serr := os.Lstat(spool.Dir{Root: e.root}.Spool() + "/" + id + ".start"); serr == nil {
+			if startWaiting(e, id) {
 				return false, nil
 			}
 			if _, derr := os.Stat(store.RunDir(id)); derr == nil {
