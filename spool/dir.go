@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
-	"time"
 
 	"github.com/natefinch/atomic"
 	"golang.org/x/sys/unix"
@@ -175,7 +174,13 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // says what is wrong. It never overwrites an earlier rejected file: a
 // repeated name gets a numbered suffix. It returns the rejected path.
 func (d Dir) Reject(name, reason string) (string, error) {
-	src := filepath.Join(d.Spool(), name)
+	return d.RejectFrom(filepath.Join(d.Spool(), name), name, reason)
+}
+
+// RejectFrom is Reject for a request that has already left the spool (a
+// claimed request found bad after all): src is moved to rejected/ under the
+// request's name.
+func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	for i := 0; ; i++ {
 		base := name
 		if i > 0 {
@@ -292,14 +297,4 @@ func SyncDir(dir string) error {
 		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
-}
-
-// ModTime returns when name in the spool last changed, for quiet-period
-// judgements where leases are not available.
-func (d Dir) ModTime(name string) (time.Time, error) {
-	fi, err := os.Lstat(filepath.Join(d.Spool(), name))
-	if err != nil {
-		return time.Time{}, err
-	}
-	return fi.ModTime(), nil
 }

@@ -49,9 +49,6 @@ func OpenHistory(root string) *History {
 	}
 }
 
-// Path returns the path of history.jsonl.
-func (h *History) Path() string { return h.path }
-
 // Append adds events to the history, each on its own line.
 func (h *History) Append(events ...Event) error {
 	var buf bytes.Buffer

@@ -76,7 +76,12 @@ type State struct {
 // Stop records a decision to stop a run: why, and when SIGKILL follows the
 // SIGTERM if the run's process group has not ended.
 type Stop struct {
-	Cause       string    `json:"cause"` // Canceled or TimedOut
+	Cause string `json:"cause"` // Canceled or TimedOut
+	// Request names the cancel request (<id>.cancel) that asked for the
+	// stop, or that arrived while it was under way; its outcome is written
+	// when the run has ended. Empty when no request asked (a timeout, the
+	// watcher's shutdown).
+	Request     string    `json:"request,omitempty"`
 	RequestedAt time.Time `json:"requested_at"`
 	KillAt      time.Time `json:"kill_at"`
 }

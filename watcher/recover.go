@@ -71,9 +71,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		st.State, st.Reason, st.EndedAt = tracker.Failed, reason, &now
 		w.save(st)
 		w.log.Printf("recover: run %s: %s", st.ID, reason)
-		if st.Stop != nil && st.Stop.Cause == tracker.Canceled {
-			w.outcome(spool.Name{ID: st.ID, Verb: spool.VerbCancel}, spool.AlreadyFinished, reason)
-		}
+		w.answerStop(st, reason)
 	}
 	if st.PID == 0 || st.ProcStart == 0 {
 		lost("lost: the watcher stopped while starting it; whether it ran is unknown")
@@ -94,6 +92,5 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	if st.Stop != nil {
 		r.killAt, r.termSent = st.Stop.KillAt, true
 		r.timers = append(r.timers, w.after(time.Until(st.Stop.KillAt), func() { w.killGroup(r) }))
-		r.cancelWaiting = st.Stop.Cause == tracker.Canceled
 	}
 }

@@ -68,6 +68,9 @@ func (w *watcher) examine(name string) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		w.forget(name) // taken, renamed away or removed
+		if nameErr == nil {
+			w.afterStartDecided(n) // a removed start is decided too
+		}
 		return
 	case errors.Is(err, spool.ErrNotRegular):
 		w.reject(name, n, nameErr, err.Error())
@@ -192,12 +195,10 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 	return st
 }
 
-// rejectClaimed moves a claimed request back out to rejected/.
+// rejectClaimed moves a claimed request on to rejected/, under its name.
 func (w *watcher) rejectClaimed(n spool.Name, dir, reason string) {
-	src := filepath.Join(dir, "request")
-	tmp := filepath.Join(w.spool.Spool(), "."+n.String()+".claimed")
-	if err := os.Rename(src, tmp); err == nil {
-		w.spool.Reject(filepath.Base(tmp), reason)
+	if _, err := w.spool.RejectFrom(filepath.Join(dir, "request"), n.String(), reason); err != nil {
+		w.log.Printf("%s: rejecting: %v", n, err)
 	}
 	os.RemoveAll(dir)
 	w.log.Printf("%s: rejected: %s", n, reason)
@@ -231,7 +232,7 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.afterStart[n.ID] = append(w.afterStart[n.ID], n.String())
 		return
 	}
-	dst := filepath.Join(w.spool.Outcomes(), "."+n.String()+".taken")
+	dst := filepath.Join(w.spool.Spool(), "."+n.String()+".taken") // hidden: ignored
 	if _, err := w.spool.Claim(f, dst); err != nil {
 		w.log.Printf("%s: claiming: %v", n, err)
 		return
@@ -258,8 +259,7 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		if req.Grace != nil {
 			grace = req.Grace.D()
 		}
-		r.cancelWaiting = true
-		w.stop(r, tracker.Canceled, "canceled", grace)
+		w.stop(r, tracker.Canceled, "canceled", grace, n.String())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
 }

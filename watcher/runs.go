@@ -31,8 +31,6 @@ type run struct {
 	termSent bool      // SIGTERM went to the group
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
 	timers   []*time.Timer
-
-	cancelWaiting bool // a cancel request waits for its outcome
 }
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }
@@ -74,7 +72,7 @@ func (w *watcher) supervise(r *run) {
 		r.timers = append(r.timers, w.after(max(left, 0), func() {
 			if w.runs[r.st.ID] == r && r.st.Stop == nil && r.exit == nil {
 				w.log.Printf("run %s: timed out after %s", r.st.ID, r.st.Timeout.D())
-				w.stop(r, tracker.TimedOut, "timed out after "+r.st.Timeout.D().String(), r.grace())
+				w.stop(r, tracker.TimedOut, "timed out after "+r.st.Timeout.D().String(), r.grace(), "")
 			}
 		}))
 	}
@@ -195,16 +193,26 @@ func lookPath(name, cwd string, env []string) (string, error) {
 
 // stop sends SIGTERM to r's process group and arranges SIGKILL after
 // grace. The run ends in state cause (Canceled or TimedOut) once no process
-// of its group is left.
-func (w *watcher) stop(r *run, cause, reason string, grace time.Duration) {
+// of its group is left. request names the cancel request that asked, if one
+// did; it is answered when the run has ended.
+func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, request string) {
 	now := time.Now()
 	killAt := now.Add(grace)
 	if r.st.Stop != nil {
-		// Already stopping: a new request can only bring SIGKILL forward.
+		// Already stopping: a new request waits with it, and can only bring
+		// SIGKILL forward.
+		changed := request != "" && r.st.Stop.Request == ""
+		if changed {
+			r.st.Stop.Request = request
+		}
 		if killAt.Before(r.st.Stop.KillAt) {
 			r.st.Stop.KillAt = killAt
 			r.killAt = killAt
 			r.timers = append(r.timers, w.after(grace, func() { w.killGroup(r) }))
+			changed = true
+		}
+		if changed {
+			w.save(r.st)
 		}
 		return
 	}
@@ -212,7 +220,7 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration) {
 		return // it has ended by itself; draining its group is under way
 	}
 	r.st.State = tracker.Stopping
-	r.st.Stop = &tracker.Stop{Cause: cause, RequestedAt: now, KillAt: killAt}
+	r.st.Stop = &tracker.Stop{Cause: cause, Request: request, RequestedAt: now, KillAt: killAt}
 	r.st.Reason = reason
 	r.killAt = killAt
 	w.save(r.st)
@@ -282,6 +290,7 @@ func (w *watcher) leadersExited(batch []*run) {
 
 // drain checks every run whose leader has exited; those whose group is
 // empty are reaped and finished, the others are signaled and checked again.
+// At most one re-check is scheduled at a time, whoever asks.
 func (w *watcher) drain() {
 	groups := make(map[int]bool)
 	for _, r := range w.runs {
@@ -315,8 +324,12 @@ func (w *watcher) drain() {
 			w.signalGroup(r, syscall.SIGKILL)
 		}
 	}
-	if again {
-		w.after(20*time.Millisecond, w.drain)
+	if again && !w.draining {
+		w.draining = true
+		w.after(20*time.Millisecond, func() {
+			w.draining = false
+			w.drain()
+		})
 	}
 }
 
@@ -361,13 +374,20 @@ func (w *watcher) finish(r *run) {
 	}
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
-	if r.cancelWaiting || st.State == tracker.Canceled {
-		n := spool.Name{ID: st.ID, Verb: spool.VerbCancel}
-		if st.State == tracker.Canceled {
-			w.outcome(n, spool.Canceled, "")
-		} else {
-			w.outcome(n, spool.AlreadyFinished, st.State)
-		}
+	w.answerStop(st, st.State)
+}
+
+// answerStop answers the cancel request that waits on st's stop, if any:
+// canceled if the run ended canceled, else already_finished.
+func (w *watcher) answerStop(st *tracker.State, detail string) {
+	if st.Stop == nil || st.Stop.Request == "" {
+		return
+	}
+	n := spool.Name{ID: st.ID, Verb: spool.VerbCancel}
+	if st.State == tracker.Canceled {
+		w.outcome(n, spool.Canceled, "")
+	} else {
+		w.outcome(n, spool.AlreadyFinished, detail)
 	}
 }
 

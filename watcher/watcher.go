@@ -38,9 +38,6 @@ type Config struct {
 	// then SIGKILL after its grace) and returns when all have ended; the
 	// second kills what is left at once.
 	Stop <-chan os.Signal
-	// Ready, if set, is called once the watcher holds the lock, has
-	// recovered its runs and watches the spool.
-	Ready func()
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -135,9 +132,6 @@ func Run(cfg Config) error {
 	w.recoverRuns()
 	w.rescan()
 	w.log.Printf("watching %s (pid %d)", cfg.Root, os.Getpid())
-	if cfg.Ready != nil {
-		cfg.Ready()
-	}
 	return w.loop(fsw)
 }
 
@@ -157,6 +151,9 @@ type watcher struct {
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited
 	stopping int         // shutdown signals received
+	// draining is true while a re-check of draining groups is scheduled,
+	// so that one chain of checks serves them all.
+	draining bool
 }
 
 func newWatcher(cfg Config) *watcher {
@@ -267,7 +264,7 @@ func (w *watcher) shutdown(sig os.Signal) {
 	if w.stopping == 1 {
 		w.log.Printf("%v: stopping %d runs (send it again to kill them at once)", sig, len(w.runs))
 		for _, r := range w.runs {
-			w.stop(r, tracker.Canceled, "the watcher was stopped", r.grace())
+			w.stop(r, tracker.Canceled, "the watcher was stopped", r.grace(), "")
 		}
 		return
 	}

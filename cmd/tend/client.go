@@ -104,47 +104,34 @@ func startWaiting(e *env, id string) bool {
 	return err == nil
 }
 
-// waitFinal blocks until run id reaches a final state and returns it. A run
-// whose start request still waits in the spool is waited for too.
+// waitFinal blocks until run id reaches a final state and returns it. While
+// its start request waits in the spool (no watcher yet, or one still
+// busy), it waits for the request to be taken or rejected.
 func waitFinal(e *env, id string) (*tracker.State, error) {
+	d := spool.Dir{Root: e.root}
 	store := tracker.NewStore(e.root)
-	var st *tracker.State
-	dir := store.Dir()
-	if _, err := os.Stat(store.RunDir(id)); err == nil {
-		dir = store.RunDir(id) // state.json is replaced here
+	if startWaiting(e, id) {
+		if err := waitUntil(d.Spool(), func() (bool, error) { return !startWaiting(e, id), nil }); err != nil {
+			return nil, err
+		}
 	}
-	err := waitUntil(dir, func() (bool, error) {
+	if _, err := os.Stat(store.RunDir(id)); err != nil {
+		if outcome, detail, oerr := d.ReadOutcome(spool.Name{ID: id, Verb: spool.VerbStart}); oerr == nil && outcome == spool.Rejected {
+			return nil, exitf(exitRefused, "run %s was rejected: %s", id, detail)
+		}
+		return nil, exitf(exitNotFound, "no run %q in %s", id, e.root)
+	}
+	var st *tracker.State
+	err := waitUntil(store.RunDir(id), func() (bool, error) {
 		var err error
 		st, err = store.Read(id)
 		if errors.Is(err, tracker.ErrNotFound) {
-			if startWaiting(e, id) {
-				return false, nil
-			}
-			if _, derr := os.Stat(store.RunDir(id)); derr == nil {
-				return false, nil // claimed, state not written yet
-			}
-			return false, exitf(exitNotFound, "no run %q in %s", id, e.root)
+			return false, nil // claimed, its first state not written yet
 		}
-		if err != nil {
-			return false, err
-		}
-		if tracker.Final(st.State) {
-			return true, nil
-		}
-		if dir != store.RunDir(id) {
-			return false, errRewatch
-		}
-		return false, nil
+		return err == nil && tracker.Final(st.State), err
 	})
-	if errors.Is(err, errRewatch) {
-		return waitFinal(e, id)
-	}
 	return st, err
 }
-
-// errRewatch asks waitFinal to move its watch into the run's directory,
-// now that it exists.
-var errRewatch = errors.New("rewatch")
 
 // runExitCode is the exit code a shell would report for the run: its own
 // code, 128+N if signal N killed it, 127 if it could not start.

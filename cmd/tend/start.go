@@ -43,7 +43,7 @@ func (c *startCmd) Run(e *env) error {
 	if len(args) == 0 {
 		return exitf(exitUsage, "start: no command given (tend start -- CMD [ARG...])")
 	}
-	req, err := c.request(args)
+	body, err := c.request(args)
 	if err != nil {
 		return exitf(exitUsage, "start: %v", err)
 	}
@@ -52,10 +52,6 @@ func (c *startCmd) Run(e *env) error {
 		id = makeID(args)
 	} else if err := spool.ValidID(id); err != nil {
 		return exitf(exitUsage, "start: --id: %v", err)
-	}
-	body, err := req.MarshalJSON()
-	if err != nil {
-		return err
 	}
 	n := spool.Name{ID: id, Verb: spool.VerbStart}
 	outcome, detail, err := submit(e, n, body, false)
@@ -74,7 +70,9 @@ func (c *startCmd) Run(e *env) error {
 	return nil
 }
 
-func (c *startCmd) request(args []string) (spool.Start, error) {
+// request builds the start request's body, checked by the same parser the
+// watcher uses before anything is written.
+func (c *startCmd) request(args []string) ([]byte, error) {
 	req := spool.Start{Session: c.Session, Timeout: spool.Duration(c.Timeout)}
 	if len(args) == 1 {
 		req.Shell = args[0]
@@ -91,7 +89,7 @@ func (c *startCmd) request(args []string) (spool.Start, error) {
 	}
 	var err error
 	if req.Cwd, err = filepath.Abs(cwd); err != nil {
-		return req, err
+		return nil, err
 	}
 	req.Env = map[string]string{}
 	for _, kv := range os.Environ() {
@@ -100,18 +98,18 @@ func (c *startCmd) request(args []string) (spool.Start, error) {
 		}
 	}
 	if req.Env, err = addPairs(req.Env, c.Env, "--env"); err != nil {
-		return req, err
+		return nil, err
 	}
 	if len(c.Label) > 0 {
 		if req.Labels, err = addPairs(map[string]string{}, c.Label, "--label"); err != nil {
-			return req, err
+			return nil, err
 		}
 	}
 	body, err := req.MarshalJSON()
 	if err == nil {
-		_, err = spool.ParseStart(body) // the watcher's own check, before anything is written
+		_, err = spool.ParseStart(body)
 	}
-	return req, err
+	return body, err
 }
 
 func addPairs(m map[string]string, pairs []string, flag string) (map[string]string, error) {
