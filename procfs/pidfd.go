@@ -98,6 +98,22 @@ func (h *Handle) WaitExited() error {
 	})
 }
 
+// Exited reports whether the process has exited (a zombie has, though a
+// signal to it still succeeds).
+func (h *Handle) Exited() bool {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return true
+	}
+	exited := false
+	conn.Control(func(fd uintptr) {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		n, err := unix.Poll(pfd, 0)
+		exited = err == nil && n > 0
+	})
+	return exited
+}
+
 // Exit is how a child process ended.
 type Exit struct {
 	Code   int            // exit code, if the process exited
@@ -178,3 +194,37 @@ func (h *Handle) waitid(options int) (Exit, bool, error) {
 
 // Close releases the pidfd. It does not signal or reap the process.
 func (h *Handle) Close() error { return h.f.Close() }
+
+// PeekAnyChild returns one exited child of the calling process, and how it
+// ended, without reaping it. pid is 0 if children exist but none has
+// exited; err wraps ECHILD if there are no children at all. It suits only a
+// process that reaps every child itself (a keeper): a child kept unreaped
+// on purpose would be returned again and again.
+func PeekAnyChild() (pid int, e Exit, err error) {
+	var info unix.Siginfo
+	for {
+		err = unix.Waitid(unix.P_ALL, 0, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return 0, Exit{}, fmt.Errorf("waitid: %w", err)
+	}
+	e, ok, err := decodeExit(&info)
+	if err != nil || !ok {
+		return 0, Exit{}, err
+	}
+	return int((*sigchldInfo)(unsafe.Pointer(&info)).PID), e, nil
+}
+
+// ReapChild reaps child pid if it has exited. It reports whether it did.
+func ReapChild(pid int) bool {
+	for {
+		got, err := unix.Wait4(pid, nil, unix.WNOHANG, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		return err == nil && got == pid
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 )
 
@@ -102,11 +103,9 @@ func ParseStat(b []byte) (Stat, error) {
 	return st, nil
 }
 
-// GroupMembers returns the processes whose process group is one of pgids,
-// keyed by group, from one pass over /proc. Zombies are left out: they are
-// dead and only wait to be reaped. One pass serves many groups, so callers
-// gather the groups they care about and ask once.
-func GroupMembers(pgids map[int]bool) (map[int][]Stat, error) {
+// All returns every process in /proc, from one pass. Processes that end
+// during the pass are left out.
+func All() ([]Stat, error) {
 	d, err := os.Open("/proc")
 	if err != nil {
 		return nil, err
@@ -116,7 +115,7 @@ func GroupMembers(pgids map[int]bool) (map[int][]Stat, error) {
 	if err != nil {
 		return nil, fmt.Errorf("/proc: %w", err)
 	}
-	out := make(map[int][]Stat)
+	out := make([]Stat, 0, len(names))
 	for _, name := range names {
 		if name[0] < '0' || name[0] > '9' {
 			continue
@@ -125,11 +124,64 @@ func GroupMembers(pgids map[int]bool) (map[int][]Stat, error) {
 		if err != nil {
 			continue
 		}
-		st, err := ReadStat(pid)
-		if err != nil || st.State == 'Z' || !pgids[st.PGID] {
-			continue // gone meanwhile, a zombie, or another group
+		if st, err := ReadStat(pid); err == nil {
+			out = append(out, st)
 		}
-		out[st.PGID] = append(out[st.PGID], st)
+	}
+	return out, nil
+}
+
+// GroupMembers returns the processes whose process group is one of pgids,
+// keyed by group, from one pass over /proc. Zombies are left out: they are
+// dead and only wait to be reaped. One pass serves many groups, so callers
+// gather the groups they care about and ask once.
+func GroupMembers(pgids map[int]bool) (map[int][]Stat, error) {
+	all, err := All()
+	out := make(map[int][]Stat)
+	for _, st := range all {
+		if st.State != 'Z' && pgids[st.PGID] {
+			out[st.PGID] = append(out[st.PGID], st)
+		}
+	}
+	return out, err
+}
+
+// Getenv returns the value of key in the environment that process pid was
+// started with (or last exec'd with), as /proc/<pid>/environ shows it. A
+// zombie, a kernel thread or another user's process shows none.
+func Getenv(pid int, key string) (string, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return "", false
+	}
+	prefix := []byte(key + "=")
+	for kv := range bytes.SplitSeq(b, []byte{0}) {
+		if v, ok := bytes.CutPrefix(kv, prefix); ok {
+			return string(v), true
+		}
+	}
+	return "", false
+}
+
+// Children returns the PIDs of the children of process pid, from
+// /proc/<pid>/task/*/children: a child is listed under the thread that
+// created it, or that adopted it as a subreaper.
+func Children(pid int) ([]int, error) {
+	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // the thread ended
+		}
+		for _, field := range bytes.Fields(b) {
+			if child, err := strconv.Atoi(string(field)); err == nil {
+				out = append(out, child)
+			}
+		}
 	}
 	return out, nil
 }
