@@ -13,14 +13,19 @@ import (
 )
 
 // recoverRuns brings the records left by an earlier watcher up to date,
-// before any new request is taken:
+// before any new request is taken. The start gate (see launch) makes every
+// case decidable:
 //   - a request that was claimed but has no state yet is started, once;
-//   - a run recorded as starting may or may not have started: it is never
-//     started again, and is recorded failed;
+//   - a run recorded as starting never passed its gate: it is started now;
+//   - a run whose process ended while no watcher ran has its end in an exit
+//     record written by the keeper: it is recorded with its true status;
 //   - a run whose process is still alive (same PID and start time) is
-//     adopted: shown running, cancelable, its end recorded (its exit status
-//     is unknown, since it is not this watcher's child);
-//   - a run whose process is gone is recorded failed, as lost.
+//     adopted: shown running, cancelable, its end recorded from the exit
+//     record the keeper writes;
+//   - a run whose process passed no gate (no runs/ID/started) never ran,
+//     and is started now;
+//   - a run whose process is gone without a record is recorded failed, as
+//     lost: only the loss of the keeper too can cause that.
 func (w *watcher) recoverRuns() {
 	ents, err := os.ReadDir(w.store.Dir())
 	if err != nil {
@@ -66,31 +71,93 @@ func (w *watcher) recoverClaimed(id string) {
 }
 
 func (w *watcher) recoverLive(st *tracker.State) {
-	lost := func(reason string) {
-		now := time.Now()
-		st.State, st.Reason, st.EndedAt = tracker.Failed, reason, &now
-		w.save(st)
-		w.log.Printf("recover: run %s: %s", st.ID, reason)
-		w.answerStop(st, reason)
-	}
 	if st.PID == 0 || st.ProcStart == 0 {
-		lost("lost: the watcher stopped while starting it; whether it ran is unknown")
+		w.neverRan(st, "the watcher stopped before its process passed the start gate")
+		return
+	}
+	if e, err := readExitRecord(w.cfg.Root, st.PID, st.ProcStart); err == nil {
+		r := &run{st: st, adopted: true, exit: &e, exitedAt: recordTime(w.cfg.Root, st), killAt: time.Now().Add(st.Grace.D())}
+		w.log.Printf("recover: run %s (pid %d) ended while no watcher ran: %s", st.ID, st.PID, describeExit(e, false))
+		w.runs[st.ID] = r // drained: what is left of its group is ended, then it is finished
 		return
 	}
 	h, err := procfs.Open(st.PID, st.ProcStart)
-	switch {
-	case errors.Is(err, procfs.ErrNotSame):
-		lost("lost: its process ended while no watcher ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown")
-		return
-	case err != nil:
-		lost("lost: its process ended while no watcher ran; exit status unknown")
+	if err != nil {
+		if !w.hasStarted(st.ID) {
+			w.neverRan(st, "its process ended at the start gate")
+			return
+		}
+		now := time.Now()
+		st.State, st.EndedAt = tracker.Failed, &now
+		st.Reason = "lost: its process ended while no watcher or keeper ran; exit status unknown"
+		if errors.Is(err, procfs.ErrNotSame) {
+			st.Reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
+		}
+		w.save(st)
+		w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
+		w.answerStop(st, st.Reason)
 		return
 	}
 	r := &run{st: st, proc: h, adopted: true}
+	if ps, err := procfs.ReadStat(st.PID); err == nil {
+		r.kept = isKeeper(ps.PPID)
+	}
 	w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
 	w.supervise(r)
 	if st.Stop != nil {
 		r.killAt, r.termSent = st.Stop.KillAt, true
 		r.timers = append(r.timers, w.after(time.Until(st.Stop.KillAt), func() { w.killGroup(r) }))
+	}
+}
+
+// recordTime is when st's exit record was written: about when it ended.
+func recordTime(root string, st *tracker.State) time.Time {
+	fi, err := os.Stat(filepath.Join(exitsDir(root), exitRecordName(st.PID, st.ProcStart)))
+	if err != nil {
+		return time.Now()
+	}
+	return fi.ModTime()
+}
+
+// neverRan handles run st, whose command is known never to have run: it
+// is started now, unless it was being canceled or timed out, which it then
+// is.
+func (w *watcher) neverRan(st *tracker.State, why string) {
+	st.PID, st.PGID, st.ProcStart, st.StartedAt = 0, 0, 0, nil
+	if st.Stop != nil {
+		now := time.Now()
+		st.State, st.EndedAt = st.Stop.Cause, &now
+		st.Reason += "; it never ran: " + why
+		w.save(st)
+		w.answerStop(st, st.State)
+		return
+	}
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	b, err := os.ReadFile(filepath.Join(w.store.RunDir(st.ID), "request"))
+	req, perr := spool.ParseStart(b)
+	if err != nil || perr != nil {
+		now := time.Now()
+		st.State, st.EndedAt = tracker.Failed, &now
+		st.Reason = "could not start: its claimed request is unreadable: " + errors.Join(err, perr).Error()
+		w.save(st)
+		w.log.Printf("run %s: %s", n.ID, st.Reason)
+		return
+	}
+	w.log.Printf("recover: run %s never ran (%s): starting it", st.ID, why)
+	st.State, st.Reason = tracker.Starting, ""
+	w.save(st)
+	w.launch(st, req.Env)
+}
+
+// sweepExitRecords removes the exit records that no run needs: those of
+// processes that were no run's leader, and those already used.
+func (w *watcher) sweepExitRecords() {
+	names, err := os.ReadDir(exitsDir(w.cfg.Root))
+	if err != nil {
+		w.log.Printf("%v", err)
+		return
+	}
+	for _, e := range names {
+		w.exitRecorded(e.Name())
 	}
 }

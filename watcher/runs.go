@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,10 +24,15 @@ type run struct {
 	st   *tracker.State
 	proc *procfs.Handle
 	// adopted runs were started by an earlier watcher: they are not our
-	// children, so their exit status cannot be collected.
-	adopted bool
+	// children. kept ones are a keeper's, which records their exit status;
+	// the others' status cannot be known.
+	adopted, kept bool
+	// awaiting is set while the leader of an adopted run has exited and its
+	// exit record is not yet written; it gives up at the deadline.
+	awaiting *time.Timer
 
-	exit     *procfs.Exit // set once the leader has exited (it stays unreaped until the group is empty)
+	exit     *procfs.Exit // set once the leader has exited (our own leader stays unreaped until the group is empty)
+	unknown  bool         // exit holds nothing: the status was lost
 	exitedAt time.Time
 	termSent bool      // SIGTERM went to the group
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
@@ -38,9 +44,15 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 // launch starts st's process in its own process group, with its output
 // going straight to files in the run's directory (so output survives the
 // watcher), and records it running, or failed if it could not start.
+//
+// The process is held at a gate until its PID is recorded: whatever
+// happens to the watcher, a run recorded as starting never ran, and one
+// recorded running has the PID to find it by. Past the gate it creates
+// runs/ID/started, then execs the command; so a run whose process ended
+// without that file never ran and can be started again (see recover.go).
 func (w *watcher) launch(st *tracker.State, env map[string]string) {
 	r := &run{st: st}
-	h, err := w.startProcess(st, env)
+	h, gate, err := w.startProcess(st, env)
 	now := time.Now()
 	if err != nil {
 		st.State, st.Reason, st.EndedAt = tracker.Failed, "could not start: "+err.Error(), &now
@@ -54,8 +66,27 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		st.ProcStart = ps.StartTime
 	}
 	w.save(st)
+	if _, err := gate.Write([]byte("go\n")); err != nil {
+		w.log.Printf("run %s: opening its gate: %v", st.ID, err)
+	}
+	gate.Close()
 	w.log.Printf("run %s: running (pid %d)", st.ID, st.PID)
 	w.supervise(r)
+}
+
+// gateScript holds a run at the gate: it waits for a line on fd 3 and
+// gives up (exit 125) if the watcher dies first, then marks the run
+// started ($1) and execs the command.
+const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; : >"$1" || exit 125; shift; exec "$@"`
+
+// startedPath is the file a run's process creates once past its gate.
+func (w *watcher) startedPath(id string) string {
+	return filepath.Join(w.store.RunDir(id), "started")
+}
+
+func (w *watcher) hasStarted(id string) bool {
+	_, err := os.Lstat(w.startedPath(id))
+	return err == nil
 }
 
 // supervise watches r's process: its exit, and its timeout.
@@ -78,42 +109,45 @@ func (w *watcher) supervise(r *run) {
 	}
 }
 
-func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (*procfs.Handle, error) {
+func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h *procfs.Handle, gate *os.File, err error) {
 	dir := w.store.RunDir(st.ID)
-	files := make([]*os.File, 3)
-	var err error
-	if files[0], err = os.Open(os.DevNull); err != nil {
-		return nil, err
-	}
-	for i, name := range []string{"stdout", "stderr"} {
-		if files[i+1], err = os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
-			break
-		}
-	}
+	files := make([]*os.File, 4)
 	defer func() {
 		for _, f := range files {
 			if f != nil {
 				f.Close()
 			}
 		}
+		if err != nil && gate != nil {
+			gate.Close()
+		}
 	}()
-	if err != nil {
-		return nil, err
+	if files[0], err = os.Open(os.DevNull); err != nil {
+		return nil, nil, err
+	}
+	for i, name := range []string{"stdout", "stderr"} {
+		if files[i+1], err = os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+			return nil, nil, err
+		}
+	}
+	if files[3], gate, err = os.Pipe(); err != nil {
+		return nil, nil, err
 	}
 	env := childEnv(os.Environ(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 	})
-	path, err := lookPath(st.Command[0], st.Cwd, env)
-	if err != nil {
-		return nil, err
+	// Found here, for a clear error; the gate's shell finds it the same way.
+	if _, err := lookPath(st.Command[0], st.Cwd, env); err != nil {
+		return nil, nil, err
 	}
+	argv := append([]string{"/bin/sh", "-c", gateScript, "tend", w.startedPath(st.ID)}, st.Command...)
 	pidfd := -1
-	p, err := os.StartProcess(path, st.Command, &os.ProcAttr{
+	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
 		Dir: st.Cwd, Env: env, Files: files,
 		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 	})
 	if err != nil {
-		return nil, unwrapStart(err)
+		return nil, nil, unwrapStart(err)
 	}
 	pid := p.Pid
 	p.Release() // the Handle, not os.Process, reaps this child
@@ -121,10 +155,11 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (*
 		// No CLONE_PIDFD: the child is ours and unreaped, so its PID cannot
 		// have been reused yet.
 		if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
-			return nil, fmt.Errorf("pidfd_open: %w", err)
+			return nil, nil, fmt.Errorf("pidfd_open: %w", err)
 		}
 	}
-	return procfs.NewHandle(pidfd, pid)
+	h, err = procfs.NewHandle(pidfd, pid)
+	return h, gate, err
 }
 
 func unwrapStart(err error) error {
@@ -242,14 +277,17 @@ func (w *watcher) killGroup(r *run) {
 // signalGroup signals r's process group. It is safe from PID reuse because
 // the group's leader is our child and stays unreaped (alive or a zombie)
 // until the group is empty: while it exists, no new process can take its
-// PID, and so no new group can take the group's ID. Adopted runs, whose
-// leader is not our child, are only signaled while the pidfd says the
-// leader lives.
+// PID, and so no new group can take the group's ID. An adopted run's leader
+// is reaped by someone else, so its group is signaled one verified member
+// at a time instead (signalMembers).
 func (w *watcher) signalGroup(r *run, sig syscall.Signal) {
 	if r.adopted {
-		if r.exit != nil || r.proc.Signal(0) != nil {
-			return
+		members, err := procfs.GroupMembers(map[int]bool{r.st.PGID: true})
+		if err != nil {
+			w.log.Printf("run %s: scanning /proc: %v", r.st.ID, err)
 		}
+		w.signalMembers(r, members[r.st.PGID], sig)
+		return
 	}
 	if err := unix.Kill(-r.st.PGID, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		w.log.Printf("run %s: signal %v to group %d: %v", r.st.ID, sig, r.st.PGID, err)
@@ -259,81 +297,124 @@ func (w *watcher) signalGroup(r *run, sig syscall.Signal) {
 	}
 }
 
-// leadersExited handles runs whose leader process has exited. The leader
-// is left a zombie, holding the group's ID, until no other process of its
-// group is left: leftovers get SIGTERM at once and SIGKILL when the run's
-// grace is over. One pass over /proc serves every run in the batch and
-// every run still draining.
+// signalMembers signals the given members of adopted run r's group, each
+// through a pidfd opened on its identity (PID and start time), so a PID
+// reused meanwhile is never hit. If a process other than r's leader now
+// holds the group's ID as its PID, the group ID was reused: nobody is
+// signaled.
+func (w *watcher) signalMembers(r *run, members []procfs.Stat, sig syscall.Signal) {
+	if ps, err := procfs.ReadStat(r.st.PGID); err == nil && ps.StartTime != r.st.ProcStart {
+		w.log.Printf("run %s: group %d now belongs to %s (pid %d): not signaled", r.st.ID, r.st.PGID, ps.Comm, ps.PID)
+		return
+	}
+	for _, m := range members {
+		signalProcess(m, sig)
+	}
+}
+
+// signalProcess signals process m if it is still the process m describes.
+func signalProcess(m procfs.Stat, sig syscall.Signal) {
+	h, err := procfs.Open(m.PID, m.StartTime)
+	if err != nil {
+		return // gone, or its PID is another process's now
+	}
+	defer h.Close()
+	h.Signal(sig)
+	if sig == syscall.SIGTERM {
+		h.Signal(syscall.SIGCONT)
+	}
+}
+
+// leadersExited handles runs whose leader process has exited. Our own
+// leader is left a zombie, holding the group's ID, until no other process
+// of its group is left; an adopted one's exit status comes from its exit
+// record. Leftovers get SIGTERM at once and SIGKILL when the run's grace is
+// over (drain).
 func (w *watcher) leadersExited(batch []*run) {
 	now := time.Now()
 	for _, r := range batch {
-		if r.exit != nil {
+		if r.exit != nil || r.awaiting != nil {
 			continue
-		}
-		if r.adopted {
-			r.exit = &procfs.Exit{Code: -1}
-		} else {
-			e, ok, err := r.proc.Peek()
-			if err != nil || !ok {
-				w.log.Printf("run %s: pid %d readable but not exited (%v)", r.st.ID, r.proc.PID(), err)
-				continue
-			}
-			r.exit = &e
 		}
 		r.exitedAt = now
 		if r.killAt.IsZero() {
 			r.killAt = now.Add(r.grace())
 		}
+		if r.adopted {
+			w.adoptedExited(r)
+			continue
+		}
+		e, ok, err := r.proc.Peek()
+		if err != nil || !ok {
+			w.log.Printf("run %s: pid %d readable but not exited (%v)", r.st.ID, r.proc.PID(), err)
+			continue
+		}
+		r.exit = &e
 	}
 	w.drain()
 }
 
-// drain checks every run whose leader has exited; those whose group is
-// empty are reaped and finished, the others are signaled and checked again.
-// At most one re-check is scheduled at a time, whoever asks.
-func (w *watcher) drain() {
-	groups := make(map[int]bool)
-	for _, r := range w.runs {
-		if r.exit != nil {
-			groups[r.st.PGID] = true
-		}
-	}
-	if len(groups) == 0 {
+// adoptedExited takes the exit status of adopted run r from its exit
+// record, or waits a while for the keeper to write it.
+func (w *watcher) adoptedExited(r *run) {
+	if w.takeExitRecord(r) {
 		return
 	}
-	members, err := procfs.GroupMembers(groups)
+	if !r.kept {
+		r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+		return
+	}
+	r.awaiting = time.AfterFunc(5*time.Second, func() {
+		w.do <- func() {
+			if r.awaiting != nil && r.exit == nil {
+				w.log.Printf("run %s: no exit record from the keeper for pid %d", r.st.ID, r.st.PID)
+				r.awaiting = nil
+				r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+				w.drain()
+			}
+		}
+	})
+}
+
+// takeExitRecord sets r's exit from its exit record, if there is one.
+func (w *watcher) takeExitRecord(r *run) bool {
+	e, err := readExitRecord(w.cfg.Root, r.st.PID, r.st.ProcStart)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false
+	}
 	if err != nil {
-		w.log.Printf("scanning /proc: %v", err)
+		w.log.Printf("run %s: %v", r.st.ID, err)
+		r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+	} else {
+		r.exit = &e
 	}
-	again := false
+	if r.awaiting != nil {
+		r.awaiting.Stop()
+		r.awaiting = nil
+	}
+	return true
+}
+
+// exitRecorded handles a new file in exits/: the end of an adopted run
+// the watcher waits for, or a record nobody needs (of a process that was
+// no run's leader), which is removed.
+func (w *watcher) exitRecorded(name string) {
 	for _, r := range w.runs {
-		if r.exit == nil {
-			continue
-		}
-		if len(members[r.st.PGID]) == 0 || r.adopted {
-			w.finish(r)
-			continue
-		}
-		again = true
-		if !r.termSent {
-			w.log.Printf("run %s: leader exited, %d processes of its group remain: SIGTERM", r.st.ID, len(members[r.st.PGID]))
-			w.signalGroup(r, syscall.SIGTERM)
-			r.termSent = true
-		}
-		if !time.Now().Before(r.killAt) {
-			w.signalGroup(r, syscall.SIGKILL)
+		if r.adopted && exitRecordName(r.st.PID, r.st.ProcStart) == name {
+			if r.awaiting != nil && w.takeExitRecord(r) {
+				w.drain()
+			}
+			return // otherwise its exit is handled when the pidfd says so
 		}
 	}
-	if again && !w.draining {
-		w.draining = true
-		w.after(20*time.Millisecond, func() {
-			w.draining = false
-			w.drain()
-		})
+	if pid, start, ok := parseExitRecordName(name); ok {
+		removeExitRecord(w.cfg.Root, pid, start)
 	}
 }
 
-// finish reaps r's leader and records how the run ended.
+// finish reaps r's leader and records how the run ended. An adopted run
+// whose process never passed its gate never ran: it is started now, as if
+// the earlier watcher had never claimed it.
 func (w *watcher) finish(r *run) {
 	e := *r.exit
 	if !r.adopted {
@@ -343,16 +424,27 @@ func (w *watcher) finish(r *run) {
 			w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, r.proc.PID(), err)
 		}
 	}
-	r.proc.Close()
+	if r.proc != nil {
+		r.proc.Close()
+	}
 	for _, t := range r.timers {
 		t.Stop()
 	}
 	delete(w.runs, r.st.ID)
+	if r.adopted {
+		if err := removeExitRecord(w.cfg.Root, r.st.PID, r.st.ProcStart); err != nil {
+			w.log.Printf("run %s: %v", r.st.ID, err)
+		}
+		if !w.hasStarted(r.st.ID) {
+			w.neverRan(r.st, "its process ended at the start gate")
+			return
+		}
+	}
 
 	st := r.st
 	st.EndedAt = &r.exitedAt
-	how := describeExit(e, r.adopted)
-	if !r.adopted {
+	how := describeExit(e, r.unknown)
+	if !r.unknown {
 		if e.Signal != 0 {
 			st.Signal = unix.SignalName(e.Signal)
 		} else {
@@ -367,8 +459,10 @@ func (w *watcher) finish(r *run) {
 	case st.Stop != nil && st.Stop.Cause == tracker.TimedOut:
 		st.State = tracker.TimedOut
 		st.Reason = st.Reason + "; " + how
-	case !r.adopted && e.Signal == 0 && e.Code == 0:
+	case !r.unknown && e.Signal == 0 && e.Code == 0:
 		st.State, st.Reason = tracker.Completed, ""
+	case !r.adopted && e.Signal == 0 && e.Code == 125 && !w.hasStarted(st.ID):
+		st.State, st.Reason = tracker.Failed, "could not start: its start gate failed (see its stderr)"
 	default:
 		st.State, st.Reason = tracker.Failed, how
 	}
@@ -391,10 +485,10 @@ func (w *watcher) answerStop(st *tracker.State, detail string) {
 	}
 }
 
-func describeExit(e procfs.Exit, adopted bool) string {
+func describeExit(e procfs.Exit, unknown bool) string {
 	switch {
-	case adopted:
-		return "exit status unknown: the run outlived the watcher that started it"
+	case unknown:
+		return "exit status unknown: it ended while neither a watcher nor a keeper was its parent"
 	case e.Signal != 0:
 		s := "killed by " + unix.SignalName(e.Signal)
 		if e.Core {

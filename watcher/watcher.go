@@ -13,15 +13,18 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // Config is what a watcher needs to run.
@@ -34,10 +37,21 @@ type Config struct {
 	// before it is rejected, so a writer that pauses is not cut off.
 	// Zero means DefaultSettle.
 	Settle time.Duration
-	// Stop delivers shutdown requests: the first stops every run (SIGTERM,
-	// then SIGKILL after its grace) and returns when all have ended; the
-	// second kills what is left at once.
+	// Stop delivers shutdown requests. SIGTERM or SIGINT stops every run
+	// (SIGTERM, then SIGKILL after its grace) and returns when all have
+	// ended; a second one kills what is left at once. SIGUSR1 returns at
+	// once and leaves the runs running, for the keeper to keep and the next
+	// watcher to adopt.
 	Stop <-chan os.Signal
+	// Ready, if set, gets one line and is closed once the watcher has
+	// recovered the runs of earlier watchers and takes requests.
+	Ready *os.File
+	// Version is written to watcher.json, for "tend status".
+	Version string
+	// BecomeKeeper, if set, is the command line (run as /proc/self/exe)
+	// that turns this process into a keeper, should its own keeper die:
+	// the runs are this process's children, so only this PID can keep them.
+	BecomeKeeper []string
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -54,7 +68,17 @@ func PIDPath(root string) string  { return filepath.Join(root, "watcher.pid") }
 // It decides by the lock, not by the PID file. It holds a shared lock for a
 // moment, which a starting watcher waits out (see lock).
 func Probe(root string) (running bool, pid int, err error) {
-	l := flock.New(LockPath(root))
+	return probe(LockPath(root), PIDPath(root))
+}
+
+// ProbeKeeper reports whether a keeper is in charge of root (see Keep),
+// and the PID it wrote, deciding by the keeper's lock.
+func ProbeKeeper(root string) (running bool, pid int, err error) {
+	return probe(keeperLockPath(root), KeeperPIDPath(root))
+}
+
+func probe(lockPath, pidPath string) (running bool, pid int, err error) {
+	l := flock.New(lockPath)
 	got, err := l.TryRLock()
 	if errors.Is(err, os.ErrNotExist) {
 		return false, 0, nil
@@ -66,11 +90,11 @@ func Probe(root string) (running bool, pid int, err error) {
 		l.Unlock()
 		return false, 0, nil
 	}
-	return true, readPID(root), nil
+	return true, readPID(pidPath), nil
 }
 
-func readPID(root string) int {
-	b, _ := os.ReadFile(PIDPath(root))
+func readPID(path string) int {
+	b, _ := os.ReadFile(path)
 	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
 	return pid
 }
@@ -89,7 +113,7 @@ func lock(root string) (*flock.Flock, error) {
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, fmt.Errorf("%s: %w", LockPath(root), err)
 	}
-	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(root))
+	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
 }
 
 // Run runs a watcher on cfg.Root until a stop signal has ended every run.
@@ -109,15 +133,29 @@ func Run(cfg Config) error {
 	if err := w.store.Make(); err != nil {
 		return err
 	}
+	if err := os.MkdirAll(exitsDir(cfg.Root), 0o755); err != nil {
+		return err
+	}
 	l, err := lock(cfg.Root)
 	if err != nil {
 		return err
 	}
 	defer l.Unlock()
-	if err := os.WriteFile(PIDPath(cfg.Root), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	// Descendants of runs that leave their group (setsid, double fork)
+	// become this watcher's children when their parent dies, so they can
+	// be found and ended with their run, and never run on unsupervised.
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("becoming a child subreaper: %w", err)
+	}
+	w.keeper = keeperPID()
+	if err := w.watchKeeper(); err != nil {
 		return err
 	}
-	defer os.Remove(PIDPath(cfg.Root))
+	// A name for ps, next to the keeper's; no harm if it cannot be set.
+	os.WriteFile("/proc/self/comm", []byte("tend-watcher"), 0)
+	sigchld := make(chan os.Signal, 1)
+	signal.Notify(sigchld, syscall.SIGCHLD)
+	defer signal.Stop(sigchld)
 
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -126,13 +164,26 @@ func Run(cfg Config) error {
 	defer fsw.Close()
 	// Watch first, then look: a request dropped in between is seen twice,
 	// which is harmless, instead of not at all.
-	if err := fsw.Add(w.spool.Spool()); err != nil {
-		return fmt.Errorf("watch %s: %w", w.spool.Spool(), err)
+	for _, dir := range []string{w.spool.Spool(), exitsDir(cfg.Root)} {
+		if err := fsw.Add(dir); err != nil {
+			return fmt.Errorf("watch %s: %w", dir, err)
+		}
 	}
 	w.recoverRuns()
+	w.sweepExitRecords()
 	w.rescan()
-	w.log.Printf("watching %s (pid %d)", cfg.Root, os.Getpid())
-	return w.loop(fsw)
+	w.drain()
+	if err := w.writeInfo(); err != nil {
+		return err
+	}
+	defer os.Remove(PIDPath(cfg.Root))
+	defer os.Remove(InfoPath(cfg.Root))
+	w.log.Printf("watching %s (pid %d, keeper %d)", cfg.Root, os.Getpid(), w.keeper)
+	if cfg.Ready != nil {
+		fmt.Fprintln(cfg.Ready, "ready")
+		cfg.Ready.Close()
+	}
+	return w.loop(fsw, sigchld)
 }
 
 type watcher struct {
@@ -147,6 +198,11 @@ type watcher struct {
 	// afterStart holds cancel requests that wait for a start request of the
 	// same ID to be decided.
 	afterStart map[string][]string
+
+	keeper int // the keeper above this watcher, 0 if there is none
+	// strays are processes that left their run's group and outlived it,
+	// being ended, by PID.
+	strays map[int]*stray
 
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited
@@ -166,12 +222,13 @@ func newWatcher(cfg Config) *watcher {
 		runs:       make(map[string]*run),
 		pending:    make(map[string]*pending),
 		afterStart: make(map[string][]string),
+		strays:     make(map[int]*stray),
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
 }
 
-func (w *watcher) loop(fsw *fsnotify.Watcher) error {
+func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 	for {
 		if w.stopping > 0 && len(w.runs) == 0 {
 			w.log.Printf("stopped: every run has ended")
@@ -208,7 +265,13 @@ func (w *watcher) loop(fsw *fsnotify.Watcher) error {
 			w.leadersExited(batch)
 		case f := <-w.do:
 			f()
+		case <-sigchld:
+			w.reapOrphans()
 		case sig := <-w.cfg.Stop:
+			if sig == syscall.SIGUSR1 {
+				w.log.Printf("%v: leaving %d runs running, for the next watcher to adopt", sig, len(w.runs))
+				return nil
+			}
 			w.shutdown(sig)
 		}
 	}
@@ -222,6 +285,12 @@ func (w *watcher) after(d time.Duration, f func()) *time.Timer {
 func (w *watcher) fsEvent(ev fsnotify.Event) error {
 	if ev.Name == w.spool.Spool() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 		return fmt.Errorf("the spool %s was removed", ev.Name)
+	}
+	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {
+		if ev.Has(fsnotify.Create) {
+			w.exitRecorded(filepath.Base(ev.Name))
+		}
+		return nil
 	}
 	if w.stopping > 0 || filepath.Dir(ev.Name) != w.spool.Spool() {
 		return nil // requests wait in the spool for the next watcher

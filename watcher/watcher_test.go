@@ -58,7 +58,7 @@ func TestDescribeExit(t *testing.T) {
 		{procfs.Exit{Code: 3}, false, "exited with code 3"},
 		{procfs.Exit{Code: -1, Signal: syscall.SIGKILL}, false, "killed by SIGKILL"},
 		{procfs.Exit{Code: -1, Signal: syscall.SIGSEGV, Core: true}, false, "killed by SIGSEGV (core dumped)"},
-		{procfs.Exit{Code: -1}, true, "exit status unknown: the run outlived the watcher that started it"},
+		{procfs.Exit{Code: -1}, true, "exit status unknown: it ended while neither a watcher nor a keeper was its parent"},
 	}
 	for _, tt := range tests {
 		if got := describeExit(tt.e, tt.adopted); got != tt.want {

@@ -59,6 +59,9 @@ func submit(e *env, n spool.Name, body []byte, replace bool) (outcome, detail st
 	if err := d.Make(); err != nil {
 		return "", "", err
 	}
+	if err := e.autoStart(); err != nil {
+		return "", "", err
+	}
 	// An outcome from an earlier request of the same name must not be
 	// taken for this one's.
 	if err := os.Remove(d.OutcomePath(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -74,7 +77,7 @@ func submit(e *env, n spool.Name, body []byte, replace bool) (outcome, detail st
 			return true, nil
 		}
 		if running, _, perr := watcher.Probe(e.root); perr == nil && !running {
-			return false, exitf(exitNoWatcher, "no watcher is running on %s: the request waits in %s/%s until one starts (run: tend watch)",
+			return false, exitf(exitNoWatcher, "no watcher is running on %s: the request waits in %s/%s until one starts (run: tend up)",
 				e.root, d.Spool(), n)
 		}
 		return false, nil
@@ -110,6 +113,9 @@ func startWaiting(e *env, id string) bool {
 func waitFinal(e *env, id string) (*tracker.State, error) {
 	d := spool.Dir{Root: e.root}
 	store := tracker.NewStore(e.root)
+	if err := e.autoStart(); err != nil {
+		return nil, err
+	}
 	if startWaiting(e, id) {
 		if err := waitUntil(d.Spool(), func() (bool, error) { return !startWaiting(e, id), nil }); err != nil {
 			return nil, err

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/alecthomas/kong"
 )
@@ -47,21 +48,27 @@ func exitf(code int, format string, args ...any) error {
 type cli struct {
 	Root    string           `help:"The tend root (default: the nearest .tend/ above the current directory, else ./.tend)." env:"TEND_ROOT" placeholder:"DIR"`
 	Version kong.VersionFlag `help:"Print the version and exit."`
+	NoStart bool             `help:"Do not start a watcher when none runs (start, cancel and wait otherwise do, as tend up would). Also: TEND_NO_START=1."`
 
-	Watch  watchCmd  `cmd:"" help:"Run the watcher in the foreground."`
-	Start  startCmd  `cmd:"" help:"Start a command as a run."`
-	Ls     lsCmd     `cmd:"" help:"List runs."`
-	Show   showCmd   `cmd:"" help:"Show one run."`
-	Logs   logsCmd   `cmd:"" help:"Print a run's output."`
-	Cancel cancelCmd `cmd:"" help:"Cancel a run."`
-	Wait   waitCmd   `cmd:"" help:"Wait for a run to end; exit with its exit code."`
+	Up      upCmd      `cmd:"" help:"Start the watcher in the background (once)."`
+	Down    downCmd    `cmd:"" help:"Stop the watcher (and its runs)."`
+	Status  statusCmd  `cmd:"" help:"Say whether a watcher runs, and count the runs."`
+	Watch   watchCmd   `cmd:"" help:"Run the watcher in the foreground."`
+	Watcher watcherCmd `cmd:"" hidden:"" help:"The watcher proper, as a keeper runs it."`
+	Start   startCmd   `cmd:"" help:"Start a command as a run."`
+	Ls      lsCmd      `cmd:"" help:"List runs."`
+	Show    showCmd    `cmd:"" help:"Show one run."`
+	Logs    logsCmd    `cmd:"" help:"Print a run's output."`
+	Cancel  cancelCmd  `cmd:"" help:"Cancel a run."`
+	Wait    waitCmd    `cmd:"" help:"Wait for a run to end; exit with its exit code."`
 }
 
 // env is what commands run with.
 type env struct {
-	root   string
-	stdout io.Writer
-	stderr io.Writer
+	root    string
+	noStart bool
+	stdout  io.Writer
+	stderr  io.Writer
 }
 
 func main() {
@@ -91,7 +98,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tend:", err)
 		return exitFailed
 	}
-	err = ctx.Run(&env{root: root, stdout: stdout, stderr: stderr})
+	noStart := c.NoStart || envTrue(os.Getenv("TEND_NO_START"))
+	err = ctx.Run(&env{root: root, noStart: noStart, stdout: stdout, stderr: stderr})
 	var ee *exitError
 	switch {
 	case err == nil:
@@ -124,4 +132,14 @@ func findRoot(flag string) (string, error) {
 			return filepath.Join(wd, ".tend"), nil
 		}
 	}
+}
+
+// envTrue reports whether an environment variable's value turns a switch
+// on: anything but empty, "0", "false" or "no".
+func envTrue(v string) bool {
+	switch strings.ToLower(v) {
+	case "", "0", "false", "no":
+		return false
+	}
+	return true
 }

@@ -15,6 +15,8 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
@@ -32,6 +34,11 @@ func TestScripts(t *testing.T) {
 		RequireExplicitExec: true,
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("TEND_ROOT", "") // each script's root is found from $WORK
+			// Scripts start watchers themselves, except where they test
+			// that clients do.
+			e.Setenv("TEND_NO_START", "1")
+			root := filepath.Join(e.WorkDir, ".tend")
+			e.Defer(func() { killLeftovers(root) })
 			return nil
 		},
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
@@ -43,6 +50,11 @@ func TestScripts(t *testing.T) {
 			"drop":      cmdDrop,
 			"lines":     cmdLines,
 			"waitruns":  cmdWaitRuns,
+			"sig":       cmdSig,
+			"fakerun":   cmdFakeRun,
+			"watchers":  cmdWatchers,
+			"strays":    cmdStrays,
+			"chaos":     cmdChaos,
 		},
 	})
 }
@@ -237,4 +249,113 @@ func stateReader() {
 	if bad > 0 || reads == 0 {
 		os.Exit(1)
 	}
+}
+
+// sig SIGNAL pidfile: send SIGNAL (a name such as KILL or USR1) to the
+// process whose PID the file holds.
+func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: sig SIGNAL PIDFILE")
+	}
+	sig := unix.SignalNum("SIG" + args[0])
+	if sig == 0 {
+		ts.Fatalf("unknown signal %s", args[0])
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[1])))
+	ts.Check(err)
+	ts.Check(unix.Kill(pid, sig))
+}
+
+// killLeftovers kills what a failed script may have left running under
+// root: processes whose environment names it (runs, strays), then the
+// watcher and keeper it recorded. Only processes this test started carry
+// that root.
+func killLeftovers(root string) {
+	all, _ := procfs.All()
+	for _, p := range all {
+		if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root {
+			unix.Kill(p.PID, unix.SIGKILL)
+		}
+	}
+	if info, err := watcher.ReadInfo(root); err == nil {
+		for _, pid := range []int{info.KeeperPID, info.PID} {
+			if st, err := procfs.ReadStat(pid); err == nil && strings.HasPrefix(st.Comm, "tend") {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+	}
+}
+
+// fakerun id pidfile: record run id as running with the PID in pidfile but
+// another start time, as a watcher would have left it had that PID been
+// reused since; and mark it started (it passed its gate).
+func cmdFakeRun(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: fakerun ID PIDFILE")
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[1])))
+	ts.Check(err)
+	ps, err := procfs.ReadStat(pid)
+	ts.Check(err)
+	store := tracker.NewStore(ts.MkAbs(".tend"))
+	ts.Check(os.MkdirAll(store.RunDir(args[0]), 0o755))
+	now := time.Now().Add(-time.Hour)
+	st := &tracker.State{
+		ID: args[0], State: tracker.Running, Rev: 2, Command: []string{"/bin/sh", "-c", "sleep 1000"},
+		PID: pid, PGID: pid, ProcStart: ps.StartTime - 1, CreatedAt: now, StartedAt: &now,
+	}
+	ts.Check(store.Write(st))
+	ts.Check(os.WriteFile(filepath.Join(store.RunDir(args[0]), "started"), nil, 0o644))
+}
+
+// watchers n: exactly n watchers and n keepers run on this script's root
+// (once the count has settled).
+func cmdWatchers(ts *testscript.TestScript, neg bool, args []string) {
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	root := ts.MkAbs(".tend")
+	poll(ts, func() string {
+		w, k := countDaemons(root)
+		if w != want || k != want {
+			return fmt.Sprintf("%d watchers and %d keepers run on %s, want %d", w, k, root, want)
+		}
+		return ""
+	})
+}
+
+// countDaemons counts the watchers and keepers whose command line names
+// root.
+func countDaemons(root string) (watchers, keepers int) {
+	all, _ := procfs.All()
+	for _, p := range all {
+		if p.State == 'Z' {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+		if !strings.Contains(string(b), "\x00"+root+"\x00") {
+			continue
+		}
+		switch p.Comm {
+		case "tend-watcher":
+			watchers++
+		case watcher.KeeperComm:
+			keepers++
+		}
+	}
+	return watchers, keepers
+}
+
+// strays: no process whose environment names this script's root is left.
+func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
+	root := ts.MkAbs(".tend")
+	poll(ts, func() string {
+		all, _ := procfs.All()
+		for _, p := range all {
+			if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root && p.State != 'Z' {
+				id, _ := procfs.Getenv(p.PID, "TEND_RUN_ID")
+				return fmt.Sprintf("pid %d (%s) of run %s is still alive", p.PID, p.Comm, id)
+			}
+		}
+		return ""
+	})
 }

@@ -11,18 +11,66 @@ import (
 )
 
 type watchCmd struct {
-	Settle time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
+	Settle  time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
+	ReadyFD int           `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
 }
 
 func (c *watchCmd) Help() string {
-	return "Example: tend watch    (stop it with Ctrl-C or SIGTERM: its runs are stopped first)"
+	return `Runs a keeper and, under it, the watcher, in the foreground; "tend up"
+runs them in the background. The keeper restarts a watcher that crashed and
+keeps the exit status of every run meanwhile; the next watcher adopts them.
+Stop it with Ctrl-C or SIGTERM: its runs are stopped first (a second one
+kills them at once). SIGUSR1 stops the watcher and leaves the runs running.`
 }
 
+// Run makes this process the keeper; the watcher is a child of it, running
+// this same program (the hidden "watcher" command).
 func (c *watchCmd) Run(e *env) error {
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
+	defer signal.Stop(sigs)
+	args := []string{os.Args[0], "--root", e.root, "watcher", "--settle", c.Settle.String()}
+	var ready *os.File
+	if c.ReadyFD >= 0 {
+		ready = os.NewFile(uintptr(c.ReadyFD), "ready")
+		args = append(args, "--ready-fd", "3")
+	}
+	code, err := watcher.Keep(watcher.KeeperConfig{
+		Root: e.root, Log: e.stderr, Ready: ready, Signals: sigs, Refused: exitRefused,
+		// /proc/self/exe is this very program even if its file has been
+		// replaced meanwhile, so a restarted watcher matches its keeper.
+		Path: "/proc/self/exe", Args: args,
+	})
+	if errors.Is(err, watcher.ErrRunning) || errors.Is(err, watcher.ErrKeeperRunning) {
+		return exitf(exitRefused, "%v", err)
+	}
+	if err != nil {
+		return err
+	}
+	if code != exitOK {
+		return exitf(code, "")
+	}
+	return nil
+}
+
+// watcherCmd is the watcher proper, which a keeper runs.
+type watcherCmd struct {
+	Settle  time.Duration `default:"1s"`
+	ReadyFD int           `default:"-1"`
+}
+
+func (c *watcherCmd) Run(e *env) error {
 	stop := make(chan os.Signal, 2)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
+	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(stop)
-	err := watcher.Run(watcher.Config{Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop})
+	cfg := watcher.Config{
+		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version,
+		BecomeKeeper: []string{os.Args[0], "--root", e.root, "watch", "--settle", c.Settle.String()},
+	}
+	if c.ReadyFD >= 0 {
+		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
+	}
+	err := watcher.Run(cfg)
 	if errors.Is(err, watcher.ErrRunning) {
 		return exitf(exitRefused, "%v", err)
 	}

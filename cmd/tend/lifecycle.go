@@ -1,0 +1,318 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/watcher"
+)
+
+// upTimeout bounds how long "tend up" waits for a watcher to be ready,
+// recovery of earlier runs included.
+const upTimeout = 60 * time.Second
+
+type upCmd struct {
+	Settle time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
+}
+
+func (c *upCmd) Help() string {
+	return `Starts a keeper and a watcher in the background, in their own session,
+logging to ROOT/watcher.log, and returns once the watcher takes requests.
+If one already runs, says so and exits 0.`
+}
+
+func (c *upCmd) Run(e *env) error {
+	pid, started, err := ensureWatcher(e, c.Settle)
+	if err != nil {
+		return err
+	}
+	if started {
+		fmt.Fprintf(e.stdout, "started a watcher on %s (pid %d)\n", e.root, pid)
+	} else {
+		fmt.Fprintf(e.stdout, "a watcher is already running on %s (pid %d)\n", e.root, pid)
+	}
+	return nil
+}
+
+// autoStart starts a watcher, as "tend up" would, unless one runs or
+// --no-start (TEND_NO_START) says not to.
+func (e *env) autoStart() error {
+	if e.noStart {
+		return nil
+	}
+	if running, _, err := watcher.Probe(e.root); err == nil && running {
+		return nil
+	}
+	pid, started, err := ensureWatcher(e, watcher.DefaultSettle)
+	if started {
+		fmt.Fprintf(e.stderr, "tend: started a watcher on %s (pid %d)\n", e.root, pid)
+	}
+	return err
+}
+
+// ensureWatcher starts a keeper and watcher in the background unless a
+// watcher runs, and returns once the watcher is ready, with its PID.
+// Concurrent callers take turns on ROOT/up.lock, so exactly one starts.
+// A keeper whose watcher died is told to start the next one at once,
+// rather than racing with a second keeper.
+func ensureWatcher(e *env, settle time.Duration) (pid int, started bool, err error) {
+	if err := os.MkdirAll(e.root, 0o755); err != nil {
+		return 0, false, err
+	}
+	l := flock.New(filepath.Join(e.root, "up.lock"))
+	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
+	defer cancel()
+	if _, err := l.TryLockContext(ctx, 10*time.Millisecond); err != nil {
+		return 0, false, fmt.Errorf("%s: %w", l.Path(), err)
+	}
+	defer l.Unlock()
+	end := time.Now().Add(upTimeout)
+	var hurried time.Time
+	for ; time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if pid, ok := readyWatcher(e.root); ok {
+			return pid, started, nil
+		}
+		if running, _, err := watcher.Probe(e.root); err != nil || running {
+			continue // starting, or recovering the runs of the last one
+		}
+		if k, _ := liveKeeper(e.root); k != nil {
+			if time.Since(hurried) > time.Second {
+				k.Signal(syscall.SIGUSR2)
+				hurried, started = time.Now(), true
+			}
+			k.Close()
+			continue
+		}
+		if err := spawnKeeper(e, settle); err != nil {
+			return 0, false, err
+		}
+		started = true
+	}
+	return 0, false, fmt.Errorf("no watcher got ready on %s within %v; see %s", e.root, upTimeout, logPath(e.root))
+}
+
+// readyWatcher returns the PID of the watcher holding root if it is ready:
+// it has written watcher.json, and it is alive.
+func readyWatcher(root string) (int, bool) {
+	running, _, err := watcher.Probe(root)
+	if err != nil || !running {
+		return 0, false
+	}
+	info, err := watcher.ReadInfo(root)
+	if err != nil || !procAlive(info.PID) {
+		return 0, false
+	}
+	return info.PID, true
+}
+
+func procAlive(pid int) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.State != 'Z'
+}
+
+func logPath(root string) string { return filepath.Join(root, "watcher.log") }
+
+// spawnKeeper runs "tend watch" in a new session, detached, with its output
+// appended to watcher.log, and waits for its watcher to say it is ready,
+// or for the keeper to give up (another may have won the root meanwhile).
+func spawnKeeper(e *env, settle time.Duration) error {
+	logf, err := os.OpenFile(logPath(e.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer readyR.Close()
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command(exe)
+	cmd.Args = []string{os.Args[0], "--root", e.root, "watch", "--settle", settle.String(), "--ready-fd", "3"}
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.ExtraFiles = []*os.File{readyW}
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	readyW.Close()
+	if err != nil {
+		return fmt.Errorf("starting a watcher: %w", err)
+	}
+	defer cmd.Process.Release() // it outlives this command
+	readyR.SetReadDeadline(time.Now().Add(upTimeout))
+	line, _ := bufio.NewReader(readyR).ReadString('\n')
+	if strings.TrimSpace(line) == "ready" {
+		return nil
+	}
+	if running, _, _ := watcher.Probe(e.root); running {
+		return nil // another watcher won the root; it will do
+	}
+	if running, _, _ := watcher.ProbeKeeper(e.root); running {
+		return nil
+	}
+	return fmt.Errorf("the watcher did not start on %s; see %s:\n%s", e.root, logPath(e.root), tail(logPath(e.root), 5))
+}
+
+// tail returns the last n lines of a file, indented.
+func tail(path string, n int) string {
+	b, _ := os.ReadFile(path)
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	lines = lines[max(0, len(lines)-n):]
+	return "  " + strings.Join(lines, "\n  ")
+}
+
+type downCmd struct {
+	KeepRuns bool          `help:"Stop the watcher but leave its runs running, for the next watcher to adopt (upgrades)."`
+	Timeout  time.Duration `help:"How long to wait before killing the watcher and its keeper." default:"10s"`
+}
+
+func (c *downCmd) Help() string {
+	return `Stops the watcher: SIGTERM, which cancels every run (or, with
+--keep-runs, leaves them running), then SIGKILL if it has not exited within
+--timeout.`
+}
+
+func (c *downCmd) Run(e *env) error {
+	w, err := findWatcher(e.root)
+	if err != nil {
+		return err
+	}
+	if w.watcher == nil && w.keeper == nil {
+		if pid, ok := removeStale(e.root); ok {
+			fmt.Fprintf(e.stderr, "tend: removed a stale PID file (pid %d) left by a watcher that is gone\n", pid)
+		}
+		fmt.Fprintf(e.stdout, "no watcher is running on %s\n", e.root)
+		return nil
+	}
+	sig := syscall.SIGTERM
+	if c.KeepRuns {
+		sig = syscall.SIGUSR1
+	}
+	target := w.keeper
+	if target == nil {
+		target = w.watcher
+	}
+	target.Signal(sig)
+	done := func() bool {
+		running, _, _ := watcher.Probe(e.root)
+		inCharge, _, _ := watcher.ProbeKeeper(e.root)
+		return !running && !inCharge && (c.KeepRuns || w.keeper == nil || !alive(w.keeper))
+	}
+	if !waitFor(done, c.Timeout) && !c.KeepRuns {
+		fmt.Fprintf(e.stderr, "tend: still running after %v: killing the runs at once\n", c.Timeout)
+		target.Signal(syscall.SIGTERM) // a second one kills the runs at once
+		waitFor(done, 3*time.Second)
+	}
+	if !done() {
+		fmt.Fprintf(e.stderr, "tend: still running: SIGKILL\n")
+		for _, h := range []*procfs.Handle{w.watcher, w.keeper} {
+			if h != nil && (h == w.watcher || !c.KeepRuns) {
+				h.Signal(syscall.SIGKILL)
+			}
+		}
+		waitFor(done, 3*time.Second)
+	}
+	removeStale(e.root)
+	pid := target.PID()
+	if w.watcher != nil {
+		pid = w.watcher.PID()
+	}
+	if c.KeepRuns {
+		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d); its runs keep running\n", e.root, pid)
+	} else {
+		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d) and its runs\n", e.root, pid)
+	}
+	return nil
+}
+
+// watcherProcs are handles on a running watcher and its keeper (nil if it
+// has none).
+type watcherProcs struct {
+	watcher, keeper *procfs.Handle
+}
+
+// findWatcher opens pidfds on the watcher that holds root's lock and on
+// the keeper in charge of root, either of which may be missing (nil). Each
+// one's identity is checked after its pidfd is open, so that no signal can
+// reach a process that merely reused a PID.
+func findWatcher(root string) (watcherProcs, error) {
+	var w watcherProcs
+	w.keeper, _ = liveKeeper(root)
+	running, _, err := watcher.Probe(root)
+	if err != nil || !running {
+		return w, err
+	}
+	pid, ok := readyWatcher(root)
+	if !ok {
+		return w, fmt.Errorf("a watcher holds %s but has not written %s yet (still starting?)", watcher.LockPath(root), watcher.InfoPath(root))
+	}
+	st, err := procfs.ReadStat(pid)
+	if err == nil {
+		w.watcher, err = procfs.Open(pid, st.StartTime)
+	}
+	if err != nil {
+		return w, fmt.Errorf("watcher pid %d: %w", pid, err)
+	}
+	return w, nil
+}
+
+func alive(h *procfs.Handle) bool { return !h.Exited() }
+
+// waitFor polls cond until it holds or d has passed.
+func waitFor(cond func() bool, d time.Duration) bool {
+	end := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(end) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return true
+}
+
+// removeStale removes the PID file and watcher.json left by a watcher that
+// no longer holds the lock. It reports whether there was one, and the PID
+// it named.
+func removeStale(root string) (pid int, removed bool) {
+	if running, _, _ := watcher.Probe(root); running {
+		return 0, false
+	}
+	b, err := os.ReadFile(watcher.PIDPath(root))
+	if err != nil {
+		return 0, false
+	}
+	fmt.Sscan(string(b), &pid)
+	os.Remove(watcher.PIDPath(root))
+	os.Remove(watcher.InfoPath(root))
+	return pid, true
+}
+
+// liveKeeper returns a handle on the keeper in charge of root, if one is
+// and it is still the process that wrote keeper.pid.
+func liveKeeper(root string) (*procfs.Handle, int) {
+	running, pid, err := watcher.ProbeKeeper(root)
+	if err != nil || !running || pid == 0 {
+		return nil, 0
+	}
+	st, err := procfs.ReadStat(pid)
+	if err != nil || st.Comm != watcher.KeeperComm {
+		return nil, 0
+	}
+	h, err := procfs.Open(pid, st.StartTime)
+	if err != nil {
+		return nil, 0
+	}
+	return h, pid
+}

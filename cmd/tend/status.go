@@ -1,0 +1,95 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher"
+)
+
+type statusCmd struct {
+	JSON bool `help:"Print JSON."`
+}
+
+func (c *statusCmd) Help() string {
+	return `Says whether a watcher runs on the root (decided by its lock, not by the
+PID file), its PID, its keeper's, uptime and version, and how many runs are
+in each state. A PID file left by a crashed watcher is reported and removed.
+Exits 0 if a watcher runs, 6 if none does.`
+}
+
+// status is what "tend status --json" prints.
+type status struct {
+	Root      string         `json:"root"`
+	Running   bool           `json:"running"`
+	PID       int            `json:"pid,omitempty"`
+	KeeperPID int            `json:"keeper_pid,omitempty"`
+	StartedAt *time.Time     `json:"started_at,omitempty"`
+	UptimeSec int64          `json:"uptime_seconds,omitempty"`
+	Version   string         `json:"version,omitempty"`
+	StalePID  int            `json:"stale_pid,omitempty"`
+	Runs      map[string]int `json:"runs"`
+}
+
+func (c *statusCmd) Run(e *env) error {
+	s := status{Root: e.root, Runs: map[string]int{}}
+	running, _, err := watcher.Probe(e.root)
+	if err != nil {
+		return err
+	}
+	if running {
+		s.Running = true
+		if info, err := watcher.ReadInfo(e.root); err == nil {
+			s.PID, s.KeeperPID, s.Version = info.PID, info.KeeperPID, info.Version
+			s.StartedAt = &info.StartedAt
+			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
+		}
+	} else if pid, ok := removeStale(e.root); ok {
+		s.StalePID = pid
+	}
+	runs, errs := tracker.NewStore(e.root).List()
+	for _, st := range runs {
+		s.Runs[st.State]++
+	}
+	for _, err := range errs {
+		fmt.Fprintln(e.stderr, "tend:", err)
+	}
+	if c.JSON {
+		b, _ := json.MarshalIndent(s, "", "  ")
+		fmt.Fprintln(e.stdout, string(b))
+	} else {
+		printStatus(e, s)
+	}
+	if !running {
+		return exitf(exitNoWatcher, "")
+	}
+	return nil
+}
+
+func printStatus(e *env, s status) {
+	switch {
+	case s.Running && s.PID == 0:
+		fmt.Fprintf(e.stdout, "watcher: starting on %s\n", s.Root)
+	case s.Running:
+		fmt.Fprintf(e.stdout, "watcher: running on %s (pid %d, keeper %d), up %v, version %s\n",
+			s.Root, s.PID, s.KeeperPID, time.Duration(s.UptimeSec)*time.Second, s.Version)
+	default:
+		fmt.Fprintf(e.stdout, "watcher: not running on %s\n", s.Root)
+	}
+	if s.StalePID != 0 {
+		fmt.Fprintf(e.stdout, "removed a stale PID file: pid %d is no watcher of this root\n", s.StalePID)
+	}
+	states := make([]string, 0, len(s.Runs))
+	for state, n := range s.Runs {
+		states = append(states, fmt.Sprintf("%d %s", n, state))
+	}
+	sort.Strings(states)
+	if len(states) == 0 {
+		states = []string{"none"}
+	}
+	fmt.Fprintf(e.stdout, "runs: %s\n", strings.Join(states, ", "))
+}

@@ -1,0 +1,55 @@
+package watcher
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/natefinch/atomic"
+)
+
+// Info is what a running watcher says about itself in ROOT/watcher.json,
+// written once it takes requests and removed when it exits cleanly. A file
+// left by a watcher that crashed is stale: only the lock (see Probe) says
+// whether a watcher runs.
+type Info struct {
+	PID       int       `json:"pid"`
+	KeeperPID int       `json:"keeper_pid,omitempty"`
+	Version   string    `json:"version"`
+	StartedAt time.Time `json:"started_at"`
+	Root      string    `json:"root"`
+}
+
+// InfoPath returns the path of root's watcher.json.
+func InfoPath(root string) string { return filepath.Join(root, "watcher.json") }
+
+// ReadInfo reads root's watcher.json.
+func ReadInfo(root string) (Info, error) {
+	var info Info
+	b, err := os.ReadFile(InfoPath(root))
+	if err != nil {
+		return info, err
+	}
+	if err := json.Unmarshal(b, &info); err != nil {
+		return info, fmt.Errorf("%s: %w", InfoPath(root), err)
+	}
+	return info, nil
+}
+
+// writeInfo writes watcher.json and watcher.pid (the PID alone, for
+// shells), each replaced atomically.
+func (w *watcher) writeInfo() error {
+	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: time.Now().UTC(), Root: w.cfg.Root}
+	b, _ := json.MarshalIndent(info, "", "  ")
+	if err := atomic.WriteFile(InfoPath(w.cfg.Root), strings.NewReader(string(b)+"\n")); err != nil {
+		return fmt.Errorf("%s: %w", InfoPath(w.cfg.Root), err)
+	}
+	if err := atomic.WriteFile(PIDPath(w.cfg.Root), strings.NewReader(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+		return fmt.Errorf("%s: %w", PIDPath(w.cfg.Root), err)
+	}
+	return nil
+}
