@@ -4,7 +4,7 @@ BIN     := bin/tend
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit e2e-sh install clean
+.PHONY: all build test vet unit e2e-sh install clean chaos bench
 
 all: build
 
@@ -30,3 +30,15 @@ install:
 
 clean:
 	rm -rf bin
+
+# Hundreds of rounds of the crash test: SIGKILL the watcher at random
+# moments; every run must still end exactly once with its true exit code.
+# TEND_CHAOS_SEED=N replays a failing sequence (the test prints its seed).
+CHAOS_ROUNDS ?= 300
+chaos:
+	TEND_CHAOS_ROUNDS=$(CHAOS_ROUNDS) $(GO) test -count=1 -timeout 60m -run 'TestScripts/^chaos$$' -v ./cmd/tend
+
+# Benchmarks print figures as ratios against baselines measured in the
+# same run, never as pass/fail timings.
+bench: build
+	sh scripts/bench-memory.sh $(BIN) 300

@@ -37,8 +37,9 @@ func NewHandle(pidfd, pid int) (*Handle, error) {
 }
 
 // Open returns a Handle on process pid if, and only if, it is still the
-// process that started at startTime. The identity is checked after the
-// pidfd is open, so the handle cannot refer to a later owner of the PID.
+// process that started at startTime (it may have exited and not yet been
+// reaped: WaitExited then returns at once). The identity is checked after
+// the pidfd is open, so the handle cannot refer to a later owner of the PID.
 func Open(pid int, startTime uint64) (*Handle, error) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
@@ -54,9 +55,6 @@ func Open(pid int, startTime uint64) (*Handle, error) {
 	st, err := ReadStat(pid)
 	if err == nil && st.StartTime != startTime {
 		err = fmt.Errorf("pid %d started at tick %d, not %d: %w", pid, st.StartTime, startTime, ErrNotSame)
-	}
-	if err == nil && st.State == 'Z' {
-		err = fmt.Errorf("pid %d: %w", pid, ErrNoProcess) // exited; its end is someone else's to reap
 	}
 	if err != nil {
 		h.Close()

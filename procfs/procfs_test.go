@@ -3,6 +3,7 @@ package procfs
 import (
 	"errors"
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -158,4 +159,66 @@ func TestGroupMembers(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	unix.Kill(-h.PID(), syscall.SIGKILL)
+}
+
+func TestPeekAnyChildThenReap(t *testing.T) {
+	h := startChild(t, "exit 7")
+	if err := h.WaitExited(); err != nil {
+		t.Fatal(err)
+	}
+	if !h.Exited() {
+		t.Fatal("Exited() = false for an exited child")
+	}
+	kids, err := Children(os.Getpid())
+	if err != nil || !slices.Contains(kids, h.PID()) {
+		t.Fatalf("Children(self) = %v, %v; want it to hold %d", kids, err, h.PID())
+	}
+	for {
+		pid, e, err := PeekAnyChild()
+		if err != nil || pid == 0 {
+			t.Fatalf("PeekAnyChild = %d, %+v, %v; want %d", pid, e, err, h.PID())
+		}
+		if pid != h.PID() {
+			ReapChild(pid) // left over by an earlier test
+			continue
+		}
+		if e.Code != 7 {
+			t.Fatalf("PeekAnyChild = %d, %+v; want code 7", pid, e)
+		}
+		break
+	}
+	if !ReapChild(h.PID()) || ReapChild(h.PID()) {
+		t.Fatalf("ReapChild(%d) did not reap exactly once", h.PID())
+	}
+}
+
+func TestExitedWhileRunning(t *testing.T) {
+	h := startChild(t, "exec sleep 100")
+	if h.Exited() {
+		t.Fatal("Exited() = true for a running child")
+	}
+}
+
+func TestGetenv(t *testing.T) {
+	h := startChild(t, "exec sleep 100")
+	_ = h
+	t.Setenv("TEND_PROCFS_TEST", "x=y")
+	// A process's environ is the one it started with: the child's, not ours now.
+	if v, ok := Getenv(h.PID(), "TEND_PROCFS_TEST"); ok {
+		t.Fatalf("Getenv of a variable set after the child started = %q", v)
+	}
+	p, err := os.StartProcess("/bin/sleep", []string{"sleep", "100"}, &os.ProcAttr{Env: []string{"A=1", "TEND_RUN_ID=r-1", "B="}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { p.Kill(); p.Wait() }()
+	tests := []struct {
+		key, want string
+		ok        bool
+	}{{"TEND_RUN_ID", "r-1", true}, {"B", "", true}, {"TEND_RUN", "", false}, {"C", "", false}}
+	for _, tt := range tests {
+		if v, ok := Getenv(p.Pid, tt.key); v != tt.want || ok != tt.ok {
+			t.Errorf("Getenv(%s) = %q, %v; want %q, %v", tt.key, v, ok, tt.want, tt.ok)
+		}
+	}
 }

@@ -118,5 +118,8 @@ func parseExitRecordName(name string) (pid int, start uint64, ok bool) {
 	}
 	pid, err1 := strconv.Atoi(p)
 	start, err2 := strconv.ParseUint(s, 10, 64)
-	return pid, start, err1 == nil && err2 == nil && pid > 0
+	if err1 != nil || err2 != nil || pid <= 0 {
+		return 0, 0, false
+	}
+	return pid, start, true
 }

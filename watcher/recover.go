@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/procfs"
@@ -71,31 +72,21 @@ func (w *watcher) recoverClaimed(id string) {
 }
 
 func (w *watcher) recoverLive(st *tracker.State) {
+	// A watcher that died between launching a run and answering its start
+	// request leaves a client waiting: answer it now.
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	if _, err := os.Stat(w.spool.OutcomePath(n)); errors.Is(err, os.ErrNotExist) {
+		w.outcome(n, spool.Accepted, "")
+	}
 	if st.PID == 0 || st.ProcStart == 0 {
 		w.neverRan(st, "the watcher stopped before its process passed the start gate")
 		return
 	}
-	if e, err := readExitRecord(w.cfg.Root, st.PID, st.ProcStart); err == nil {
-		r := &run{st: st, adopted: true, exit: &e, exitedAt: recordTime(w.cfg.Root, st), killAt: time.Now().Add(st.Grace.D())}
-		w.log.Printf("recover: run %s (pid %d) ended while no watcher ran: %s", st.ID, st.PID, describeExit(e, false))
-		w.runs[st.ID] = r // drained: what is left of its group is ended, then it is finished
-		return
-	}
+	// Open before looking for an exit record: the keeper writes the record
+	// before it reaps, so a process found gone has its record by then.
 	h, err := procfs.Open(st.PID, st.ProcStart)
 	if err != nil {
-		if !w.hasStarted(st.ID) {
-			w.neverRan(st, "its process ended at the start gate")
-			return
-		}
-		now := time.Now()
-		st.State, st.EndedAt = tracker.Failed, &now
-		st.Reason = "lost: its process ended while no watcher or keeper ran; exit status unknown"
-		if errors.Is(err, procfs.ErrNotSame) {
-			st.Reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
-		}
-		w.save(st)
-		w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
-		w.answerStop(st, st.Reason)
+		w.recoverEnded(st, err)
 		return
 	}
 	r := &run{st: st, proc: h, adopted: true}
@@ -105,9 +96,37 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
 	w.supervise(r)
 	if st.Stop != nil {
+		// The earlier watcher may have died between recording the stop and
+		// sending SIGTERM: send it (again).
 		r.killAt, r.termSent = st.Stop.KillAt, true
+		w.signalGroup(r, syscall.SIGTERM)
 		r.timers = append(r.timers, w.after(time.Until(st.Stop.KillAt), func() { w.killGroup(r) }))
 	}
+}
+
+// recoverEnded handles run st whose process is gone (openErr says how):
+// recorded with the status in its exit record, started now if it never
+// ran, or lost.
+func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
+	if e, err := readExitRecord(w.cfg.Root, st.PID, st.ProcStart); err == nil {
+		r := &run{st: st, adopted: true, exit: &e, exitedAt: recordTime(w.cfg.Root, st), killAt: time.Now().Add(st.Grace.D())}
+		w.log.Printf("recover: run %s (pid %d) ended while no watcher ran: %s", st.ID, st.PID, describeExit(e, false))
+		w.runs[st.ID] = r // drained: what is left of its group is ended, then it is finished
+		return
+	}
+	if !w.hasStarted(st.ID) {
+		w.neverRan(st, "its process ended at the start gate")
+		return
+	}
+	now := time.Now()
+	st.State, st.EndedAt = tracker.Failed, &now
+	st.Reason = "lost: its process ended while no watcher or keeper ran; exit status unknown"
+	if errors.Is(openErr, procfs.ErrNotSame) {
+		st.Reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
+	}
+	w.save(st)
+	w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
+	w.answerStop(st, st.Reason)
 }
 
 // recordTime is when st's exit record was written: about when it ended.

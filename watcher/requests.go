@@ -6,10 +6,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // pending is a spool entry that has been seen but not yet taken or rejected.
@@ -232,12 +234,16 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.afterStart[n.ID] = append(w.afterStart[n.ID], n.String())
 		return
 	}
-	dst := filepath.Join(w.spool.Spool(), "."+n.String()+".taken") // hidden: ignored
+	// Claimed under a hidden name, which the watcher ignores, and removed
+	// only once the cancel is recorded (in the run's stop, or its outcome):
+	// a watcher that dies in between leaves it for the next one (see
+	// restoreCancels), so no cancel is lost.
+	dst := takenPath(w.spool, n)
 	if _, err := w.spool.Claim(f, dst); err != nil {
 		w.log.Printf("%s: claiming: %v", n, err)
 		return
 	}
-	os.Remove(dst)
+	defer os.Remove(dst)
 	r := w.runs[n.ID]
 	switch {
 	case r == nil:
@@ -267,4 +273,32 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 func (w *watcher) answer(n spool.Name, outcome, detail string) {
 	w.log.Printf("%s: %s", n, outcome)
 	w.outcome(n, outcome, detail)
+}
+
+// takenPath is where a cancel request is kept while it is carried out.
+func takenPath(d spool.Dir, n spool.Name) string {
+	return filepath.Join(d.Spool(), "."+n.String()+".taken")
+}
+
+// restoreCancels puts back the cancel requests that an earlier watcher had
+// claimed but maybe not carried out, to be taken again. Carrying one out
+// twice is harmless: a second cancel of a stopping run waits with it, and
+// one of an ended run gets already_finished.
+func (w *watcher) restoreCancels() {
+	names, err := filepath.Glob(filepath.Join(w.spool.Spool(), ".*."+spool.VerbCancel+".taken"))
+	if err != nil {
+		return
+	}
+	for _, taken := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(taken), "."), ".taken")
+		if _, err := spool.ParseName(name); err != nil {
+			continue
+		}
+		dst := filepath.Join(w.spool.Spool(), name)
+		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+			os.Remove(taken) // a newer cancel of the same run is waiting: it will do
+			continue
+		}
+		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
+	}
 }

@@ -415,18 +415,22 @@ func (w *watcher) exitRecorded(name string) {
 // finish reaps r's leader and records how the run ended. An adopted run
 // whose process never passed its gate never ran: it is started now, as if
 // the earlier watcher had never claimed it.
+//
+// The end is recorded before our own leader is reaped: if the watcher dies
+// in between, the unreaped leader goes to the keeper, which records its
+// exit status again, rather than the status being lost with the watcher.
 func (w *watcher) finish(r *run) {
 	e := *r.exit
-	if !r.adopted {
-		if reaped, err := r.proc.Reap(); err == nil {
-			e = reaped
-		} else {
-			w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, r.proc.PID(), err)
+	defer func() {
+		if !r.adopted {
+			if _, err := r.proc.Reap(); err != nil {
+				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, r.proc.PID(), err)
+			}
 		}
-	}
-	if r.proc != nil {
-		r.proc.Close()
-	}
+		if r.proc != nil {
+			r.proc.Close()
+		}
+	}()
 	for _, t := range r.timers {
 		t.Stop()
 	}

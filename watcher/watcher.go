@@ -171,6 +171,7 @@ func Run(cfg Config) error {
 	}
 	w.recoverRuns()
 	w.sweepExitRecords()
+	w.restoreCancels()
 	w.rescan()
 	w.drain()
 	if err := w.writeInfo(); err != nil {

@@ -88,3 +88,65 @@ func TestLockIsExclusiveAndProbeSeesIt(t *testing.T) {
 		t.Fatalf("lock after unlock: %v", err)
 	}
 }
+
+func TestExitRecords(t *testing.T) {
+	tests := []struct {
+		e    procfs.Exit
+		text string
+	}{
+		{procfs.Exit{Code: 0}, "exited 0\n"},
+		{procfs.Exit{Code: 125}, "exited 125\n"},
+		{procfs.Exit{Code: -1, Signal: syscall.SIGKILL}, "killed SIGKILL\n"},
+		{procfs.Exit{Code: -1, Signal: syscall.SIGSEGV, Core: true}, "killed SIGSEGV core\n"},
+	}
+	root := t.TempDir()
+	for i, tt := range tests {
+		if got := formatExit(tt.e); got != tt.text {
+			t.Errorf("formatExit(%+v) = %q, want %q", tt.e, got, tt.text)
+		}
+		if err := writeExitRecord(root, 100+i, 5, tt.e); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readExitRecord(root, 100+i, 5); err != nil || got != tt.e {
+			t.Errorf("readExitRecord = %+v, %v; want %+v", got, err, tt.e)
+		}
+	}
+	for _, bad := range []string{"", "exited", "exited x", "exited 256", "killed SIGNOPE", "killed SIGKILL extra", "done 0"} {
+		if e, err := parseExit([]byte(bad)); err == nil {
+			t.Errorf("parseExit(%q) = %+v, want an error", bad, e)
+		}
+	}
+	if _, err := readExitRecord(root, 1, 1); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("readExitRecord of a missing record: %v", err)
+	}
+	if err := removeExitRecord(root, 100, 5); err != nil {
+		t.Fatal(err)
+	}
+	if err := removeExitRecord(root, 100, 5); err != nil {
+		t.Fatalf("removing a record twice: %v", err)
+	}
+}
+
+func TestExitRecordNames(t *testing.T) {
+	tests := []struct {
+		name  string
+		pid   int
+		start uint64
+		ok    bool
+	}{
+		{"123-4567", 123, 4567, true},
+		{".record-123", 0, 0, false}, // a record being written
+		{"123", 0, 0, false},
+		{"x-1", 0, 0, false},
+		{"0-1", 0, 0, false},
+	}
+	for _, tt := range tests {
+		pid, start, ok := parseExitRecordName(tt.name)
+		if pid != tt.pid || start != tt.start || ok != tt.ok {
+			t.Errorf("parseExitRecordName(%q) = %d, %d, %v", tt.name, pid, start, ok)
+		}
+	}
+	if got := exitRecordName(123, 4567); got != "123-4567" {
+		t.Errorf("exitRecordName = %q", got)
+	}
+}

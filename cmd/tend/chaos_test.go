@@ -46,6 +46,7 @@ func cmdChaos(ts *testscript.TestScript, neg bool, args []string) {
 	root := ts.MkAbs(".tend")
 	ranLog := ts.MkAbs("ran.log")
 	want := make(map[string]chaosRun)
+	toCancel := make(map[string]bool)
 	for round := 0; round < rounds; round++ {
 		for i := range 4 + rng.IntN(8) {
 			id := fmt.Sprintf("c%d-%d", round, i)
@@ -53,15 +54,34 @@ func cmdChaos(ts *testscript.TestScript, neg bool, args []string) {
 			want[id] = w
 			submitFile(ts, root, id+".start", body)
 			if w.state == tracker.Canceled {
-				submitFile(ts, root, id+".cancel", "")
+				toCancel[id] = true
 			}
 		}
 		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond)
+		cancelStarted(ts, root, ranLog, toCancel)
 		killWatcher(ts, root)
 		time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
 		tendUp(ts)
 	}
+	poll(ts, func() string {
+		if cancelStarted(ts, root, ranLog, toCancel); len(toCancel) > 0 {
+			return fmt.Sprintf("%d runs to cancel have not started", len(toCancel))
+		}
+		return ""
+	})
 	checkChaos(ts, root, ranLog, want)
+}
+
+// cancelStarted drops a cancel request for each run in toCancel that has
+// logged its start, so that each is known to have run once, and forgets it.
+func cancelStarted(ts *testscript.TestScript, root, ranLog string, toCancel map[string]bool) {
+	b, _ := os.ReadFile(ranLog)
+	for _, id := range strings.Fields(string(b)) {
+		if toCancel[id] {
+			submitFile(ts, root, id+".cancel", "")
+			delete(toCancel, id)
+		}
+	}
 }
 
 // chaosRequest returns the body of a start request of one random kind,
@@ -134,7 +154,7 @@ func checkChaos(ts *testscript.TestScript, root, ranLog string, want map[string]
 				return err.Error()
 			}
 			if !tracker.Final(st.State) {
-				return fmt.Sprintf("run %s is %s", id, st.State)
+				return fmt.Sprintf("run %s is %s\n%s", id, st.State, runDiagnosis(root, id))
 			}
 		}
 		return ""
@@ -154,7 +174,7 @@ func checkChaos(ts *testscript.TestScript, root, ranLog string, want map[string]
 			w.code = -1
 		}
 		if got != w {
-			ts.Fatalf("run %s ended %+v (reason %q), want %+v", id, got, st.Reason, w)
+			ts.Fatalf("run %s ended %+v (reason %q), want %+v\n%s", id, got, st.Reason, w, ts.ReadFile(filepath.Join(store.RunDir(id), "request")))
 		}
 		if ran[id] != 1 {
 			ts.Fatalf("run %s ran %d times", id, ran[id])
@@ -171,4 +191,25 @@ func checkChaos(ts *testscript.TestScript, root, ranLog string, want map[string]
 		ts.Fatalf("history: %v", err)
 	}
 	ts.Logf("chaos: %d runs, each ended as it should, exactly once", len(want))
+}
+
+// runDiagnosis gathers what tells why run id is stuck: its files and the
+// watcher log's lines about it.
+func runDiagnosis(root, id string) string {
+	var b strings.Builder
+	for _, name := range []string{"request", "state.json"} {
+		data, _ := os.ReadFile(filepath.Join(root, "runs", id, name))
+		fmt.Fprintf(&b, "--- %s:\n%s\n", name, data)
+	}
+	_, err := os.Stat(filepath.Join(root, "runs", id, "started"))
+	fmt.Fprintf(&b, "--- started: %v\n", err == nil)
+	out, _ := exec.Command("ls", "-la", filepath.Join(root, "spool"), filepath.Join(root, "exits"), filepath.Join(root, "outcomes")).CombinedOutput()
+	fmt.Fprintf(&b, "--- ls:\n%s\n", out)
+	log, _ := os.ReadFile(filepath.Join(root, "watcher.log"))
+	for _, line := range strings.Split(string(log), "\n") {
+		if strings.Contains(line, " "+id+" ") || strings.Contains(line, " "+id+":") || strings.Contains(line, "keeper") || strings.Contains(line, "watching") {
+			fmt.Fprintln(&b, line)
+		}
+	}
+	return b.String()
 }
