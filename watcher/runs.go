@@ -416,16 +416,22 @@ func (w *watcher) exitRecorded(name string) {
 // whose process never passed its gate never ran: it is started now, as if
 // the earlier watcher had never claimed it.
 //
-// The end is recorded before our own leader is reaped: if the watcher dies
-// in between, the unreaped leader goes to the keeper, which records its
-// exit status again, rather than the status being lost with the watcher.
+// The end is recorded before our own leader is reaped, and before an
+// adopted one's exit record is removed: if the watcher dies in between, the
+// unreaped leader goes to the keeper, which records its exit status again,
+// and the record stays for the next watcher; the status is never lost.
 func (w *watcher) finish(r *run) {
 	e := *r.exit
+	pid, start := r.st.PID, r.st.ProcStart
 	defer func() {
 		if !r.adopted {
 			if _, err := r.proc.Reap(); err != nil {
-				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, r.proc.PID(), err)
+				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
 			}
+		} else if err := removeExitRecord(w.cfg.Root, pid, start); err != nil {
+			// Removed only now that the end is recorded: until then, it is
+			// what the next watcher would need.
+			w.log.Printf("run %s: %v", r.st.ID, err)
 		}
 		if r.proc != nil {
 			r.proc.Close()
@@ -436,9 +442,6 @@ func (w *watcher) finish(r *run) {
 	}
 	delete(w.runs, r.st.ID)
 	if r.adopted {
-		if err := removeExitRecord(w.cfg.Root, r.st.PID, r.st.ProcStart); err != nil {
-			w.log.Printf("run %s: %v", r.st.ID, err)
-		}
 		if !w.hasStarted(r.st.ID) {
 			w.neverRan(r.st, "its process ended at the start gate")
 			return

@@ -113,6 +113,9 @@ func startWaiting(e *env, id string) bool {
 func waitFinal(e *env, id string) (*tracker.State, error) {
 	d := spool.Dir{Root: e.root}
 	store := tracker.NewStore(e.root)
+	if st, err := store.Read(id); err == nil && tracker.Final(st.State) {
+		return st, nil // no watcher needed, so none is started
+	}
 	if err := e.autoStart(); err != nil {
 		return nil, err
 	}
