@@ -17,9 +17,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// KeeperComm is the name a keeper gives itself (in /proc/PID/comm and ps),
-// by which a watcher knows that its parent is a keeper.
-const KeeperComm = "tend-keeper"
+// KeeperComm and WatcherComm are the names a keeper and a watcher give
+// themselves (in /proc/PID/comm, and so in ps), by which each is told from
+// other processes.
+const (
+	KeeperComm  = "tend-keeper"
+	WatcherComm = "tend-watcher"
+)
 
 // KeeperPIDPath returns the file in which the keeper in charge of root
 // writes its PID.
@@ -147,7 +151,7 @@ func (k *keeper) startWatcher() error {
 
 // takeCharge takes the keeper lock and writes keeper.pid.
 func (k *keeper) takeCharge() error {
-	if err := os.MkdirAll(k.cfg.Root, 0o755); err != nil {
+	if err := os.MkdirAll(k.cfg.Root, 0o700); err != nil {
 		return err
 	}
 	l := flock.New(keeperLockPath(k.cfg.Root))

@@ -152,7 +152,7 @@ func Run(cfg Config) error {
 		return err
 	}
 	// A name for ps, next to the keeper's; no harm if it cannot be set.
-	os.WriteFile("/proc/self/comm", []byte("tend-watcher"), 0)
+	os.WriteFile("/proc/self/comm", []byte(WatcherComm), 0)
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	defer signal.Stop(sigchld)

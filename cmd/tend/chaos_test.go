@@ -125,7 +125,7 @@ func killWatcher(ts *testscript.TestScript, root string) {
 	if err != nil {
 		return // still starting: it will be killed in a later round
 	}
-	if st, err := procfs.ReadStat(info.PID); err == nil && st.Comm == "tend-watcher" {
+	if st, err := procfs.ReadStat(info.PID); err == nil && st.Comm == watcher.WatcherComm {
 		h, err := procfs.Open(info.PID, st.StartTime)
 		if err == nil {
 			h.Signal(syscall.SIGKILL)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -65,7 +66,7 @@ func (e *env) autoStart() error {
 // A keeper whose watcher died is told to start the next one at once,
 // rather than racing with a second keeper.
 func ensureWatcher(e *env, settle time.Duration) (pid int, started bool, err error) {
-	if err := os.MkdirAll(e.root, 0o755); err != nil {
+	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
 		return 0, false, err
 	}
 	l := flock.New(filepath.Join(e.root, "up.lock"))
@@ -108,15 +109,16 @@ func readyWatcher(root string) (int, bool) {
 		return 0, false
 	}
 	info, err := watcher.ReadInfo(root)
-	if err != nil || !procAlive(info.PID) {
+	if err != nil {
+		return 0, false
+	}
+	// watcher.json may be left by a watcher that died: its PID must still
+	// be a watcher's.
+	st, err := procfs.ReadStat(info.PID)
+	if err != nil || st.State == 'Z' || st.Comm != watcher.WatcherComm {
 		return 0, false
 	}
 	return info.PID, true
-}
-
-func procAlive(pid int) bool {
-	st, err := procfs.ReadStat(pid)
-	return err == nil && st.State != 'Z'
 }
 
 func logPath(root string) string { return filepath.Join(root, "watcher.log") }

@@ -336,7 +336,7 @@ func countDaemons(root string) (watchers, keepers int) {
 			continue
 		}
 		switch p.Comm {
-		case "tend-watcher":
+		case watcher.WatcherComm:
 			watchers++
 		case watcher.KeeperComm:
 			keepers++
