@@ -354,6 +354,11 @@ func (w *watcher) leadersExited(batch []*run) {
 	w.drain()
 }
 
+// recordWait is how long an adopted run's end waits for its keeper's exit
+// record. The keeper writes it within milliseconds; the wait is long so that
+// only a keeper that is gone, not a slow one, makes a status unknown.
+const recordWait = 30 * time.Second
+
 // adoptedExited takes the exit status of adopted run r from its exit
 // record, or waits a while for the keeper to write it.
 func (w *watcher) adoptedExited(r *run) {
@@ -364,7 +369,7 @@ func (w *watcher) adoptedExited(r *run) {
 		r.exit, r.unknown = &procfs.Exit{Code: -1}, true
 		return
 	}
-	r.awaiting = time.AfterFunc(5*time.Second, func() {
+	r.awaiting = time.AfterFunc(recordWait, func() {
 		w.do <- func() {
 			if r.awaiting != nil && r.exit == nil {
 				w.log.Printf("run %s: no exit record from the keeper for pid %d", r.st.ID, r.st.PID)
