@@ -225,6 +225,9 @@ const (
 	AlreadyFinished = "already_finished"
 	NotFound        = "not_found"
 	NotCancellable  = "not_cancellable"
+	NotPermitted    = "not_permitted"
+	StillActive     = "still_active"
+	Deleted         = "deleted"
 )
 
 // OutcomePath returns the path of the outcome file for request n.

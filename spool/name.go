@@ -16,10 +16,11 @@ import (
 const (
 	VerbStart  = "start"
 	VerbCancel = "cancel"
+	VerbDelete = "delete"
 )
 
 // Verbs lists every verb tend takes, in the order the docs give them.
-var Verbs = []string{VerbStart, VerbCancel}
+var Verbs = []string{VerbStart, VerbCancel, VerbDelete}
 
 // MaxIDLen bounds an ID, so that every file tend derives from it
 // (<id>.<verb>, <id>.<verb>.error) stays far below NAME_MAX.

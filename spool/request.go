@@ -218,6 +218,32 @@ func ParseCancel(body []byte) (Cancel, error) {
 	return c, nil
 }
 
+// Delete is a parsed delete request.
+type Delete struct {
+	Session string `json:"session,omitempty"`
+}
+
+// ParseDelete parses a delete request body: empty, or a JSON object with
+// "session".
+func ParseDelete(body []byte) (Delete, error) {
+	var d Delete
+	if len(bytes.TrimSpace(body)) == 0 {
+		return d, nil
+	}
+	if !isJSON(body) {
+		return d, errors.New(`a delete body is empty or a JSON object such as {"session": "s1"}`)
+	}
+	if err := decodeStrict(body, &d); err != nil {
+		return d, err
+	}
+	if d.Session != "" {
+		if err := ValidID(d.Session); err != nil {
+			return d, fmt.Errorf(`"session": %v`, err)
+		}
+	}
+	return d, nil
+}
+
 // isJSON reports whether body is meant as a JSON object: '{' then '"' or
 // '}' (or nothing yet), ignoring blanks.
 func isJSON(body []byte) bool {

@@ -20,6 +20,7 @@ type Event struct {
 	ID       string    `json:"id"`
 	Rev      int64     `json:"rev"`
 	State    string    `json:"state"`
+	Session  string    `json:"session,omitempty"`
 	PID      int       `json:"pid,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Signal   string    `json:"signal,omitempty"`
@@ -28,7 +29,7 @@ type Event struct {
 
 // EventOf returns the history event for st's current state.
 func EventOf(st *State, at time.Time) Event {
-	return Event{Time: at, ID: st.ID, Rev: st.Rev, State: st.State, PID: st.PID,
+	return Event{Time: at, ID: st.ID, Rev: st.Rev, State: st.State, Session: st.Session, PID: st.PID,
 		ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason}
 }
 

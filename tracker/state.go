@@ -24,6 +24,8 @@ const (
 	Failed    = "failed"
 	Canceled  = "canceled"
 	TimedOut  = "timed_out"
+	// Deleted appears only in the history: the run's record was removed.
+	Deleted = "deleted"
 )
 
 // Final reports whether state is one a run never leaves.

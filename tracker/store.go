@@ -2,15 +2,19 @@ package tracker
 
 import (
 	"bytes"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 
 	"github.com/natefinch/atomic"
 	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
 )
 
 // Store is the runs/ directory of a tend root.
@@ -125,4 +129,39 @@ func (s *Store) List() ([]*State, []error) {
 		return out[i].ID < out[j].ID
 	})
 	return out, errs
+}
+
+// Trash takes run id's directory out of the store at once, by renaming it
+// to a hidden name, so readers see the whole record or none of it. It
+// returns the new path, for Purge.
+func (s *Store) Trash(id string) (string, error) {
+	var buf [8]byte
+	rand.Read(buf[:])
+	trash := filepath.Join(s.dir, "."+id+".deleted-"+hex.EncodeToString(buf[:]))
+	if err := unix.Renameat2(unix.AT_FDCWD, s.RunDir(id), unix.AT_FDCWD, trash, unix.RENAME_NOREPLACE); err != nil {
+		return "", fmt.Errorf("run %s: %w", id, err)
+	}
+	return trash, nil
+}
+
+// Purge removes a directory that Trash returned.
+func (s *Store) Purge(trash string) error {
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("%s: %w", trash, err)
+	}
+	return nil
+}
+
+// Trashed returns what Trash left behind and Purge did not remove (a crash
+// in between), by run ID.
+func (s *Store) Trashed() map[string]string {
+	paths, _ := filepath.Glob(filepath.Join(s.dir, ".*.deleted-*"))
+	out := make(map[string]string, len(paths))
+	for _, p := range paths {
+		name := strings.TrimPrefix(filepath.Base(p), ".")
+		if id, _, ok := strings.Cut(name, ".deleted-"); ok {
+			out[id] = p
+		}
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -44,10 +45,13 @@ func (w *watcher) recoverRuns() {
 			w.recoverClaimed(id)
 		case err != nil:
 			w.log.Printf("recover: %v", err)
+		case st.State == tracker.Queued:
+			w.recoverQueued(st)
 		case !tracker.Final(st.State):
 			w.recoverLive(st)
 		}
 	}
+	slices.SortStableFunc(w.queue, func(a, b *queuedRun) int { return a.st.CreatedAt.Compare(b.st.CreatedAt) })
 }
 
 func (w *watcher) recoverClaimed(id string) {

@@ -6,12 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
-	"golang.org/x/sys/unix"
 )
 
 // pending is a spool entry that has been seen but not yet taken or rejected.
@@ -71,6 +69,9 @@ func (w *watcher) examine(name string) {
 	case errors.Is(err, fs.ErrNotExist):
 		w.forget(name) // taken, renamed away or removed
 		if nameErr == nil {
+			if q := w.queued(n.ID); q != nil && n.Verb == spool.VerbStart {
+				w.queuedRequestGone(q, "its request was removed from the spool while queued")
+			}
 			w.afterStartDecided(n) // a removed start is decided too
 		}
 		return
@@ -92,12 +93,15 @@ func (w *watcher) examine(name string) {
 	}
 	var start spool.Start
 	var cancel spool.Cancel
+	var del spool.Delete
 	if problem == nil {
 		switch n.Verb {
 		case spool.VerbStart:
 			start, problem = spool.ParseStart(f.Body)
 		case spool.VerbCancel:
 			cancel, problem = spool.ParseCancel(f.Body)
+		case spool.VerbDelete:
+			del, problem = spool.ParseDelete(f.Body)
 		}
 	}
 	if problem != nil || !f.Settled {
@@ -116,6 +120,8 @@ func (w *watcher) examine(name string) {
 		w.takeStart(n, f, start)
 	case spool.VerbCancel:
 		w.takeCancel(n, f, cancel)
+	case spool.VerbDelete:
+		w.takeDelete(n, f, del)
 	}
 }
 
@@ -130,6 +136,9 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 		return
 	}
 	w.log.Printf("%s: rejected: %s", spool.Printable(name), reason)
+	if q := w.queued(n.ID); q != nil && nameErr == nil && n.Verb == spool.VerbStart {
+		w.queuedRequestGone(q, "its request was edited into one that is rejected: "+reason)
+	}
 	if nameErr == nil {
 		w.outcome(n, spool.Rejected, reason)
 		w.afterStartDecided(n)
@@ -159,6 +168,19 @@ func (w *watcher) afterStartDecided(n spool.Name) {
 // duplicate.
 func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	defer w.afterStartDecided(n)
+	if q := w.queued(n.ID); q != nil {
+		w.updateQueued(q, f, req) // edited while it waits
+		return
+	}
+	if !w.slotFor(req.Session) || len(w.queue) > 0 {
+		if dir := w.store.RunDir(n.ID); exists(dir) && !emptyDir(dir) {
+			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, w.store.RunDir(n.ID)))
+			return
+		}
+		w.enqueue(n, f, req)
+		w.dequeue() // it, or one before it, may start at once
+		return
+	}
 	dir := w.store.RunDir(n.ID)
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		if !errors.Is(err, fs.ErrExist) || !emptyDir(dir) {
@@ -221,84 +243,12 @@ func emptyDir(dir string) bool {
 	return err == nil && len(ents) == 0
 }
 
-// takeCancel answers a cancel request. Its outcome:
-//   - canceled: the run was stopped by this (or an earlier) cancel; written
-//     once the run has ended and none of its process group is left;
-//   - already_finished: the run had ended, or ended for another reason;
-//   - not_found: no run has this ID;
-//   - not_cancellable: the run exists but no process of it can be signaled
-//     by this watcher.
-func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
-	if _, err := os.Lstat(filepath.Join(w.spool.Spool(), n.ID+"."+spool.VerbStart)); err == nil {
-		// Its start request is still being written: decide after it.
-		w.afterStart[n.ID] = append(w.afterStart[n.ID], n.String())
-		return
-	}
-	// Claimed under a hidden name, which the watcher ignores, and removed
-	// only once the cancel is recorded (in the run's stop, or its outcome):
-	// a watcher that dies in between leaves it for the next one (see
-	// restoreCancels), so no cancel is lost.
-	dst := takenPath(w.spool, n)
-	if _, err := w.spool.Claim(f, dst); err != nil {
-		w.log.Printf("%s: claiming: %v", n, err)
-		return
-	}
-	defer os.Remove(dst)
-	r := w.runs[n.ID]
-	switch {
-	case r == nil:
-		st, err := w.store.Read(n.ID)
-		switch {
-		case errors.Is(err, tracker.ErrNotFound):
-			w.answer(n, spool.NotFound, "no run has this id")
-		case err != nil:
-			w.answer(n, spool.NotCancellable, err.Error())
-		case tracker.Final(st.State):
-			w.answer(n, spool.AlreadyFinished, st.State)
-		default:
-			w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
-		}
-	case r.exit != nil:
-		w.answer(n, spool.AlreadyFinished, "its process has exited")
-	default:
-		grace := r.grace()
-		if req.Grace != nil {
-			grace = req.Grace.D()
-		}
-		w.stop(r, tracker.Canceled, "canceled", grace, n.String())
-		w.log.Printf("%s: canceling (grace %s)", n, grace)
-	}
-}
-
 func (w *watcher) answer(n spool.Name, outcome, detail string) {
 	w.log.Printf("%s: %s", n, outcome)
 	w.outcome(n, outcome, detail)
 }
 
-// takenPath is where a cancel request is kept while it is carried out.
-func takenPath(d spool.Dir, n spool.Name) string {
-	return filepath.Join(d.Spool(), "."+n.String()+".taken")
-}
-
-// restoreCancels puts back the cancel requests that an earlier watcher had
-// claimed but maybe not carried out, to be taken again. Carrying one out
-// twice is harmless: a second cancel of a stopping run waits with it, and
-// one of an ended run gets already_finished.
-func (w *watcher) restoreCancels() {
-	names, err := filepath.Glob(filepath.Join(w.spool.Spool(), ".*."+spool.VerbCancel+".taken"))
-	if err != nil {
-		return
-	}
-	for _, taken := range names {
-		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(taken), "."), ".taken")
-		if _, err := spool.ParseName(name); err != nil {
-			continue
-		}
-		dst := filepath.Join(w.spool.Spool(), name)
-		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
-			os.Remove(taken) // a newer cancel of the same run is waiting: it will do
-			continue
-		}
-		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
-	}
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }

@@ -481,6 +481,7 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, st.State)
+	w.dequeue() // its slot is free
 }
 
 // answerStop answers the cancel request that waits on st's stop, if any:

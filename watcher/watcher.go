@@ -48,6 +48,9 @@ type Config struct {
 	Ready *os.File
 	// Version is written to watcher.json, for "tend status".
 	Version string
+	// Limits are the watcher's own limits; ROOT/config.json may change
+	// them, at start and whenever it changes.
+	Limits Limits
 	// BecomeKeeper, if set, is the command line (run as /proc/self/exe)
 	// that turns this process into a keeper, should its own keeper die:
 	// the runs are this process's children, so only this PID can keep them.
@@ -130,6 +133,11 @@ func Run(cfg Config) error {
 	if err := w.spool.Make(); err != nil {
 		return err
 	}
+	limits, err := LoadLimits(cfg.Root, cfg.Limits)
+	if err != nil {
+		return err
+	}
+	w.limits = limits
 	if err := w.store.Make(); err != nil {
 		return err
 	}
@@ -164,16 +172,20 @@ func Run(cfg Config) error {
 	defer fsw.Close()
 	// Watch first, then look: a request dropped in between is seen twice,
 	// which is harmless, instead of not at all.
-	for _, dir := range []string{w.spool.Spool(), exitsDir(cfg.Root)} {
+	for _, dir := range []string{w.spool.Spool(), exitsDir(cfg.Root), cfg.Root} {
 		if err := fsw.Add(dir); err != nil {
 			return fmt.Errorf("watch %s: %w", dir, err)
 		}
 	}
 	w.recoverRuns()
+	w.writeQueue()
 	w.sweepExitRecords()
-	w.restoreCancels()
+	w.restoreControls()
+	w.finishDeletions()
 	w.rescan()
+	w.dequeue()
 	w.drain()
+	w.collectGarbage()
 	if err := w.writeInfo(); err != nil {
 		return err
 	}
@@ -195,6 +207,8 @@ type watcher struct {
 	hist  *tracker.History
 
 	runs    map[string]*run     // runs with a live process, by ID
+	queue   []*queuedRun        // runs waiting for a slot, in arrival order
+	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
 	// afterStart holds cancel requests that wait for a start request of the
 	// same ID to be decided.
@@ -287,6 +301,10 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 	if ev.Name == w.spool.Spool() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
 		return fmt.Errorf("the spool %s was removed", ev.Name)
 	}
+	if ev.Name == ConfigPath(w.cfg.Root) {
+		w.reloadLimits()
+		return nil
+	}
 	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {
 		if ev.Has(fsnotify.Create) {
 			w.exitRecorded(filepath.Base(ev.Name))
@@ -303,6 +321,22 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 	w.pendingFor(name).lastChange = time.Now()
 	w.examine(name)
 	return nil
+}
+
+// reloadLimits applies a changed config.json. A bad one is reported and
+// the limits stay as they were.
+func (w *watcher) reloadLimits() {
+	l, err := LoadLimits(w.cfg.Root, w.cfg.Limits)
+	if err != nil {
+		w.log.Printf("config: %v (keeping the limits in force)", err)
+		return
+	}
+	if l != w.limits {
+		w.limits = l
+		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v",
+			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor)
+		w.dequeue()
+	}
 }
 
 // rescan examines every entry in the spool: at start, and after the kernel

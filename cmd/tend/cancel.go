@@ -6,12 +6,14 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 )
 
 type cancelCmd struct {
-	ID      string        `arg:"" help:"The run to cancel."`
+	ID      string        `arg:"" optional:"" help:"The run to cancel."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
-	Session string        `help:"Act as this session." env:"TEND_SESSION"`
+	Session string        `help:"Act as this session: only its runs may be canceled." env:"TEND_SESSION"`
+	All     bool          `help:"Cancel every active run of --session (and nothing else)."`
 }
 
 func (c *cancelCmd) Help() string {
@@ -25,15 +27,13 @@ Canceling twice is safe. Example: tend cancel web --grace 2s`
 }
 
 func (c *cancelCmd) Run(e *env) error {
+	if c.All {
+		return c.cancelAll(e)
+	}
 	if err := spool.ValidID(c.ID); err != nil {
 		return exitf(exitUsage, "cancel: %v", err)
 	}
-	req := spool.Cancel{Session: c.Session}
-	if c.Grace > 0 {
-		g := spool.Duration(c.Grace)
-		req.Grace = &g
-	}
-	body, err := json.Marshal(req)
+	body, err := c.body()
 	if err != nil {
 		return err
 	}
@@ -51,4 +51,46 @@ func (c *cancelCmd) Run(e *env) error {
 		return exitf(exitNotFound, "")
 	}
 	return exitf(exitRefused, "cancel %s: %s: %s", c.ID, outcome, detail)
+}
+
+func (c *cancelCmd) body() ([]byte, error) {
+	req := spool.Cancel{Session: c.Session}
+	if c.Grace > 0 {
+		g := spool.Duration(c.Grace)
+		req.Grace = &g
+	}
+	return json.Marshal(req)
+}
+
+// cancelAll cancels every active run of the session, side by side, and
+// prints one line per run: ID: outcome.
+func (c *cancelCmd) cancelAll(e *env) error {
+	if c.ID != "" {
+		return exitf(exitUsage, "cancel: give a run ID or --all, not both")
+	}
+	if c.Session == "" {
+		return exitf(exitUsage, "cancel --all: name the session whose runs to cancel (--session or TEND_SESSION)")
+	}
+	body, err := c.body()
+	if err != nil {
+		return err
+	}
+	runs, _ := tracker.NewStore(e.root).List()
+	var reqs []request
+	for _, st := range runs {
+		if st.Session == c.Session && !tracker.Final(st.State) {
+			reqs = append(reqs, request{spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body})
+		}
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	answers, err := submitAll(e, reqs, true)
+	if err != nil {
+		return err
+	}
+	for i, a := range answers {
+		fmt.Fprintf(e.stdout, "%s: %s\n", reqs[i].name.ID, a.outcome)
+	}
+	return nil
 }

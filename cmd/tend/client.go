@@ -55,34 +55,65 @@ func waitUntil(dir string, check func() (done bool, err error)) error {
 // submit writes a request into the spool and waits for its outcome. With
 // no watcher running it leaves the request there and says so.
 func submit(e *env, n spool.Name, body []byte, replace bool) (outcome, detail string, err error) {
+	answers, err := submitAll(e, []request{{n, body}}, replace)
+	if err != nil {
+		return "", "", err
+	}
+	return answers[0].outcome, answers[0].detail, nil
+}
+
+// request is a request to submit, and answer what became of it.
+type request struct {
+	name spool.Name
+	body []byte
+}
+
+type answer struct {
+	outcome, detail string
+}
+
+// submitAll writes every request into the spool, then waits for all of
+// their outcomes, so that requests that each take a while (cancels wait
+// for their run to end) are carried out side by side.
+func submitAll(e *env, reqs []request, replace bool) ([]answer, error) {
 	d := spool.Dir{Root: e.root}
 	if err := d.Make(); err != nil {
-		return "", "", err
+		return nil, err
 	}
 	if err := e.autoStart(); err != nil {
-		return "", "", err
+		return nil, err
 	}
-	// An outcome from an earlier request of the same name must not be
-	// taken for this one's.
-	if err := os.Remove(d.OutcomePath(n)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return "", "", err
+	for _, r := range reqs {
+		// An outcome from an earlier request of the same name must not be
+		// taken for this one's.
+		if err := os.Remove(d.OutcomePath(r.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		if err := d.Submit(r.name, r.body, replace); err != nil {
+			return nil, err
+		}
 	}
-	if err := d.Submit(n, body, replace); err != nil {
-		return "", "", err
-	}
-	err = waitUntil(d.Outcomes(), func() (bool, error) {
-		var err error
-		outcome, detail, err = d.ReadOutcome(n)
-		if err == nil {
+	answers := make([]answer, len(reqs))
+	done := 0
+	err := waitUntil(d.Outcomes(), func() (bool, error) {
+		for done < len(reqs) {
+			outcome, detail, err := d.ReadOutcome(reqs[done].name)
+			if err != nil {
+				break
+			}
+			answers[done] = answer{outcome, detail}
+			done++
+		}
+		if done == len(reqs) {
 			return true, nil
 		}
 		if running, _, perr := watcher.Probe(e.root); perr == nil && !running {
 			return false, exitf(exitNoWatcher, "no watcher is running on %s: the request waits in %s/%s until one starts (run: tend up)",
-				e.root, d.Spool(), n)
+				e.root, d.Spool(), reqs[done].name)
 		}
 		return false, nil
 	})
-	return outcome, detail, err
+	return answers, err
 }
 
 // readRun returns run id's state, or a not-found error for people.

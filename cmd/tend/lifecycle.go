@@ -22,7 +22,7 @@ import (
 const upTimeout = 60 * time.Second
 
 type upCmd struct {
-	Settle time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
+	watchFlags
 }
 
 func (c *upCmd) Help() string {
@@ -32,7 +32,7 @@ If one already runs, says so and exits 0.`
 }
 
 func (c *upCmd) Run(e *env) error {
-	pid, started, err := ensureWatcher(e, c.Settle)
+	pid, started, err := ensureWatcher(e, c.watchFlags)
 	if err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func (e *env) autoStart() error {
 	if running, _, err := watcher.Probe(e.root); err == nil && running {
 		return nil
 	}
-	pid, started, err := ensureWatcher(e, watcher.DefaultSettle)
+	pid, started, err := ensureWatcher(e, watchFlags{Settle: watcher.DefaultSettle})
 	if started {
 		fmt.Fprintf(e.stderr, "tend: started a watcher on %s (pid %d)\n", e.root, pid)
 	}
@@ -65,7 +65,7 @@ func (e *env) autoStart() error {
 // Concurrent callers take turns on ROOT/up.lock, so exactly one starts.
 // A keeper whose watcher died is told to start the next one at once,
 // rather than racing with a second keeper.
-func ensureWatcher(e *env, settle time.Duration) (pid int, started bool, err error) {
+func ensureWatcher(e *env, flags watchFlags) (pid int, started bool, err error) {
 	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
 		return 0, false, err
 	}
@@ -93,7 +93,7 @@ func ensureWatcher(e *env, settle time.Duration) (pid int, started bool, err err
 			k.Close()
 			continue
 		}
-		if err := spawnKeeper(e, settle); err != nil {
+		if err := spawnKeeper(e, flags); err != nil {
 			return 0, false, err
 		}
 		started = true
@@ -126,7 +126,7 @@ func logPath(root string) string { return filepath.Join(root, "watcher.log") }
 // spawnKeeper runs "tend watch" in a new session, detached, with its output
 // appended to watcher.log, and waits for its watcher to say it is ready,
 // or for the keeper to give up (another may have won the root meanwhile).
-func spawnKeeper(e *env, settle time.Duration) error {
+func spawnKeeper(e *env, flags watchFlags) error {
 	logf, err := os.OpenFile(logPath(e.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
@@ -142,7 +142,7 @@ func spawnKeeper(e *env, settle time.Duration) error {
 		return err
 	}
 	cmd := exec.Command(exe)
-	cmd.Args = []string{os.Args[0], "--root", e.root, "watch", "--settle", settle.String(), "--ready-fd", "3"}
+	cmd.Args = append([]string{os.Args[0], "--root", e.root, "watch", "--ready-fd", "3"}, flags.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.ExtraFiles = []*os.File{readyW}
 	cmd.Dir = "/"

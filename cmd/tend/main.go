@@ -61,6 +61,9 @@ type cli struct {
 	Logs    logsCmd    `cmd:"" help:"Print a run's output."`
 	Cancel  cancelCmd  `cmd:"" help:"Cancel a run."`
 	Wait    waitCmd    `cmd:"" help:"Wait for a run to end; exit with its exit code."`
+	Rm      rmCmd      `cmd:"" help:"Delete finished runs."`
+	Gc      gcCmd      `cmd:"" help:"Delete finished runs beyond the retention."`
+	History historyCmd `cmd:"" help:"Print a run's transitions."`
 }
 
 // env is what commands run with.

@@ -6,19 +6,37 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher"
 )
 
 type lsCmd struct {
-	JSON bool `help:"Print a JSON array of state records."`
+	JSON    bool          `help:"Print a JSON array of state records (queued ones with their position)."`
+	All     bool          `help:"List every run, not only the active ones and those that ended in the last 24 hours."`
+	State   []string      `help:"Only runs in these states (comma-separated or repeated)." placeholder:"STATE"`
+	Session string        `help:"Only runs of this session." placeholder:"S"`
+	Label   []string      `short:"l" help:"Only runs with this label (repeatable: all must match)." placeholder:"K=V"`
+	Since   time.Duration `help:"Only runs created within this long (e.g. 2h)."`
 }
 
 func (c *lsCmd) Help() string {
-	return "Example: tend ls; tend ls --json | jq '.[] | select(.state==\"failed\")'"
+	return `Lists active runs (queued, starting, running, stopping) and those that
+ended in the last 24 hours; --all lists every run. A queued run shows its
+position in the queue. Examples:
+  tend ls --state failed --since 1h
+  tend ls --session agent-7 -l kind=test --json | jq '.[].id'`
+}
+
+// listed is a run as ls prints it in JSON: its record, and its position if
+// it is queued.
+type listed struct {
+	*tracker.State
+	Position int `json:"position,omitempty"`
 }
 
 func (c *lsCmd) Run(e *env) error {
@@ -26,23 +44,69 @@ func (c *lsCmd) Run(e *env) error {
 	for _, err := range errs {
 		fmt.Fprintln(e.stderr, "tend:", err)
 	}
-	if c.JSON {
-		if runs == nil {
-			runs = []*tracker.State{}
+	for _, l := range c.Label {
+		if !strings.Contains(l, "=") {
+			return exitf(exitUsage, "ls: --label %q: want K=V", l)
 		}
-		return writeJSON(e.stdout, runs)
+	}
+	positions := queuePositions(e.root)
+	now := time.Now()
+	out := []listed{}
+	for _, st := range runs {
+		if c.match(st, now) {
+			out = append(out, listed{st, positions[st.ID]})
+		}
+	}
+	if c.JSON {
+		return writeJSON(e.stdout, out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTIME\tCOMMAND")
-	now := time.Now()
-	for _, st := range runs {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", st.ID, st.State, exitText(st), timeText(st, now), commandText(st.Command, 60))
+	for _, r := range out {
+		state := r.State.State
+		if r.Position > 0 {
+			state = fmt.Sprintf("queued #%d", r.Position)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, state, exitText(r.State), timeText(r.State, now), commandText(r.Command, 60))
 	}
 	tw.Flush()
 	if len(errs) > 0 {
 		return exitf(exitFailed, "%d run records could not be read", len(errs))
 	}
 	return nil
+}
+
+// match reports whether st passes the filters.
+func (c *lsCmd) match(st *tracker.State, now time.Time) bool {
+	if !c.All && tracker.Final(st.State) && st.EndedAt != nil && now.Sub(*st.EndedAt) > 24*time.Hour {
+		return false
+	}
+	if len(c.State) > 0 && !slices.Contains(c.State, st.State) {
+		return false
+	}
+	if c.Session != "" && st.Session != c.Session {
+		return false
+	}
+	if c.Since > 0 && now.Sub(st.CreatedAt) > c.Since {
+		return false
+	}
+	for _, l := range c.Label {
+		k, v, _ := strings.Cut(l, "=")
+		if got, ok := st.Labels[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// queuePositions reads ROOT/queue: the queued runs' positions, from 1.
+func queuePositions(root string) map[string]int {
+	b, _ := os.ReadFile(watcher.QueuePath(root))
+	pos := make(map[string]int)
+	for i, id := range strings.Fields(string(b)) {
+		pos[id] = i + 1
+	}
+	return pos
 }
 
 func exitText(st *tracker.State) string {
@@ -106,6 +170,9 @@ func (c *showCmd) Run(e *env) error {
 	}
 	row("id", st.ID)
 	row("state", st.State)
+	if pos := queuePositions(e.root)[st.ID]; pos > 0 {
+		row("position", fmt.Sprintf("%d in the queue", pos))
+	}
 	row("reason", st.Reason)
 	row("exit", exitText(st))
 	row("command", commandText(st.Command, 1<<20))

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"os"
+	"strconv"
 	"os/signal"
 	"syscall"
 	"time"
@@ -11,8 +12,27 @@ import (
 )
 
 type watchCmd struct {
-	Settle  time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
-	ReadyFD int           `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
+	watchFlags
+	ReadyFD int `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
+}
+
+// watchFlags are the watcher's settings, the same for watch, up and the
+// watcher itself.
+type watchFlags struct {
+	Settle        time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
+	MaxRunning    int           `help:"How many runs may be live at once; more wait, queued (0: no limit). ROOT/config.json's max_running overrides it." default:"0"`
+	MaxPerSession int           `name:"max-running-per-session" help:"How many live runs one session may hold (0: no limit). config.json: max_running_per_session." default:"0"`
+}
+
+// args renders the flags for a watcher's command line.
+func (f watchFlags) args() []string {
+	return []string{"--settle", f.Settle.String(), "--max-running", strconv.Itoa(f.MaxRunning), "--max-running-per-session", strconv.Itoa(f.MaxPerSession)}
+}
+
+func (f watchFlags) limits() watcher.Limits {
+	l := watcher.DefaultLimits
+	l.MaxRunning, l.MaxPerSession = f.MaxRunning, f.MaxPerSession
+	return l
 }
 
 func (c *watchCmd) Help() string {
@@ -29,7 +49,7 @@ func (c *watchCmd) Run(e *env) error {
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
 	defer signal.Stop(sigs)
-	args := []string{os.Args[0], "--root", e.root, "watcher", "--settle", c.Settle.String()}
+	args := append([]string{os.Args[0], "--root", e.root, "watcher"}, c.args()...)
 	var ready *os.File
 	if c.ReadyFD >= 0 {
 		ready = os.NewFile(uintptr(c.ReadyFD), "ready")
@@ -55,8 +75,8 @@ func (c *watchCmd) Run(e *env) error {
 
 // watcherCmd is the watcher proper, which a keeper runs.
 type watcherCmd struct {
-	Settle  time.Duration `default:"1s"`
-	ReadyFD int           `default:"-1"`
+	watchFlags
+	ReadyFD int `default:"-1"`
 }
 
 func (c *watcherCmd) Run(e *env) error {
@@ -64,8 +84,8 @@ func (c *watcherCmd) Run(e *env) error {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(stop)
 	cfg := watcher.Config{
-		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version,
-		BecomeKeeper: []string{os.Args[0], "--root", e.root, "watch", "--settle", c.Settle.String()},
+		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Limits: c.limits(),
+		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch"}, c.args()...),
 	}
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")

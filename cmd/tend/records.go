@@ -1,0 +1,148 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher"
+)
+
+type historyCmd struct {
+	ID   string `arg:"" help:"The run whose transitions to print."`
+	JSON bool   `help:"Print the events as JSON lines, as history.jsonl has them."`
+}
+
+func (c *historyCmd) Help() string {
+	return `Prints a run's transitions from ROOT/history.jsonl, deleted runs
+included. Example: tend history build`
+}
+
+func (c *historyCmd) Run(e *env) error {
+	events, err := tracker.ReadHistory(filepath.Join(e.root, "history.jsonl"))
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	if !c.JSON {
+		fmt.Fprintln(tw, "TIME\tREV\tSTATE\tEXIT\tREASON")
+	}
+	found := false
+	for _, ev := range events {
+		if ev.ID != c.ID {
+			continue
+		}
+		found = true
+		if c.JSON {
+			b, _ := json.Marshal(ev)
+			fmt.Fprintln(e.stdout, string(b))
+			continue
+		}
+		exit := exitText(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", ev.Time.Local().Format(time.RFC3339Nano), ev.Rev, ev.State, exit, ev.Reason)
+	}
+	tw.Flush()
+	if !found {
+		return exitf(exitNotFound, "no run %q in %s", c.ID, filepath.Join(e.root, "history.jsonl"))
+	}
+	return nil
+}
+
+type rmCmd struct {
+	IDs     []string `arg:"" name:"id" help:"The runs to delete."`
+	Session string   `help:"Act as this session: only its runs may be deleted." env:"TEND_SESSION"`
+}
+
+func (c *rmCmd) Help() string {
+	return `Deletes finished runs: their record, output and outcomes. A queued or
+live run is refused (still_active) and left alone. Each deletion stays in
+history.jsonl. Prints one line per run: ID: outcome. Example: tend rm build test`
+}
+
+func (c *rmCmd) Run(e *env) error {
+	for _, id := range c.IDs {
+		if err := spool.ValidID(id); err != nil {
+			return exitf(exitUsage, "rm: %v", err)
+		}
+	}
+	return deleteRuns(e, c.IDs, c.Session)
+}
+
+// deleteRuns submits a delete request for each run and prints the
+// outcomes. It exits 0 only if every run was deleted.
+func deleteRuns(e *env, ids []string, session string) error {
+	body, _ := json.Marshal(spool.Delete{Session: session})
+	reqs := make([]request, len(ids))
+	for i, id := range ids {
+		reqs[i] = request{spool.Name{ID: id, Verb: spool.VerbDelete}, body}
+	}
+	answers, err := submitAll(e, reqs, true)
+	if err != nil {
+		return err
+	}
+	code := exitOK
+	for i, a := range answers {
+		line := ids[i] + ": " + a.outcome
+		if a.detail != "" {
+			line += ": " + a.detail
+		}
+		fmt.Fprintln(e.stdout, line)
+		switch a.outcome {
+		case spool.Deleted:
+		case spool.NotFound:
+			code = max(code, exitNotFound)
+		default:
+			code = exitRefused
+		}
+	}
+	if code != exitOK {
+		return exitf(code, "")
+	}
+	return nil
+}
+
+type gcCmd struct {
+	OlderThan time.Duration `help:"Delete finished runs that ended longer ago than this (default: config.json's keep_finished_for, else 168h)."`
+	Keep      int           `help:"Keep at most this many finished runs, the newest (default: config.json's keep_finished, else 1000)." default:"-1"`
+	Session   string        `help:"Only this session's runs." env:"TEND_SESSION"`
+	DryRun    bool          `help:"Print what would be deleted, and delete nothing."`
+}
+
+func (c *gcCmd) Help() string {
+	return `Deletes finished runs beyond the retention: older than --older-than, or
+beyond the newest --keep. The watcher applies the same retention by itself
+every 10 minutes. Example: tend gc --older-than 24h`
+}
+
+func (c *gcCmd) Run(e *env) error {
+	limits, err := watcher.LoadLimits(e.root, watcher.DefaultLimits)
+	if err != nil {
+		return err
+	}
+	if c.OlderThan > 0 {
+		limits.KeepFinishedFor = c.OlderThan
+	}
+	if c.Keep >= 0 {
+		limits.KeepFinished = c.Keep
+	}
+	runs, errs := tracker.NewStore(e.root).List()
+	for _, err := range errs {
+		fmt.Fprintln(e.stderr, "tend:", err)
+	}
+	if c.Session != "" {
+		runs = slices.DeleteFunc(runs, func(st *tracker.State) bool { return st.Session != c.Session })
+	}
+	ids := watcher.Expired(runs, limits, time.Now())
+	if c.DryRun || len(ids) == 0 {
+		for _, id := range ids {
+			fmt.Fprintln(e.stdout, id)
+		}
+		return nil
+	}
+	return deleteRuns(e, ids, c.Session)
+}

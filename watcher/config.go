@@ -1,0 +1,109 @@
+package watcher
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// Limits are the watcher's settings that ROOT/config.json may change while
+// it runs.
+type Limits struct {
+	// MaxRunning is how many runs may be live at once (0: no limit); the
+	// others wait, queued, in arrival order.
+	MaxRunning int
+	// MaxPerSession is how many of those one session may hold (0: no limit).
+	MaxPerSession int
+	// KeepFinishedFor and KeepFinished bound the finished records kept:
+	// older ones, and those beyond the newest KeepFinished, are deleted
+	// (0: no bound).
+	KeepFinishedFor time.Duration
+	KeepFinished    int
+}
+
+// DefaultLimits are the limits when neither flags nor config.json say
+// otherwise: no cap on runs, and finished records kept for a week, at
+// most 1,000 of them.
+var DefaultLimits = Limits{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000}
+
+// ConfigPath returns the path of root's config.json.
+func ConfigPath(root string) string { return filepath.Join(root, "config.json") }
+
+// configFile is config.json; a field left out keeps the watcher's value.
+type configFile struct {
+	MaxRunning           *int            `json:"max_running"`
+	MaxRunningPerSession *int            `json:"max_running_per_session"`
+	KeepFinishedFor      *spool.Duration `json:"keep_finished_for"`
+	KeepFinished         *int            `json:"keep_finished"`
+}
+
+// LoadLimits returns base with what root's config.json sets on top. A
+// missing file changes nothing; a bad one is an error naming the file and
+// the field, and changes nothing either.
+func LoadLimits(root string, base Limits) (Limits, error) {
+	b, err := os.ReadFile(ConfigPath(root))
+	if errors.Is(err, os.ErrNotExist) {
+		return base, nil
+	}
+	if err != nil {
+		return base, err
+	}
+	var c configFile
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return base, fmt.Errorf("%s: %w", ConfigPath(root), err)
+	}
+	l := base
+	for _, f := range []struct {
+		name string
+		v    *int
+		dst  *int
+	}{
+		{"max_running", c.MaxRunning, &l.MaxRunning},
+		{"max_running_per_session", c.MaxRunningPerSession, &l.MaxPerSession},
+		{"keep_finished", c.KeepFinished, &l.KeepFinished},
+	} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v < 0 {
+			return base, fmt.Errorf("%s: %q: %d is negative", ConfigPath(root), f.name, *f.v)
+		}
+		*f.dst = *f.v
+	}
+	if c.KeepFinishedFor != nil {
+		l.KeepFinishedFor = c.KeepFinishedFor.D()
+	}
+	return l, nil
+}
+
+// Expired returns the IDs of the finished runs among runs that limits do
+// not keep: those that ended longer than KeepFinishedFor before now, and
+// those beyond the newest KeepFinished. Active runs are never among them.
+func Expired(runs []*tracker.State, limits Limits, now time.Time) []string {
+	var done []*tracker.State
+	for _, st := range runs {
+		if tracker.Final(st.State) && st.EndedAt != nil {
+			done = append(done, st)
+		}
+	}
+	slices.SortFunc(done, func(a, b *tracker.State) int { return b.EndedAt.Compare(*a.EndedAt) }) // newest first
+	var ids []string
+	for i, st := range done {
+		old := limits.KeepFinishedFor > 0 && now.Sub(*st.EndedAt) > limits.KeepFinishedFor
+		over := limits.KeepFinished > 0 && i >= limits.KeepFinished
+		if old || over {
+			ids = append(ids, st.ID)
+		}
+	}
+	return ids
+}

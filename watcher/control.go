@@ -1,0 +1,260 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
+)
+
+// Control requests (cancel, delete) act on a run that exists. Each is
+// claimed under a hidden name, which the watcher ignores, and removed only
+// once its effect is recorded: a watcher that dies in between leaves it
+// for the next one (see restoreControls), so none is lost.
+
+// claimControl claims control request n, or defers it while a start
+// request of the same ID is still in the spool and not queued (its writer
+// may not be done: the start decides whether the run exists). It returns
+// the claimed file's path, to be removed once the request is carried out.
+func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok bool) {
+	if w.startWaiting(n.ID) {
+		w.afterStart[n.ID] = append(w.afterStart[n.ID], n.String())
+		return "", false
+	}
+	taken = takenPath(w.spool, n)
+	if _, err := w.spool.Claim(f, taken); err != nil {
+		w.log.Printf("%s: claiming: %v", n, err)
+		return "", false
+	}
+	return taken, true
+}
+
+// startWaiting reports whether a start request for id is in the spool and
+// has not been taken (a queued run's request stays in the spool, but has
+// been taken).
+func (w *watcher) startWaiting(id string) bool {
+	if w.queued(id) != nil {
+		return false
+	}
+	_, err := os.Lstat(filepath.Join(w.spool.Spool(), id+"."+spool.VerbStart))
+	return err == nil
+}
+
+// permitted says whether a request owned by uid, naming session (or none),
+// may act on run st. A session may act only on its own runs; a request
+// without one is an operator's, and may act on any run of its owner. A
+// request from another uid than the run's owner is refused unless it comes
+// from root.
+func permitted(uid int, session string, st *tracker.State) (bool, string) {
+	switch {
+	case session != "" && session != st.Session:
+		if st.Session == "" {
+			return false, fmt.Sprintf("run %s belongs to no session, not to session %s", st.ID, session)
+		}
+		return false, fmt.Sprintf("run %s belongs to session %s, not to session %s", st.ID, st.Session, session)
+	case uid != st.OwnerUID && uid != 0:
+		return false, fmt.Sprintf("run %s belongs to uid %d, not to uid %d", st.ID, st.OwnerUID, uid)
+	}
+	return true, ""
+}
+
+// lookup returns the record of run id: the live one if the watcher
+// supervises or queues it, else the one on disk.
+func (w *watcher) lookup(id string) (*tracker.State, error) {
+	if r := w.runs[id]; r != nil {
+		return r.st, nil
+	}
+	if q := w.queued(id); q != nil {
+		return q.st, nil
+	}
+	return w.store.Read(id)
+}
+
+// takeCancel answers a cancel request. Its outcome:
+//   - canceled: the run was stopped by this (or an earlier) cancel; written
+//     once the run has ended and none of its process group is left; a
+//     queued run ends at once, without starting;
+//   - already_finished: the run had ended, or ended for another reason;
+//   - not_found: no run has this ID;
+//   - not_permitted: the run is another session's or another user's;
+//   - not_cancellable: the run exists but no process of it can be signaled
+//     by this watcher.
+func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
+	taken, ok := w.claimControl(n, f)
+	if !ok {
+		return
+	}
+	defer os.Remove(taken)
+	st, err := w.lookup(n.ID)
+	switch {
+	case errors.Is(err, tracker.ErrNotFound):
+		w.answer(n, spool.NotFound, "no run has this id")
+		return
+	case err != nil:
+		w.answer(n, spool.NotCancellable, err.Error())
+		return
+	}
+	if ok, why := permitted(f.UID, req.Session, st); !ok {
+		w.answer(n, spool.NotPermitted, why)
+		return
+	}
+	if q := w.queued(n.ID); q != nil {
+		w.cancelQueued(q, n)
+		return
+	}
+	r := w.runs[n.ID]
+	switch {
+	case r == nil && tracker.Final(st.State):
+		w.answer(n, spool.AlreadyFinished, st.State)
+	case r == nil:
+		w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
+	case r.exit != nil:
+		w.answer(n, spool.AlreadyFinished, "its process has exited")
+	default:
+		grace := r.grace()
+		if req.Grace != nil {
+			grace = req.Grace.D()
+		}
+		w.stop(r, tracker.Canceled, "canceled", grace, n.String())
+		w.log.Printf("%s: canceling (grace %s)", n, grace)
+	}
+}
+
+// takeDelete answers a delete request: deleted (the record, its output
+// and its outcomes are gone; a "deleted" event stays in the history),
+// still_active (queued or live: nothing is touched), not_found, or
+// not_permitted.
+func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
+	taken, ok := w.claimControl(n, f)
+	if !ok {
+		return
+	}
+	defer os.Remove(taken)
+	st, err := w.lookup(n.ID)
+	switch {
+	case errors.Is(err, tracker.ErrNotFound):
+		w.answer(n, spool.NotFound, "no run has this id")
+		return
+	case err != nil:
+		w.answer(n, spool.Rejected, err.Error())
+		return
+	}
+	if ok, why := permitted(f.UID, req.Session, st); !ok {
+		w.answer(n, spool.NotPermitted, why)
+		return
+	}
+	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
+		w.answer(n, spool.StillActive, "run is "+st.State)
+		return
+	}
+	by := "an operator"
+	if req.Session != "" {
+		by = "session " + req.Session
+	}
+	if err := w.deleteRun(st, "deleted by "+by); err != nil {
+		w.log.Printf("%s: %v", n, err)
+		w.answer(n, spool.Rejected, err.Error())
+		return
+	}
+	w.answer(n, spool.Deleted, "")
+}
+
+// deleteRun removes finished run st's record, output and outcomes, and
+// records a "deleted" event in the history, so the audit trail outlives
+// the record. The record goes first, atomically (renamed aside); a crash
+// before the event is written is made good at the next start
+// (finishDeletions).
+func (w *watcher) deleteRun(st *tracker.State, reason string) error {
+	trash, err := w.store.Trash(st.ID)
+	if err != nil {
+		return err
+	}
+	w.finishDeletion(st.ID, st.Rev+1, st.Session, reason, trash)
+	return nil
+}
+
+func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash string) {
+	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason}
+	if err := w.hist.Append(ev); err != nil {
+		w.log.Printf("run %s: history: %v", id, err)
+	}
+	for _, verb := range []string{spool.VerbStart, spool.VerbCancel} {
+		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
+	}
+	if err := w.store.Purge(trash); err != nil {
+		w.log.Printf("run %s: %v", id, err)
+	}
+	w.log.Printf("run %s: %s", id, reason)
+}
+
+// finishDeletions completes the deletions an earlier watcher cut short.
+func (w *watcher) finishDeletions() {
+	for id, trash := range w.store.Trashed() {
+		rev, session := int64(0), ""
+		path := filepath.Join(trash, "state.json")
+		if b, err := os.ReadFile(path); err == nil {
+			if st, err := tracker.ParseState(path, b); err == nil {
+				rev, session = st.Rev+1, st.Session
+			}
+		}
+		w.finishDeletion(id, rev, session, "deleted (finished after a restart)", trash)
+	}
+}
+
+// takenPath is where a control request is kept while it is carried out.
+func takenPath(d spool.Dir, n spool.Name) string {
+	return filepath.Join(d.Spool(), "."+n.String()+".taken")
+}
+
+// restoreControls puts back the control requests that an earlier watcher
+// had claimed but maybe not carried out, to be taken again. Carrying one
+// out twice is harmless: a second cancel of a stopping run waits with it,
+// one of an ended run gets already_finished, and a second delete finds
+// nothing to delete.
+func (w *watcher) restoreControls() {
+	names, err := filepath.Glob(filepath.Join(w.spool.Spool(), ".*.taken"))
+	if err != nil {
+		return
+	}
+	for _, taken := range names {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(taken), "."), ".taken")
+		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
+			continue
+		}
+		dst := filepath.Join(w.spool.Spool(), name)
+		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
+			os.Remove(taken) // a newer request of the same name waits: it will do
+			continue
+		}
+		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
+	}
+}
+
+// gcEvery is how often the watcher deletes the finished runs its limits do
+// not keep.
+const gcEvery = 10 * time.Minute
+
+// collectGarbage deletes the finished runs beyond the retention, now and
+// every gcEvery.
+func (w *watcher) collectGarbage() {
+	runs, _ := w.store.List()
+	byID := make(map[string]*tracker.State, len(runs))
+	for _, st := range runs {
+		byID[st.ID] = st
+	}
+	for _, id := range Expired(runs, w.limits, time.Now()) {
+		if w.runs[id] != nil || w.queued(id) != nil {
+			continue
+		}
+		if err := w.deleteRun(byID[id], "deleted by retention"); err != nil {
+			w.log.Printf("gc: %v", err)
+		}
+	}
+	w.after(gcEvery, w.collectGarbage)
+}

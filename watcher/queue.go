@@ -1,0 +1,207 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/natefinch/atomic"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// A start request that finds no free slot (Limits) makes a queued run:
+// its record (state "queued") is written, and the request stays in the
+// spool, where its writer may still edit it. When a slot frees, the
+// queued runs start in arrival order, each with its request as it is at
+// that moment; a session at its own cap is passed over, not waited for.
+// ROOT/queue lists the queued runs in order, one ID a line, so a run's
+// position is its line number.
+
+// queuedRun is a run waiting for a slot.
+type queuedRun struct {
+	st  *tracker.State
+	req spool.Start // the request as last read
+	ino uint64      // the spool file it was last read from
+}
+
+// QueuePath returns the path of root's queue file.
+func QueuePath(root string) string { return filepath.Join(root, "queue") }
+
+func (w *watcher) queued(id string) *queuedRun {
+	for _, q := range w.queue {
+		if q.st.ID == id {
+			return q
+		}
+	}
+	return nil
+}
+
+// slotFor reports whether a run of session may start now.
+func (w *watcher) slotFor(session string) bool {
+	if w.limits.MaxRunning > 0 && len(w.runs) >= w.limits.MaxRunning {
+		return false
+	}
+	if w.limits.MaxPerSession > 0 && session != "" {
+		n := 0
+		for _, r := range w.runs {
+			if r.st.Session == session {
+				n++
+			}
+		}
+		if n >= w.limits.MaxPerSession {
+			return false
+		}
+	}
+	return true
+}
+
+// enqueue records a new run queued, leaving its request in the spool.
+func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
+	dir := w.store.RunDir(n.ID)
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		w.log.Printf("%s: %v", n, err)
+		return
+	}
+	st := w.newRun(n.ID, f.UID, req)
+	st.State = tracker.Queued
+	w.save(st)
+	w.queue = append(w.queue, &queuedRun{st: st, req: req, ino: f.Ino})
+	w.writeQueue()
+	w.log.Printf("run %s: queued (position %d)", n.ID, len(w.queue))
+	w.outcome(n, spool.Accepted, "")
+}
+
+// updateQueued takes a new version of queued run q's request: the record
+// shows the new command (and the rest), and its revision grows.
+func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) {
+	q.ino = f.Ino
+	next := w.newRun(q.st.ID, f.UID, req)
+	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
+		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && fmt.Sprint(next.Labels) == fmt.Sprint(q.st.Labels) &&
+		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) {
+		return
+	}
+	q.req = req
+	st := q.st
+	st.Command, st.Cwd, st.Session, st.Labels, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Labels, next.Timeout, next.Grace
+	st.Reason = "its request was edited while queued"
+	w.save(st)
+	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
+}
+
+// dequeue starts queued runs, in order, while slots are free.
+func (w *watcher) dequeue() {
+	if w.stopping > 0 || len(w.queue) == 0 {
+		return
+	}
+	changed := false
+	for _, q := range slices.Clone(w.queue) {
+		if w.limits.MaxRunning > 0 && len(w.runs) >= w.limits.MaxRunning {
+			break
+		}
+		if !w.slotFor(q.st.Session) || !w.startQueued(q) {
+			continue // its session is at its cap, or its writer is busy with it
+		}
+		w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+		changed = true
+	}
+	if changed {
+		w.writeQueue()
+	}
+}
+
+// startQueued claims queued run q's request as it is now and starts it.
+// It reports false if the request cannot be taken now (a writer has it
+// open, or it does not parse yet); the run stays queued.
+func (w *watcher) startQueued(q *queuedRun) bool {
+	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
+	f, err := w.spool.Read(n.String())
+	if err != nil {
+		return false
+	}
+	req, err := spool.ParseStart(f.Body)
+	if err != nil || !f.Settled {
+		return false
+	}
+	claimed, err := w.spool.Claim(f, filepath.Join(w.store.RunDir(n.ID), "request"))
+	if err != nil {
+		return false
+	}
+	if claimed.Ino != f.Ino {
+		if req, err = spool.ParseStart(claimed.Body); err != nil {
+			w.endQueued(q, tracker.Failed, "its request does not parse: "+err.Error())
+			return true
+		}
+	}
+	w.forget(n.String())
+	w.updateQueued(q, claimed, req)
+	q.st.State, q.st.Reason = tracker.Starting, ""
+	w.save(q.st)
+	w.launch(q.st, q.req.Env)
+	return true
+}
+
+// cancelQueued ends queued run q canceled, answering cancel request n.
+// Its request is kept as the run's, though it never ran.
+func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
+	start := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
+	os.Rename(filepath.Join(w.spool.Spool(), start.String()), filepath.Join(w.store.RunDir(q.st.ID), "request"))
+	w.forget(start.String())
+	w.endQueued(q, tracker.Canceled, "canceled while queued; it never started")
+	w.answer(n, spool.Canceled, "")
+}
+
+// endQueued records queued run q ended in state, without starting it.
+func (w *watcher) endQueued(q *queuedRun, state, reason string) {
+	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+	w.writeQueue()
+	now := time.Now()
+	q.st.State, q.st.Reason, q.st.EndedAt = state, reason, &now
+	w.save(q.st)
+	w.log.Printf("run %s: %s (%s)", q.st.ID, state, reason)
+}
+
+// queuedRequestGone handles the removal (or rejection) of queued run q's
+// request from the spool: there is nothing left to start.
+func (w *watcher) queuedRequestGone(q *queuedRun, why string) {
+	w.endQueued(q, tracker.Canceled, why+"; it never started")
+}
+
+// writeQueue replaces ROOT/queue. It is derived data (the records say
+// which runs are queued, and since when), so it is not fsynced.
+func (w *watcher) writeQueue() {
+	var b strings.Builder
+	for _, q := range w.queue {
+		b.WriteString(q.st.ID)
+		b.WriteByte('\n')
+	}
+	if err := atomic.WriteFile(QueuePath(w.cfg.Root), strings.NewReader(b.String())); err != nil {
+		w.log.Printf("%v", err)
+	}
+}
+
+// recoverQueued puts run st, recorded queued by an earlier watcher, back
+// in the queue, if its request is still in the spool. One whose request
+// was claimed is started; one whose request is gone ends canceled.
+func (w *watcher) recoverQueued(st *tracker.State) {
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	if b, err := os.ReadFile(filepath.Join(w.spool.Spool(), n.String())); err == nil {
+		// One that does not parse now is decided by the settle rule, on rescan.
+		req, _ := spool.ParseStart(b)
+		w.queue = append(w.queue, &queuedRun{st: st, req: req})
+		return
+	}
+	if _, err := os.Stat(filepath.Join(w.store.RunDir(st.ID), "request")); err == nil {
+		w.neverRan(st, "it was leaving the queue when the watcher stopped")
+		return
+	}
+	now := time.Now()
+	st.State, st.Reason, st.EndedAt = tracker.Canceled, "its request was removed from the spool while queued; it never started", &now
+	w.save(st)
+}
