@@ -206,8 +206,8 @@ type watcher struct {
 	store *tracker.Store
 	hist  *tracker.History
 
-	runs    map[string]*run     // runs with a live process, by ID
-	queue   []*queuedRun        // runs waiting for a slot, in arrival order
+	runs    map[string]*run // runs with a live process, by ID
+	queue   []*queuedRun    // runs waiting for a slot, in arrival order
 	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
 	// afterStart holds cancel requests that wait for a start request of the

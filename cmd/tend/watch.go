@@ -3,8 +3,8 @@ package main
 import (
 	"errors"
 	"os"
-	"strconv"
 	"os/signal"
+	"strconv"
 	"syscall"
 	"time"
 
