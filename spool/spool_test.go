@@ -147,6 +147,21 @@ func TestParseCancel(t *testing.T) {
 	}
 }
 
+func TestParseDelete(t *testing.T) {
+	tests := []struct{ body, session, wantErr string }{
+		{"", "", ""}, {" \n", "", ""}, {`{"session": "s-1"}`, "s-1", ""},
+		{"please", "", "a delete body is empty or a JSON object"},
+		{`{"session": "../x"}`, "", `"session"`},
+		{`{"grace": "1s"}`, "", `unknown field "grace"`},
+	}
+	for _, tt := range tests {
+		d, err := ParseDelete([]byte(tt.body))
+		if (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) || err == nil && d.Session != tt.session {
+			t.Errorf("ParseDelete(%q) = %+v, %v; want session %q, error %q", tt.body, d, err, tt.session, tt.wantErr)
+		}
+	}
+}
+
 func newDir(t *testing.T) Dir {
 	d := Dir{Root: filepath.Join(t.TempDir(), "root")}
 	if err := d.Make(); err != nil {

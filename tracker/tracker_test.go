@@ -168,3 +168,40 @@ func TestReadHistoryFailsClosed(t *testing.T) {
 		})
 	}
 }
+
+func TestTrashPurge(t *testing.T) {
+	root := t.TempDir()
+	s := NewStore(root)
+	if err := s.Make(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"a", "b.c"} {
+		os.MkdirAll(s.RunDir(id), 0o755)
+		if err := s.Write(&State{ID: id, State: Completed, Rev: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	trash, err := s.Trash("a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Read("a"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Read after Trash: %v, want ErrNotFound", err)
+	}
+	if runs, errs := s.List(); len(runs) != 1 || runs[0].ID != "b.c" || len(errs) > 0 {
+		t.Fatalf("List after Trash = %v, %v; want b.c only", runs, errs)
+	}
+	// A crash before Purge leaves the trash, found by run ID.
+	if got := s.Trashed(); len(got) != 1 || got["a"] != trash {
+		t.Fatalf("Trashed = %v, want a: %s", got, trash)
+	}
+	if err := s.Purge(trash); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.Trashed(); len(got) != 0 {
+		t.Fatalf("Trashed after Purge = %v", got)
+	}
+	if _, err := s.Trash("a"); err == nil {
+		t.Fatal("Trash of a missing run succeeded")
+	}
+}

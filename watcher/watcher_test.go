@@ -7,8 +7,10 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
 )
 
 func TestChildEnvLayers(t *testing.T) {
@@ -148,5 +150,87 @@ func TestExitRecordNames(t *testing.T) {
 	}
 	if got := exitRecordName(123, 4567); got != "123-4567" {
 		t.Errorf("exitRecordName = %q", got)
+	}
+}
+
+func TestPermitted(t *testing.T) {
+	run := &tracker.State{ID: "r", Session: "A", OwnerUID: 1000}
+	free := &tracker.State{ID: "f", OwnerUID: 1000}
+	tests := []struct {
+		uid     int
+		session string
+		st      *tracker.State
+		ok      bool
+		why     string
+	}{
+		{1000, "A", run, true, ""},
+		{1000, "", run, true, ""}, // an operator's request
+		{0, "A", run, true, ""},   // root
+		{1000, "B", run, false, "run r belongs to session A, not to session B"},
+		{1000, "A", free, false, "run f belongs to no session, not to session A"},
+		{1001, "A", run, false, "run r belongs to uid 1000, not to uid 1001"},
+		{1001, "", free, false, "run f belongs to uid 1000, not to uid 1001"},
+	}
+	for _, tt := range tests {
+		ok, why := permitted(tt.uid, tt.session, tt.st)
+		if ok != tt.ok || why != tt.why {
+			t.Errorf("permitted(%d, %q, %s) = %v, %q; want %v, %q", tt.uid, tt.session, tt.st.ID, ok, why, tt.ok, tt.why)
+		}
+	}
+}
+
+func TestLoadLimits(t *testing.T) {
+	tests := []struct {
+		config  string
+		want    Limits
+		wantErr string
+	}{
+		{"", DefaultLimits, ""}, // no file
+		{`{"max_running": 2, "max_running_per_session": 1}`, Limits{MaxRunning: 2, MaxPerSession: 1, KeepFinishedFor: DefaultLimits.KeepFinishedFor, KeepFinished: 1000}, ""},
+		{`{"keep_finished_for": "24h", "keep_finished": 0}`, Limits{KeepFinishedFor: 24 * time.Hour}, ""},
+		{`{"keep_finished_for": 60}`, Limits{KeepFinishedFor: time.Minute, KeepFinished: 1000}, ""},
+		{`{"max_runing": 2}`, DefaultLimits, `unknown field "max_runing"`},
+		{`{"max_running": -1}`, DefaultLimits, `"max_running": -1 is negative`},
+		{`{"max_running": `, DefaultLimits, "config.json"},
+	}
+	for _, tt := range tests {
+		root := t.TempDir()
+		if tt.config != "" {
+			os.WriteFile(ConfigPath(root), []byte(tt.config), 0o644)
+		}
+		got, err := LoadLimits(root, DefaultLimits)
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("LoadLimits(%s) err = %v, want %q", tt.config, err, tt.wantErr)
+			}
+		} else if err != nil || got != tt.want {
+			t.Errorf("LoadLimits(%s) = %+v, %v; want %+v", tt.config, got, err, tt.want)
+		}
+	}
+}
+
+func TestExpired(t *testing.T) {
+	now := time.Now()
+	at := func(ago time.Duration) *time.Time { t := now.Add(-ago); return &t }
+	runs := []*tracker.State{
+		{ID: "new", State: tracker.Completed, EndedAt: at(time.Minute)},
+		{ID: "mid", State: tracker.Failed, EndedAt: at(time.Hour)},
+		{ID: "old", State: tracker.Canceled, EndedAt: at(48 * time.Hour)},
+		{ID: "live", State: tracker.Running},
+		{ID: "waiting", State: tracker.Queued},
+	}
+	tests := []struct {
+		limits Limits
+		want   string
+	}{
+		{Limits{KeepFinishedFor: 24 * time.Hour}, "old"},
+		{Limits{KeepFinished: 1}, "mid old"},
+		{Limits{KeepFinished: 2, KeepFinishedFor: 30 * time.Second}, "new mid old"},
+		{Limits{}, ""},
+	}
+	for _, tt := range tests {
+		if got := strings.Join(Expired(runs, tt.limits, now), " "); got != tt.want {
+			t.Errorf("Expired(%+v) = %q, want %q", tt.limits, got, tt.want)
+		}
 	}
 }

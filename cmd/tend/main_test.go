@@ -55,6 +55,8 @@ func TestScripts(t *testing.T) {
 			"watchers":  cmdWatchers,
 			"strays":    cmdStrays,
 			"chaos":     cmdChaos,
+			"maxlive":   cmdMaxLive,
+			"races":     cmdRaces,
 		},
 	})
 }
@@ -358,4 +360,24 @@ func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return ""
 	})
+}
+
+// maxlive log n: the log's "start ID" and "end ID" lines never show more
+// than n runs between their start and their end at once.
+func cmdMaxLive(ts *testscript.TestScript, neg bool, args []string) {
+	limit, err := strconv.Atoi(args[1])
+	ts.Check(err)
+	live, most := 0, 0
+	for _, line := range strings.Split(ts.ReadFile(args[0]), "\n") {
+		switch {
+		case strings.HasPrefix(line, "start "):
+			live++
+		case strings.HasPrefix(line, "end "):
+			live--
+		}
+		most = max(most, live)
+	}
+	if most > limit {
+		ts.Fatalf("%s: %d runs were live at once, want at most %d", args[0], most, limit)
+	}
 }
