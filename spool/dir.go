@@ -228,6 +228,8 @@ const (
 	NotPermitted    = "not_permitted"
 	StillActive     = "still_active"
 	Deleted         = "deleted"
+	Updated         = "updated"
+	Conflict        = "conflict"
 )
 
 // OutcomePath returns the path of the outcome file for request n.

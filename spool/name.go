@@ -17,22 +17,34 @@ const (
 	VerbStart  = "start"
 	VerbCancel = "cancel"
 	VerbDelete = "delete"
+	VerbLabel  = "label"
+	VerbNote   = "note"
 )
 
 // Verbs lists every verb tend takes, in the order the docs give them.
-var Verbs = []string{VerbStart, VerbCancel, VerbDelete}
+var Verbs = []string{VerbStart, VerbCancel, VerbDelete, VerbLabel, VerbNote}
 
 // MaxIDLen bounds an ID, so that every file tend derives from it
 // (<id>.<verb>, <id>.<verb>.error) stays far below NAME_MAX.
 const MaxIDLen = 64
 
-// Name is a request file's name, split into ID and verb.
+// Name is a request file's name, split into ID, tag and verb. A control
+// request (any verb but start) may carry a tag, <id>@<tag>.<verb>, so that
+// clients acting on the same run at once write different files and read
+// their own outcomes; '@' is not in the ID alphabet, so the split is
+// unambiguous.
 type Name struct {
 	ID   string
+	Tag  string
 	Verb string
 }
 
-func (n Name) String() string { return n.ID + "." + n.Verb }
+func (n Name) String() string {
+	if n.Tag != "" {
+		return n.ID + "@" + n.Tag + "." + n.Verb
+	}
+	return n.ID + "." + n.Verb
+}
 
 // ValidID reports why id is not a safe run ID, or nil if it is. IDs are 1 to
 // MaxIDLen bytes of ASCII letters, digits, '.', '_' and '-', and do not
@@ -69,6 +81,9 @@ func ParseName(name string) (Name, error) {
 		return Name{}, fmt.Errorf("no verb: a request is named <id>.<verb>, with verb one of %s", strings.Join(Verbs, ", "))
 	}
 	n := Name{ID: name[:dot], Verb: name[dot+1:]}
+	if at := strings.IndexByte(n.ID, '@'); at >= 0 {
+		n.ID, n.Tag = n.ID[:at], n.ID[at+1:]
+	}
 	if !knownVerb(n.Verb) {
 		msg := fmt.Sprintf("unknown verb %q", n.Verb)
 		if s := suggestVerb(n.Verb); s != "" {
@@ -78,6 +93,14 @@ func ParseName(name string) (Name, error) {
 	}
 	if err := ValidID(n.ID); err != nil {
 		return Name{}, err
+	}
+	if n.Tag != "" || strings.Contains(name[:dot], "@") {
+		if n.Verb == VerbStart {
+			return Name{}, fmt.Errorf("a start request has no tag: it is named <id>.start")
+		}
+		if err := ValidID(n.Tag); err != nil {
+			return Name{}, fmt.Errorf("tag: %v", err)
+		}
 	}
 	return n, nil
 }

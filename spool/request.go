@@ -185,11 +185,15 @@ func durationField(name string, raw json.RawMessage, max time.Duration) (*Durati
 type Cancel struct {
 	Grace   *Duration `json:"grace,omitempty"`
 	Session string    `json:"session,omitempty"`
+	// IfRev, if set, is the revision the client saw: a run whose record
+	// has moved on is left alone, and the answer is conflict.
+	IfRev *int64 `json:"if_rev,omitempty"`
 }
 
 type cancelJSON struct {
 	Grace   json.RawMessage `json:"grace"`
 	Session string          `json:"session"`
+	IfRev   *int64          `json:"if_rev"`
 }
 
 // ParseCancel parses a cancel request body: empty, or a JSON object.
@@ -205,22 +209,31 @@ func ParseCancel(body []byte) (Cancel, error) {
 	if err := decodeStrict(body, &j); err != nil {
 		return c, err
 	}
-	c.Session = j.Session
+	c.Session, c.IfRev = j.Session, j.IfRev
 	var err error
 	if c.Grace, err = durationField("grace", j.Grace, MaxGrace.D()); err != nil {
 		return c, err
 	}
-	if c.Session != "" {
-		if err := ValidID(c.Session); err != nil {
-			return c, fmt.Errorf(`"session": %v`, err)
+	return c, checkControl(c.Session, c.IfRev)
+}
+
+// checkControl checks the fields every control request may carry.
+func checkControl(session string, ifRev *int64) error {
+	if session != "" {
+		if err := ValidID(session); err != nil {
+			return fmt.Errorf(`"session": %v`, err)
 		}
 	}
-	return c, nil
+	if ifRev != nil && *ifRev < 1 {
+		return fmt.Errorf(`"if_rev": %d is not a revision (they start at 1)`, *ifRev)
+	}
+	return nil
 }
 
 // Delete is a parsed delete request.
 type Delete struct {
 	Session string `json:"session,omitempty"`
+	IfRev   *int64 `json:"if_rev,omitempty"`
 }
 
 // ParseDelete parses a delete request body: empty, or a JSON object with
@@ -236,12 +249,101 @@ func ParseDelete(body []byte) (Delete, error) {
 	if err := decodeStrict(body, &d); err != nil {
 		return d, err
 	}
-	if d.Session != "" {
-		if err := ValidID(d.Session); err != nil {
-			return d, fmt.Errorf(`"session": %v`, err)
+	return d, checkControl(d.Session, d.IfRev)
+}
+
+// Label is a parsed label request: labels to set, and to remove (a null
+// value in JSON, "K=" in text).
+type Label struct {
+	Set     map[string]string
+	Remove  []string
+	Session string
+	IfRev   *int64
+}
+
+type labelJSON struct {
+	Labels  map[string]*string `json:"labels"`
+	Session string             `json:"session"`
+	IfRev   *int64             `json:"if_rev"`
+}
+
+// ParseLabel parses a label request body: lines of K=V (K= removes K), or
+// a JSON object {"labels": {"k": "v", "gone": null}, "session": ...,
+// "if_rev": N}.
+func ParseLabel(body []byte) (Label, error) {
+	l := Label{Set: map[string]string{}}
+	if isJSON(body) {
+		var j labelJSON
+		if err := decodeStrict(body, &j); err != nil {
+			return l, err
+		}
+		for k, v := range j.Labels {
+			if v == nil {
+				l.Remove = append(l.Remove, k)
+			} else {
+				l.Set[k] = *v
+			}
+		}
+		l.Session, l.IfRev = j.Session, j.IfRev
+	} else {
+		for _, line := range strings.Split(string(body), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" {
+				continue
+			}
+			k, v, ok := strings.Cut(line, "=")
+			if !ok {
+				return l, fmt.Errorf("label %q: want K=V (K= removes K)", line)
+			}
+			if v == "" {
+				l.Remove = append(l.Remove, k)
+			} else {
+				l.Set[k] = v
+			}
 		}
 	}
-	return d, nil
+	if len(l.Set)+len(l.Remove) == 0 {
+		return l, errors.New("no labels: a label body is lines of K=V, or {\"labels\": {...}}")
+	}
+	for k := range l.Set {
+		if k == "" || strings.ContainsAny(k, "\x00\n") {
+			return l, fmt.Errorf("label key %q: want a non-empty key on one line", k)
+		}
+	}
+	return l, checkControl(l.Session, l.IfRev)
+}
+
+// Note is a parsed note request: a line of text kept with the run.
+type Note struct {
+	Text    string `json:"text"`
+	Session string `json:"session,omitempty"`
+	IfRev   *int64 `json:"if_rev,omitempty"`
+}
+
+// MaxNote bounds a note's text.
+const MaxNote = 4096
+
+// ParseNote parses a note request body: the note as plain text, or a JSON
+// object {"text": ..., "session": ..., "if_rev": N}.
+func ParseNote(body []byte) (Note, error) {
+	var n Note
+	if isJSON(body) {
+		if err := decodeStrict(body, &n); err != nil {
+			return n, err
+		}
+	} else {
+		n.Text = string(body)
+	}
+	n.Text = strings.TrimSpace(n.Text)
+	switch {
+	case n.Text == "":
+		return n, errors.New("an empty note")
+	case len(n.Text) > MaxNote:
+		return n, fmt.Errorf("a note of %d bytes: at most %d", len(n.Text), MaxNote)
+	case !utf8.ValidString(n.Text) || strings.ContainsRune(n.Text, 0):
+		return n, errors.New("a note must be UTF-8 text without NUL bytes")
+	}
+	return n, checkControl(n.Session, n.IfRev)
 }
 
 // isJSON reports whether body is meant as a JSON object: '{' then '"' or

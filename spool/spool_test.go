@@ -16,9 +16,9 @@ func TestParseName(t *testing.T) {
 		want    Name
 		wantErr string
 	}{
-		{"a.start", Name{"a", "start"}, ""},
-		{"build-1.2_x.cancel", Name{"build-1.2_x", "cancel"}, ""},
-		{"a.b.start", Name{"a.b", "start"}, ""},
+		{"a.start", Name{ID: "a", Verb: "start"}, ""},
+		{"build-1.2_x.cancel", Name{ID: "build-1.2_x", Verb: "cancel"}, ""},
+		{"a.b.start", Name{ID: "a.b", Verb: "start"}, ""},
 		{"x.strat", Name{}, `unknown verb "strat" (did you mean "start"?)`},
 		{"x.cancle", Name{}, `did you mean "cancel"?`},
 		{"x.frobnicate", Name{}, `unknown verb "frobnicate": verbs are start, cancel`},
@@ -29,7 +29,13 @@ func TestParseName(t *testing.T) {
 		{"a\nb.start", Name{}, `has "\n" at byte 1`},
 		{"\xff.start", Name{}, `has "\xff"`},
 		{strings.Repeat("a", 65) + ".start", Name{}, "65 bytes long, the limit is 64"},
-		{strings.Repeat("a", 64) + ".start", Name{strings.Repeat("a", 64), "start"}, ""},
+		{strings.Repeat("a", 64) + ".start", Name{ID: strings.Repeat("a", 64), Verb: "start"}, ""},
+		{"a@t1.cancel", Name{ID: "a", Tag: "t1", Verb: "cancel"}, ""},
+		{"a.b@x-9.label", Name{ID: "a.b", Tag: "x-9", Verb: "label"}, ""},
+		{"a@t.start", Name{}, "a start request has no tag"},
+		{"a@.cancel", Name{}, "tag: empty id"},
+		{"a@b@c.cancel", Name{}, `tag: id "b@c" has "@"`},
+		{"@t.cancel", Name{}, "empty id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -250,7 +256,7 @@ func TestRejectKeepsEveryFile(t *testing.T) {
 
 func TestSubmitAndOutcome(t *testing.T) {
 	d := newDir(t)
-	n := Name{"a", VerbStart}
+	n := Name{ID: "a", Verb: VerbStart}
 	if err := d.Submit(n, []byte("true"), false); err != nil {
 		t.Fatal(err)
 	}

@@ -36,36 +36,68 @@ func EventOf(st *State, at time.Time) Event {
 // History appends to a root's history.jsonl. Every append holds an
 // exclusive flock on history.lock and writes one whole line with a single
 // write to a file opened with O_APPEND, so concurrent writers never
-// interleave within a line.
+// interleave within a line. It refuses to append after a torn last line,
+// which a new line would join (ErrTornEnd), and rotates the file by size
+// under the same lock.
 type History struct {
-	path string
+	root string
 	lock *flock.Flock
+	// MaxSize is the size beyond which history.jsonl is rotated before an
+	// append: it becomes history.1.jsonl, history.1.jsonl becomes
+	// history.2.jsonl, and so on; none is deleted. Zero: never.
+	MaxSize int64
 }
+
+// DefaultMaxHistorySize is History.MaxSize unless set otherwise.
+const DefaultMaxHistorySize = 64 << 20
+
+// ErrTornEnd means the history's last line has no newline: appending would
+// join a new line to it, so nothing is appended until it is repaired.
+var ErrTornEnd = errors.New("the last line is torn (no newline at the end): nothing is appended until tend fsck --repair")
 
 // OpenHistory returns the History of the tend root at root.
 func OpenHistory(root string) *History {
-	return &History{
-		path: filepath.Join(root, "history.jsonl"),
-		lock: flock.New(filepath.Join(root, "history.lock")),
-	}
+	return &History{root: root, lock: flock.New(filepath.Join(root, "history.lock")), MaxSize: DefaultMaxHistorySize}
+}
+
+// HistoryPath returns the path of the current history file of root.
+func HistoryPath(root string) string { return filepath.Join(root, "history.jsonl") }
+
+// rotatedPath returns the path of the n-th rotated history file of root.
+func rotatedPath(root string, n int) string {
+	return filepath.Join(root, fmt.Sprintf("history.%d.jsonl", n))
 }
 
 // Append adds events to the history, each on its own line.
 func (h *History) Append(events ...Event) error {
+	if err := h.lock.Lock(); err != nil {
+		return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
+	}
+	defer h.lock.Unlock()
+	return h.appendLocked(events...)
+}
+
+// appendLocked appends events; the caller holds the history lock.
+func (h *History) appendLocked(events ...Event) error {
 	var buf bytes.Buffer
 	for _, e := range events {
 		b, err := json.Marshal(e)
 		if err != nil {
-			return fmt.Errorf("%s: %w", h.path, err)
+			return fmt.Errorf("%s: %w", HistoryPath(h.root), err)
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	if err := h.lock.Lock(); err != nil {
-		return fmt.Errorf("%s: lock: %w", h.path, err)
+	size, err := checkEnd(HistoryPath(h.root))
+	if err != nil {
+		return err
 	}
-	defer h.lock.Unlock()
-	f, err := os.OpenFile(h.path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if h.MaxSize > 0 && size > 0 && size+int64(buf.Len()) > h.MaxSize {
+		if err := rotate(h.root); err != nil {
+			return err
+		}
+	}
+	f, err := os.OpenFile(HistoryPath(h.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
@@ -74,9 +106,119 @@ func (h *History) Append(events ...Event) error {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", h.path, err)
+		return fmt.Errorf("%s: %w", HistoryPath(h.root), err)
 	}
 	return nil
+}
+
+// checkEnd returns the size of the history file at path, and ErrTornEnd if
+// it does not end with a newline.
+func checkEnd(path string) (int64, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return 0, err
+	}
+	var last [1]byte
+	if _, err := f.ReadAt(last[:], fi.Size()-1); err != nil {
+		return 0, fmt.Errorf("%s: %w", path, err)
+	}
+	if last[0] != '\n' {
+		return fi.Size(), fmt.Errorf("%s: %w", path, ErrTornEnd)
+	}
+	return fi.Size(), nil
+}
+
+// CheckHistoryEnd checks, cheaply, that root's history ends with a whole,
+// valid line: the one condition under which appending is unsafe, and the
+// usual result of a crash mid-write. tend fsck checks every line.
+func CheckHistoryEnd(root string) error {
+	path := HistoryPath(root)
+	if _, err := checkEnd(path); err != nil {
+		return err
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		return nil
+	}
+	off := max(0, fi.Size()-64<<10)
+	buf := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	lines := bytes.Split(bytes.TrimSuffix(buf, []byte("\n")), []byte("\n"))
+	if _, err := parseEvent(append(lines[len(lines)-1], '\n')); err != nil {
+		return fmt.Errorf("%s: the last line: %v", path, err)
+	}
+	return nil
+}
+
+// rotate shifts history.N.jsonl to history.N+1.jsonl, oldest first, then
+// history.jsonl to history.1.jsonl. The caller holds the lock.
+func rotate(root string) error {
+	n := rotatedCount(root)
+	for i := n; i >= 1; i-- {
+		if err := os.Rename(rotatedPath(root, i), rotatedPath(root, i+1)); err != nil {
+			return fmt.Errorf("rotating the history: %w", err)
+		}
+	}
+	if err := os.Rename(HistoryPath(root), rotatedPath(root, 1)); err != nil {
+		return fmt.Errorf("rotating the history: %w", err)
+	}
+	return nil
+}
+
+// rotatedCount returns how many rotated history files root has.
+func rotatedCount(root string) int {
+	n := 0
+	for {
+		if _, err := os.Lstat(rotatedPath(root, n+1)); err != nil {
+			return n
+		}
+		n++
+	}
+}
+
+// HistoryFiles returns root's history files, oldest first: the rotated
+// ones, then history.jsonl.
+func HistoryFiles(root string) []string {
+	var files []string
+	for i := rotatedCount(root); i >= 1; i-- {
+		files = append(files, rotatedPath(root, i))
+	}
+	return append(files, HistoryPath(root))
+}
+
+// ReadAllHistory reads every event of root's history, across its rotated
+// files, oldest first. It holds a shared lock, so no rotation happens
+// meanwhile. It fails closed, like ReadHistory.
+func ReadAllHistory(root string) ([]Event, error) {
+	l := flock.New(filepath.Join(root, "history.lock"))
+	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	}
+	defer l.Unlock()
+	var all []Event
+	for _, path := range HistoryFiles(root) {
+		events, err := ReadHistory(path)
+		all = append(all, events...)
+		if err != nil {
+			return all, err
+		}
+	}
+	return all, nil
 }
 
 // ReadHistory reads every event in the history file at path. It fails

@@ -8,6 +8,9 @@
 package tracker
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -73,17 +76,38 @@ type State struct {
 
 	// Stop is set once tend has decided to stop the run (cancel or timeout).
 	Stop *Stop `json:"stop,omitempty"`
+	// Notes are lines of text people and agents attached (verb note).
+	Notes []Note `json:"notes,omitempty"`
+
+	// Sum is a checksum of every other field, set by Store.Write. A record
+	// whose Sum does not match was not written by tend: it is not trusted.
+	Sum string `json:"sum"`
+}
+
+// Note is a line of text kept with a run.
+type Note struct {
+	Time time.Time `json:"time"`
+	Text string    `json:"text"`
+}
+
+// checksum returns the checksum of st's fields other than Sum.
+func (st *State) checksum() string {
+	c := *st
+	c.Sum = ""
+	b, _ := json.Marshal(&c)
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:12])
 }
 
 // Stop records a decision to stop a run: why, and when SIGKILL follows the
 // SIGTERM if the run's process group has not ended.
 type Stop struct {
 	Cause string `json:"cause"` // Canceled or TimedOut
-	// Request names the cancel request (<id>.cancel) that asked for the
-	// stop, or that arrived while it was under way; its outcome is written
-	// when the run has ended. Empty when no request asked (a timeout, the
-	// watcher's shutdown).
-	Request     string    `json:"request,omitempty"`
+	// Requests names the cancel requests (<id>.cancel, <id>@<tag>.cancel)
+	// that asked for the stop, or that arrived while it was under way; their
+	// outcomes are written when the run has ended. Empty when no request
+	// asked (a timeout, the watcher's shutdown).
+	Requests    []string  `json:"requests,omitempty"`
 	RequestedAt time.Time `json:"requested_at"`
 	KillAt      time.Time `json:"kill_at"`
 }

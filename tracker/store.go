@@ -55,6 +55,7 @@ func (s *Store) Make() error {
 // file, never a mix, and once Write returns the change survives a crash or
 // a power loss (the file and its directory are fsynced).
 func (s *Store) Write(st *State) error {
+	st.Sum = st.checksum()
 	b, err := json.MarshalIndent(st, "", "  ")
 	if err != nil {
 		return fmt.Errorf("run %s: %w", st.ID, err)
@@ -93,8 +94,15 @@ func ParseState(path string, b []byte) (*State, error) {
 	if st.ID == "" || st.State == "" || st.Rev < 1 {
 		return nil, fmt.Errorf("%s: not a valid state file: missing id, state or rev", path)
 	}
+	if st.Sum != st.checksum() {
+		return &st, fmt.Errorf("%s: %w (its checksum does not match): not trusted; see tend fsck", path, ErrEdited)
+	}
 	return &st, nil
 }
+
+// ErrEdited means a state file was changed by something other than tend.
+// ParseState returns the record it holds with it, for fsck to show.
+var ErrEdited = errors.New("edited by hand")
 
 // List returns every run's state, sorted by creation time then ID, and an
 // error for each run directory whose state could not be read. A directory

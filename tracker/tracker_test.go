@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -203,5 +205,95 @@ func TestTrashPurge(t *testing.T) {
 	}
 	if _, err := s.Trash("a"); err == nil {
 		t.Fatal("Trash of a missing run succeeded")
+	}
+}
+
+// TestHelperAppender is not a test: TestProcessesAppend runs the test
+// binary as separate processes that append to one history through it.
+func TestHelperAppender(t *testing.T) {
+	root := os.Getenv("TEND_TEST_APPEND_ROOT")
+	if root == "" {
+		t.Skip("a helper process for TestProcessesAppend")
+	}
+	n, _ := strconv.Atoi(os.Getenv("TEND_TEST_APPEND_N"))
+	h := OpenHistory(root)
+	h.MaxSize, _ = strconv.ParseInt(os.Getenv("TEND_TEST_APPEND_MAX"), 10, 64)
+	id := os.Getenv("TEND_TEST_APPEND_ID")
+	for i := 1; i <= n; i++ {
+		e := Event{Time: time.Now(), ID: id, Rev: int64(i), State: Running, Reason: strings.Repeat("r", 300)}
+		if err := h.Append(e); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// appendFromProcesses runs procs processes that each append n events (ids
+// p0, p1, ...; revs 1..n) to root's history, rotating at maxSize, all at
+// once, and returns what the history then holds.
+func appendFromProcesses(t *testing.T, root string, procs, n int, maxSize int64) []Event {
+	t.Helper()
+	var cmds []*exec.Cmd
+	for p := range procs {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperAppender$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TEND_TEST_APPEND_ROOT="+root, "TEND_TEST_APPEND_ID=p"+strconv.Itoa(p),
+			"TEND_TEST_APPEND_N="+strconv.Itoa(n), "TEND_TEST_APPEND_MAX="+strconv.FormatInt(maxSize, 10))
+		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds = append(cmds, cmd)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("appender: %v", err)
+		}
+	}
+	events, err := ReadAllHistory(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return events
+}
+
+// checkAppended checks that every one of procs*n events is there once,
+// each process's in the order it appended them.
+func checkAppended(t *testing.T, events []Event, procs, n int) {
+	t.Helper()
+	if len(events) != procs*n {
+		t.Fatalf("%d events, want %d", len(events), procs*n)
+	}
+	next := map[string]int64{}
+	for _, e := range events {
+		if e.Rev != next[e.ID]+1 {
+			t.Fatalf("%s: rev %d after %d: lost or out of order", e.ID, e.Rev, next[e.ID])
+		}
+		next[e.ID] = e.Rev
+	}
+}
+
+func TestProcessesAppend(t *testing.T) {
+	root := t.TempDir()
+	checkAppended(t, appendFromProcesses(t, root, 8, 1000, 0), 8, 1000)
+}
+
+func TestRotationUnderConcurrentWriters(t *testing.T) {
+	root := t.TempDir()
+	events := appendFromProcesses(t, root, 8, 1000, 256<<10)
+	checkAppended(t, events, 8, 1000)
+	if n := len(HistoryFiles(root)); n < 5 {
+		t.Fatalf("%d history files, want several rotations", n)
+	}
+}
+
+func TestAppendRefusesAfterTornEnd(t *testing.T) {
+	root := t.TempDir()
+	good := `{"time":"2026-01-02T03:04:05Z","id":"a","rev":1,"state":"running"}` + "\n"
+	os.WriteFile(HistoryPath(root), []byte(good+`{"time":"2026`), 0o644)
+	err := OpenHistory(root).Append(Event{Time: time.Now(), ID: "b", Rev: 1, State: Running})
+	if !errors.Is(err, ErrTornEnd) {
+		t.Fatalf("Append after a torn line: %v, want ErrTornEnd", err)
+	}
+	if b, _ := os.ReadFile(HistoryPath(root)); string(b) != good+`{"time":"2026` {
+		t.Fatalf("the history changed: %q", b)
 	}
 }

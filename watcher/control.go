@@ -104,6 +104,9 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.answer(n, spool.NotPermitted, why)
 		return
 	}
+	if w.conflict(n, st, req.IfRev) {
+		return
+	}
 	if q := w.queued(n.ID); q != nil {
 		w.cancelQueued(q, n)
 		return
@@ -149,6 +152,9 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 		w.answer(n, spool.NotPermitted, why)
 		return
 	}
+	if w.conflict(n, st, req.IfRev) {
+		return
+	}
 	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
 		w.answer(n, spool.StillActive, "run is "+st.State)
 		return
@@ -163,6 +169,69 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 		return
 	}
 	w.answer(n, spool.Deleted, "")
+}
+
+// conflict answers request n with conflict, and reports true, if it
+// names a revision (if_rev) that run st has moved on from.
+func (w *watcher) conflict(n spool.Name, st *tracker.State, ifRev *int64) bool {
+	if ifRev == nil || *ifRev == st.Rev {
+		return false
+	}
+	w.answer(n, spool.Conflict, fmt.Sprintf("run %s is at rev %d, not %d", st.ID, st.Rev, *ifRev))
+	return true
+}
+
+// takeMeta answers a label or note request: it changes run st's metadata
+// through change, records it (rev grows, and the history has it), and
+// answers "updated: rev N"; or not_found, not_permitted, conflict.
+func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change func(*tracker.State)) {
+	taken, ok := w.claimControl(n, f)
+	if !ok {
+		return
+	}
+	defer os.Remove(taken)
+	st, err := w.lookup(n.ID)
+	switch {
+	case errors.Is(err, tracker.ErrNotFound):
+		w.answer(n, spool.NotFound, "no run has this id")
+		return
+	case err != nil:
+		w.answer(n, spool.Rejected, err.Error())
+		return
+	}
+	if ok, why := permitted(f.UID, session, st); !ok {
+		w.answer(n, spool.NotPermitted, why)
+		return
+	}
+	if w.conflict(n, st, ifRev) {
+		return
+	}
+	change(st)
+	w.save(st)
+	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
+}
+
+func (w *watcher) takeLabel(n spool.Name, f spool.File, req spool.Label) {
+	w.takeMeta(n, f, req.Session, req.IfRev, func(st *tracker.State) {
+		if st.Labels == nil {
+			st.Labels = make(map[string]string)
+		}
+		for k, v := range req.Set {
+			st.Labels[k] = v
+		}
+		for _, k := range req.Remove {
+			delete(st.Labels, k)
+		}
+		if len(st.Labels) == 0 {
+			st.Labels = nil
+		}
+	})
+}
+
+func (w *watcher) takeNote(n spool.Name, f spool.File, req spool.Note) {
+	w.takeMeta(n, f, req.Session, req.IfRev, func(st *tracker.State) {
+		st.Notes = append(st.Notes, tracker.Note{Time: time.Now(), Text: req.Text})
+	})
 }
 
 // deleteRun removes finished run st's record, output and outcomes, and

@@ -94,6 +94,8 @@ func (w *watcher) examine(name string) {
 	var start spool.Start
 	var cancel spool.Cancel
 	var del spool.Delete
+	var label spool.Label
+	var note spool.Note
 	if problem == nil {
 		switch n.Verb {
 		case spool.VerbStart:
@@ -102,6 +104,10 @@ func (w *watcher) examine(name string) {
 			cancel, problem = spool.ParseCancel(f.Body)
 		case spool.VerbDelete:
 			del, problem = spool.ParseDelete(f.Body)
+		case spool.VerbLabel:
+			label, problem = spool.ParseLabel(f.Body)
+		case spool.VerbNote:
+			note, problem = spool.ParseNote(f.Body)
 		}
 	}
 	if problem != nil || !f.Settled {
@@ -122,6 +128,10 @@ func (w *watcher) examine(name string) {
 		w.takeCancel(n, f, cancel)
 	case spool.VerbDelete:
 		w.takeDelete(n, f, del)
+	case spool.VerbLabel:
+		w.takeLabel(n, f, label)
+	case spool.VerbNote:
+		w.takeNote(n, f, note)
 	}
 }
 

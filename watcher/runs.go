@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -236,9 +237,9 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, reques
 	if r.st.Stop != nil {
 		// Already stopping: a new request waits with it, and can only bring
 		// SIGKILL forward.
-		changed := request != "" && r.st.Stop.Request == ""
+		changed := request != "" && !slices.Contains(r.st.Stop.Requests, request)
 		if changed {
-			r.st.Stop.Request = request
+			r.st.Stop.Requests = append(r.st.Stop.Requests, request)
 		}
 		if killAt.Before(r.st.Stop.KillAt) {
 			r.st.Stop.KillAt = killAt
@@ -255,7 +256,10 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, reques
 		return // it has ended by itself; draining its group is under way
 	}
 	r.st.State = tracker.Stopping
-	r.st.Stop = &tracker.Stop{Cause: cause, Request: request, RequestedAt: now, KillAt: killAt}
+	r.st.Stop = &tracker.Stop{Cause: cause, RequestedAt: now, KillAt: killAt}
+	if request != "" {
+		r.st.Stop.Requests = []string{request}
+	}
 	r.st.Reason = reason
 	r.killAt = killAt
 	w.save(r.st)
@@ -484,17 +488,22 @@ func (w *watcher) finish(r *run) {
 	w.dequeue() // its slot is free
 }
 
-// answerStop answers the cancel request that waits on st's stop, if any:
+// answerStop answers the cancel requests that wait on st's stop, if any:
 // canceled if the run ended canceled, else already_finished.
 func (w *watcher) answerStop(st *tracker.State, detail string) {
-	if st.Stop == nil || st.Stop.Request == "" {
+	if st.Stop == nil {
 		return
 	}
-	n := spool.Name{ID: st.ID, Verb: spool.VerbCancel}
-	if st.State == tracker.Canceled {
-		w.outcome(n, spool.Canceled, "")
-	} else {
-		w.outcome(n, spool.AlreadyFinished, detail)
+	for _, name := range st.Stop.Requests {
+		n, err := spool.ParseName(name)
+		if err != nil {
+			continue
+		}
+		if st.State == tracker.Canceled {
+			w.outcome(n, spool.Canceled, "")
+		} else {
+			w.outcome(n, spool.AlreadyFinished, detail)
+		}
 	}
 }
 

@@ -379,10 +379,37 @@ func (w *watcher) shutdown(sig os.Signal) {
 	}
 }
 
+// guard checks that the state file the watcher is about to replace is the
+// one it wrote last. One changed by hand is not trusted: it is kept aside
+// as state.json.edited, reported, and replaced by the watcher's record.
+func (w *watcher) guard(st *tracker.State) {
+	if st.Rev == 0 {
+		return // nothing written yet
+	}
+	path := w.store.Path(st.ID, "state.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return // removed: it is written anew
+	}
+	disk, err := tracker.ParseState(path, b)
+	if err == nil && disk.Rev == st.Rev {
+		return // (st itself may have changed already: it is about to be saved)
+	}
+	if err == nil {
+		err = fmt.Errorf("%s: its revision is %d, not %d as written", path, disk.Rev, st.Rev)
+	}
+	w.log.Printf("run %s: %v; kept as state.json.edited, replaced by the watcher's record", st.ID, err)
+	os.Rename(path, path+".edited")
+	if disk != nil {
+		st.Rev = max(st.Rev, disk.Rev) // revisions never go back
+	}
+}
+
 // save records a change of st: rev grows, the change is appended to the
 // history, then state.json is replaced. History first, so that whoever sees
 // a state in state.json finds its event in history.jsonl.
 func (w *watcher) save(st *tracker.State) {
+	w.guard(st)
 	st.Rev++
 	if err := w.hist.Append(tracker.EventOf(st, time.Now())); err != nil {
 		w.log.Printf("run %s: history: %v", st.ID, err)

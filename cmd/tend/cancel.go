@@ -14,6 +14,7 @@ type cancelCmd struct {
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
 	Session string        `help:"Act as this session: only its runs may be canceled." env:"TEND_SESSION"`
 	All     bool          `help:"Cancel every active run of --session (and nothing else)."`
+	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7)."`
 }
 
 func (c *cancelCmd) Help() string {
@@ -37,7 +38,8 @@ func (c *cancelCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	outcome, detail, err := submit(e, spool.Name{ID: c.ID, Verb: spool.VerbCancel}, body, true)
+	n := spool.Name{ID: c.ID, Verb: spool.VerbCancel}
+	outcome, detail, err := submit(e, n, body, true)
 	if err != nil {
 		return err
 	}
@@ -49,12 +51,17 @@ func (c *cancelCmd) Run(e *env) error {
 		return exitf(exitFinished, "")
 	case spool.NotFound:
 		return exitf(exitNotFound, "")
+	case spool.Conflict:
+		return exitf(exitConflict, "cancel %s: %s", c.ID, detail)
 	}
 	return exitf(exitRefused, "cancel %s: %s: %s", c.ID, outcome, detail)
 }
 
 func (c *cancelCmd) body() ([]byte, error) {
 	req := spool.Cancel{Session: c.Session}
+	if c.IfRev > 0 {
+		req.IfRev = &c.IfRev
+	}
 	if c.Grace > 0 {
 		g := spool.Duration(c.Grace)
 		req.Grace = &g

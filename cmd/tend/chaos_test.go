@@ -187,7 +187,7 @@ func checkChaos(ts *testscript.TestScript, root, ranLog string, want map[string]
 	if _, errs := store.List(); len(errs) > 0 {
 		ts.Fatalf("%v", errs)
 	}
-	if _, err := tracker.ReadHistory(filepath.Join(root, "history.jsonl")); err != nil {
+	if _, err := tracker.ReadAllHistory(root); err != nil {
 		ts.Fatalf("history: %v", err)
 	}
 	ts.Logf("chaos: %d runs, each ended as it should, exactly once", len(want))

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -83,6 +85,13 @@ func submitAll(e *env, reqs []request, replace bool) ([]answer, error) {
 	if err := e.autoStart(); err != nil {
 		return nil, err
 	}
+	for i := range reqs {
+		if reqs[i].name.Verb != spool.VerbStart {
+			// A name of its own: clients acting on one run at once neither
+			// replace each other's requests nor read each other's answers.
+			reqs[i].name.Tag = newTag()
+		}
+	}
 	for _, r := range reqs {
 		// An outcome from an earlier request of the same name must not be
 		// taken for this one's.
@@ -102,6 +111,9 @@ func submitAll(e *env, reqs []request, replace bool) ([]answer, error) {
 				break
 			}
 			answers[done] = answer{outcome, detail}
+			if reqs[done].name.Tag != "" {
+				os.Remove(d.OutcomePath(reqs[done].name)) // read: nobody else needs it
+			}
 			done++
 		}
 		if done == len(reqs) {
@@ -187,4 +199,11 @@ func runExitCode(st *tracker.State) int {
 		return 127
 	}
 	return exitFailed
+}
+
+// newTag returns a random request tag.
+func newTag() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "c" + hex.EncodeToString(b[:])
 }

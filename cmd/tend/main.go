@@ -28,6 +28,7 @@ const (
 	exitRefused     = 4 // rejected, not_cancellable
 	exitFinished    = 5 // already_finished: nothing was left to do
 	exitNoWatcher   = 6 // no watcher runs; the request waits in the spool
+	exitConflict    = 7 // conflict: the record moved on from --if-rev
 	exitInterrupted = 130
 )
 
@@ -64,6 +65,9 @@ type cli struct {
 	Rm      rmCmd      `cmd:"" help:"Delete finished runs."`
 	Gc      gcCmd      `cmd:"" help:"Delete finished runs beyond the retention."`
 	History historyCmd `cmd:"" help:"Print a run's transitions."`
+	Label   labelCmd   `cmd:"" help:"Set or remove a run's labels."`
+	Note    noteCmd    `cmd:"" help:"Attach a note to a run."`
+	Fsck    fsckCmd    `cmd:"" help:"Check the root; --repair fixes what it can."`
 }
 
 // env is what commands run with.

@@ -81,13 +81,15 @@ func poll(ts *testscript.TestScript, cond func() string) {
 	}
 }
 
-// waitfile path...: wait until every path exists.
+// waitfile path...: wait until every path exists; a path may be a glob
+// pattern (for tagged request names), which must match.
 func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	for _, a := range args {
 		path := ts.MkAbs(a)
 		poll(ts, func() string {
-			if _, err := os.Lstat(path); (err == nil) == neg {
-				return fmt.Sprintf("%s: exists=%v, want %v", a, err == nil, !neg)
+			matches, _ := filepath.Glob(path)
+			if (len(matches) > 0) == neg {
+				return fmt.Sprintf("%s: exists=%v, want %v", a, len(matches) > 0, !neg)
 			}
 			return ""
 		})

@@ -164,7 +164,7 @@ func waitEnded(ts *testscript.TestScript, root, id string) *tracker.State {
 
 // historyOf returns the states run id went through, from history.jsonl.
 func historyOf(ts *testscript.TestScript, root, id string) []string {
-	events, err := tracker.ReadHistory(filepath.Join(root, "history.jsonl"))
+	events, err := tracker.ReadAllHistory(root)
 	ts.Check(err)
 	var states []string
 	for _, ev := range events {

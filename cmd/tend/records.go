@@ -24,7 +24,7 @@ included. Example: tend history build`
 }
 
 func (c *historyCmd) Run(e *env) error {
-	events, err := tracker.ReadHistory(filepath.Join(e.root, "history.jsonl"))
+	events, err := tracker.ReadAllHistory(e.root)
 	if err != nil {
 		return err
 	}

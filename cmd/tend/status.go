@@ -33,6 +33,9 @@ type status struct {
 	Version   string         `json:"version,omitempty"`
 	StalePID  int            `json:"stale_pid,omitempty"`
 	Runs      map[string]int `json:"runs"`
+	// Problems are what a quick check of the history's end and the state
+	// files found; tend fsck says more.
+	Problems []string `json:"problems,omitempty"`
 }
 
 func (c *statusCmd) Run(e *env) error {
@@ -56,7 +59,10 @@ func (c *statusCmd) Run(e *env) error {
 		s.Runs[st.State]++
 	}
 	for _, err := range errs {
-		fmt.Fprintln(e.stderr, "tend:", err)
+		s.Problems = append(s.Problems, err.Error())
+	}
+	if err := tracker.CheckHistoryEnd(e.root); err != nil {
+		s.Problems = append(s.Problems, err.Error())
 	}
 	if c.JSON {
 		b, _ := json.MarshalIndent(s, "", "  ")
@@ -92,4 +98,10 @@ func printStatus(e *env, s status) {
 		states = []string{"none"}
 	}
 	fmt.Fprintf(e.stdout, "runs: %s\n", strings.Join(states, ", "))
+	for _, p := range s.Problems {
+		fmt.Fprintf(e.stdout, "problem: %s\n", p)
+	}
+	if len(s.Problems) > 0 {
+		fmt.Fprintln(e.stdout, "(run tend fsck for a full check)")
+	}
 }

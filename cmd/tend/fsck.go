@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher"
+)
+
+type fsckCmd struct {
+	Repair bool `help:"Fix what can be fixed: bad history lines move to a side file, broken state files are kept aside and rebuilt, partial writes are removed. Refused while a watcher runs."`
+}
+
+func (c *fsckCmd) Help() string {
+	return `Checks the whole root: every history line, every state file against
+its run directory, the history and /proc, leftover temporary files, and
+orphaned outcomes and run directories. Prints each problem with its path
+and exits 1 if there is any. Example: tend fsck || tend down --keep-runs && tend fsck --repair`
+}
+
+func (c *fsckCmd) Run(e *env) error {
+	if c.Repair {
+		if running, pid, _ := watcher.Probe(e.root); running {
+			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
+		}
+		done, err := tracker.Repair(e.root, identifyRun)
+		for _, line := range done {
+			fmt.Fprintln(e.stdout, "repaired:", line)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	problems := tracker.Check(e.root, processAlive)
+	for _, p := range problems {
+		fmt.Fprintln(e.stdout, p)
+	}
+	if len(problems) > 0 {
+		return exitf(exitFailed, "%d problems in %s", len(problems), e.root)
+	}
+	fmt.Fprintf(e.stdout, "%s: no problems\n", e.root)
+	return nil
+}
+
+// processAlive reports whether pid is still the process that started at
+// start.
+func processAlive(pid int, start uint64) bool {
+	st, err := procfs.ReadStat(pid)
+	return err == nil && st.StartTime == start && st.State != 'Z'
+}
+
+// identifyRun returns the start time of pid if it is alive and is run id's
+// process (its environment says TEND_RUN_ID=id).
+func identifyRun(pid int, id string) (uint64, bool) {
+	st, err := procfs.ReadStat(pid)
+	if err != nil || st.State == 'Z' {
+		return 0, false
+	}
+	if v, ok := procfs.Getenv(pid, "TEND_RUN_ID"); !ok || v != id {
+		return 0, false
+	}
+	return st.StartTime, true
+}

@@ -1,0 +1,417 @@
+package tracker
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/spool"
+)
+
+// Problem is one thing fsck found wrong, with the path it concerns.
+type Problem struct {
+	Path string
+	What string
+}
+
+func (p Problem) String() string { return p.Path + ": " + p.What }
+
+// Liveness says whether the process a record names still runs; fsck
+// takes it from its caller, which reads /proc.
+type Liveness func(pid int, start uint64) bool
+
+// Identify returns the start time of process pid if it runs, as run id
+// (it carries TEND_RUN_ID=id); repair uses it to keep a live run's record.
+type Identify func(pid int, id string) (start uint64, ok bool)
+
+// Check examines a whole root and returns every problem it finds: bad
+// history lines (each with its file and line), state files that do not
+// parse, were edited by hand, or have no event in the history, records
+// whose process is gone, leftover temporary files, and orphaned outcome
+// files and run directories. It changes nothing.
+func Check(root string, alive Liveness) []Problem {
+	var problems []Problem
+	events, bad := scanHistory(root)
+	for _, b := range bad {
+		problems = append(problems, Problem{b.file + ":" + fmt.Sprint(b.line), b.what})
+	}
+	problems = append(problems, checkRuns(root, events, alive)...)
+	problems = append(problems, leftovers(root)...)
+	problems = append(problems, orphanOutcomes(root)...)
+	return problems
+}
+
+// badLine is a history line that is not an event.
+type badLine struct {
+	file string
+	line int
+	what string
+	raw  []byte
+}
+
+// scanHistory reads every history file to its end, keeping the events
+// and every bad line (a reader stops at the first; fsck wants them all).
+func scanHistory(root string) (map[string][]Event, []badLine) {
+	events := make(map[string][]Event)
+	var bad []badLine
+	for _, path := range HistoryFiles(root) {
+		lines, err := readLines(path)
+		if err != nil {
+			bad = append(bad, badLine{file: path, what: err.Error()})
+			continue
+		}
+		for i, raw := range lines {
+			what := ""
+			if raw[len(raw)-1] != '\n' {
+				what = "torn line: no newline at the end of the file"
+			} else if e, err := parseEvent(raw); err != nil {
+				what = err.Error()
+			} else {
+				events[e.ID] = append(events[e.ID], e)
+			}
+			if what != "" {
+				bad = append(bad, badLine{file: path, line: i + 1, what: what, raw: raw})
+			}
+		}
+	}
+	return events, bad
+}
+
+// readLines returns a file's lines, each with its newline (the last one
+// without, if it is torn). A missing file has none.
+func readLines(path string) ([][]byte, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var lines [][]byte
+	r := bufio.NewReader(f)
+	for {
+		b, err := r.ReadBytes('\n')
+		if len(b) > 0 {
+			lines = append(lines, b)
+		}
+		if err == io.EOF {
+			return lines, nil
+		}
+		if err != nil {
+			return lines, err
+		}
+	}
+}
+
+func checkRuns(root string, events map[string][]Event, alive Liveness) []Problem {
+	s := NewStore(root)
+	ents, err := os.ReadDir(s.Dir())
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return []Problem{{s.Dir(), err.Error()}}
+	}
+	var problems []Problem
+	for _, e := range ents {
+		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
+			continue // hidden trash is a leftover (below)
+		}
+		problems = append(problems, checkRun(s, e.Name(), events[e.Name()], alive)...)
+	}
+	return problems
+}
+
+func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
+	dir := s.RunDir(id)
+	path := filepath.Join(dir, "state.json")
+	b, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		if _, err := os.Stat(filepath.Join(dir, "request")); err == nil {
+			return []Problem{{dir, "a claimed request without state.json (a watcher starts it once)"}}
+		}
+		return []Problem{{dir, "an orphaned run directory: no state.json and no request"}}
+	}
+	if err != nil {
+		return []Problem{{path, err.Error()}}
+	}
+	st, err := ParseState(path, b)
+	if err != nil {
+		return []Problem{{path, strings.TrimPrefix(err.Error(), path+": ")}}
+	}
+	var problems []Problem
+	if st.ID != id {
+		problems = append(problems, Problem{path, fmt.Sprintf("its id is %q, not %q as its directory says", st.ID, id)})
+	}
+	found := false
+	for _, e := range events {
+		found = found || e.Rev == st.Rev && e.State == st.State
+	}
+	if !found {
+		problems = append(problems, Problem{path, fmt.Sprintf("rev %d (%s) has no event in the history", st.Rev, st.State)})
+	}
+	if (st.State == Running || st.State == Stopping) && st.PID > 0 && alive != nil && !alive(st.PID, st.ProcStart) {
+		problems = append(problems, Problem{path, fmt.Sprintf("recorded %s, but its process (pid %d) is gone; a watcher records its end when it starts", st.State, st.PID)})
+	}
+	if _, err := os.Stat(path + ".edited"); err == nil {
+		problems = append(problems, Problem{path + ".edited", "a hand-edited state file the watcher kept aside; it is not used"})
+	}
+	return problems
+}
+
+// tempName matches what an interrupted atomic write leaves: natefinch/
+// atomic's "<name><digits>" and tend's hidden ".<name>.<random>.tmp".
+var tempName = regexp.MustCompile(`^(state\.json|watcher\.json|queue|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
+
+// leftovers finds temporary files and directories that only a crash
+// leaves behind.
+func leftovers(root string) []Problem {
+	var problems []Problem
+	add := func(pattern, what string, filter func(string) bool) {
+		paths, _ := filepath.Glob(filepath.Join(root, pattern))
+		sort.Strings(paths)
+		for _, p := range paths {
+			if filter == nil || filter(filepath.Base(p)) {
+				problems = append(problems, Problem{p, what})
+			}
+		}
+	}
+	isTemp := func(name string) bool { return tempName.MatchString(name) }
+	add("*", "a temporary file left by an interrupted write", isTemp)
+	add("runs/*/*", "a temporary file left by an interrupted write", isTemp)
+	add("outcomes/*", "a temporary file left by an interrupted write", isTemp)
+	add("exits/.record-*", "a temporary file left by an interrupted write", nil)
+	add("runs/.*.deleted-*", "a deletion cut short (the next watcher finishes it)", nil)
+	return problems
+}
+
+// orphanOutcomes finds answers to start requests whose run is gone.
+func orphanOutcomes(root string) []Problem {
+	d := spool.Dir{Root: root}
+	paths, _ := filepath.Glob(filepath.Join(d.Outcomes(), "*."+spool.VerbStart))
+	var problems []Problem
+	for _, p := range paths {
+		n, err := spool.ParseName(filepath.Base(p))
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(p)
+		if !bytes.HasPrefix(b, []byte(spool.Accepted)) {
+			continue // a rejection needs no run
+		}
+		if _, err := os.Stat(NewStore(root).RunDir(n.ID)); errors.Is(err, os.ErrNotExist) {
+			problems = append(problems, Problem{p, "an orphaned outcome: its run is gone"})
+		}
+	}
+	return problems
+}
+
+// Repair fixes what it can of what Check finds, and returns what it did,
+// one line each. Nothing is deleted but partial writes: bad history lines
+// are moved to <file>.bad, and a bad state file is kept as
+// state.json.bad, then rebuilt from the run's request and history (a live
+// process, if alive says so, is kept; a record that says running and whose
+// process is gone ends failed). The caller makes sure no watcher runs.
+func Repair(root string, identify Identify) ([]string, error) {
+	var done []string
+	l := flock.New(filepath.Join(root, "history.lock"))
+	if err := l.Lock(); err != nil {
+		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	}
+	defer l.Unlock()
+	moved, err := repairHistory(root)
+	if err != nil {
+		return done, err
+	}
+	done = append(done, moved...)
+	events, _ := scanHistory(root)
+	s := NewStore(root)
+	ents, _ := os.ReadDir(s.Dir())
+	for _, e := range ents {
+		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
+			continue
+		}
+		what, err := repairRun(root, e.Name(), events[e.Name()], identify)
+		if err != nil {
+			return done, err
+		}
+		done = append(done, what...)
+	}
+	for _, p := range leftovers(root) {
+		if strings.Contains(p.What, "temporary file") {
+			if err := os.Remove(p.Path); err == nil {
+				done = append(done, p.Path+": removed (a partial write)")
+			}
+		}
+	}
+	return done, nil
+}
+
+// repairHistory moves the bad lines of every history file to <file>.bad,
+// keeping the good ones in order. The caller holds the history lock.
+func repairHistory(root string) ([]string, error) {
+	var done []string
+	for _, path := range HistoryFiles(root) {
+		lines, err := readLines(path)
+		if err != nil {
+			return done, err
+		}
+		var good, bad bytes.Buffer
+		nbad := 0
+		for _, raw := range lines {
+			if _, err := parseEvent(raw); err != nil || raw[len(raw)-1] != '\n' {
+				bad.Write(raw)
+				if raw[len(raw)-1] != '\n' {
+					bad.WriteByte('\n')
+				}
+				nbad++
+				continue
+			}
+			good.Write(raw)
+		}
+		if nbad == 0 {
+			continue
+		}
+		side, err := os.OpenFile(path+".bad", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return done, err
+		}
+		_, err = side.Write(bad.Bytes())
+		if cerr := side.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = replaceFile(path, good.Bytes())
+		}
+		if err != nil {
+			return done, fmt.Errorf("%s: %w", path, err)
+		}
+		done = append(done, fmt.Sprintf("%s: moved %d bad lines to %s", path, nbad, path+".bad"))
+	}
+	return done, nil
+}
+
+// replaceFile replaces path with b atomically and durably.
+func replaceFile(path string, b []byte) error {
+	tmp := path + ".fsck.tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return spool.SyncDir(filepath.Dir(path))
+}
+
+// repairRun rebuilds run id's state file if it is broken or edited.
+func repairRun(root, id string, events []Event, identify Identify) ([]string, error) {
+	s := NewStore(root)
+	path := s.Path(id, "state.json")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil // missing: nothing to rebuild from that a watcher would not do better
+	}
+	if st, err := ParseState(path, b); err == nil {
+		return addMissingEvent(root, st, events)
+	}
+	if len(events) == 0 || events[len(events)-1].State == Deleted {
+		return []string{path + ": not rebuilt: the history has no event of this run"}, nil
+	}
+	if err := os.Rename(path, path+".bad"); err != nil {
+		return nil, err
+	}
+	st := rebuild(s, id, events, identify)
+	if err := OpenHistory(root).appendLocked(EventOf(st, time.Now())); err != nil {
+		return nil, err
+	}
+	if err := s.Write(st); err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("%s: kept as state.json.bad; rebuilt from the history and request: %s, rev %d", path, st.State, st.Rev)}, nil
+}
+
+// rebuild makes a record of run id from its history and its request.
+func rebuild(s *Store, id string, events []Event, identify Identify) *State {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].State == Deleted { // the ID was used again: this run's events follow
+			events = events[i+1:]
+			break
+		}
+	}
+	last := events[len(events)-1]
+	st := &State{ID: id, State: last.State, Rev: last.Rev + 1, Session: last.Session, PID: last.PID, PGID: last.PID,
+		ExitCode: last.ExitCode, Signal: last.Signal, Reason: last.Reason, CreatedAt: events[0].Time, Grace: spool.Duration(10 * time.Second)}
+	for _, e := range events {
+		if e.State == Running && st.StartedAt == nil {
+			t := e.Time
+			st.StartedAt = &t
+		}
+	}
+	if b, err := os.ReadFile(s.Path(id, "request")); err == nil {
+		if req, err := spool.ParseStart(b); err == nil {
+			st.Command, st.Labels, st.Timeout, st.Cwd = req.Args(), req.Labels, req.Timeout, req.Cwd
+			if req.Grace != nil {
+				st.Grace = *req.Grace
+			}
+		}
+	}
+	switch st.State {
+	case Completed, Failed, Canceled, TimedOut:
+		t := last.Time
+		st.EndedAt = &t
+		return st
+	case Queued, Starting:
+		st.PID, st.PGID = 0, 0 // it never passed its gate: a watcher decides
+		return st
+	}
+	if start, ok := identify(st.PID, id); ok && st.PID > 0 {
+		st.ProcStart = start
+		st.Reason = "record rebuilt by tend fsck; its process still runs"
+		return st
+	}
+	now := time.Now()
+	st.State, st.EndedAt = Failed, &now
+	st.Reason = "lost: its record was broken; tend fsck rebuilt it, and its process is gone; exit status unknown"
+	return st
+}
+
+// addMissingEvent appends the history event of valid record st if the
+// history lacks it (the watcher could not append while the history's end
+// was torn): the history gets back every state a record shows.
+func addMissingEvent(root string, st *State, events []Event) ([]string, error) {
+	for _, e := range events {
+		if e.Rev == st.Rev && e.State == st.State {
+			return nil, nil
+		}
+	}
+	at := time.Now()
+	if st.EndedAt != nil {
+		at = *st.EndedAt
+	}
+	if err := OpenHistory(root).appendLocked(EventOf(st, at)); err != nil {
+		return nil, err
+	}
+	return []string{fmt.Sprintf("%s: its rev %d (%s) was missing from the history: appended", HistoryPath(root), st.Rev, st.State)}, nil
+}
