@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -189,6 +190,14 @@ func (c *showCmd) Run(e *env) error {
 		row("ended", st.EndedAt.Format(time.RFC3339))
 	}
 	row("time", timeText(st, time.Now()))
+	keys := slices.Sorted(maps.Keys(st.Labels))
+	for _, k := range keys {
+		row("label", k+"="+st.Labels[k])
+	}
+	for _, n := range st.Notes {
+		row("note", n.Time.Format(time.RFC3339)+" "+n.Text)
+	}
+	row("rev", fmt.Sprint(st.Rev))
 	row("stdout", store.Path(st.ID, "stdout"))
 	row("stderr", store.Path(st.ID, "stderr"))
 	row("state file", store.Path(st.ID, "state.json"))
