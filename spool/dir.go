@@ -230,6 +230,11 @@ const (
 	Deleted         = "deleted"
 	Updated         = "updated"
 	Conflict        = "conflict"
+	Signaled        = "signaled"
+	Restarted       = "restarted"
+	Paused          = "paused"
+	Resumed         = "resumed"
+	NotRunning      = "not_running"
 )
 
 // OutcomePath returns the path of the outcome file for request n.

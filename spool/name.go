@@ -14,15 +14,19 @@ import (
 
 // The verbs a request name may end in.
 const (
-	VerbStart  = "start"
-	VerbCancel = "cancel"
-	VerbDelete = "delete"
-	VerbLabel  = "label"
-	VerbNote   = "note"
+	VerbStart   = "start"
+	VerbCancel  = "cancel"
+	VerbDelete  = "delete"
+	VerbLabel   = "label"
+	VerbNote    = "note"
+	VerbSignal  = "signal"
+	VerbRestart = "restart"
+	VerbPause   = "pause"
+	VerbResume  = "resume"
 )
 
 // Verbs lists every verb tend takes, in the order the docs give them.
-var Verbs = []string{VerbStart, VerbCancel, VerbDelete, VerbLabel, VerbNote}
+var Verbs = []string{VerbStart, VerbCancel, VerbDelete, VerbLabel, VerbNote, VerbSignal, VerbRestart, VerbPause, VerbResume}
 
 // MaxIDLen bounds an ID, so that every file tend derives from it
 // (<id>.<verb>, <id>.<verb>.error) stays far below NAME_MAX.

@@ -37,6 +37,12 @@ type Start struct {
 	Timeout Duration          `json:"timeout,omitempty"`
 	Grace   *Duration         `json:"grace,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+
+	// A service's settings (see service.go); all optional.
+	Restart   *Restart `json:"restart,omitempty"`
+	Health    *Health  `json:"health,omitempty"`
+	ReadyFile bool     `json:"ready_file,omitempty"` // ready once $TEND_READY exists
+	Limits    *Rlimits `json:"limits,omitempty"`
 }
 
 // startJSON is the JSON shape of a start request; Command is decoded by hand
@@ -49,6 +55,11 @@ type startJSON struct {
 	Timeout json.RawMessage   `json:"timeout,omitempty"`
 	Grace   json.RawMessage   `json:"grace,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
+
+	Restart   json.RawMessage `json:"restart,omitempty"`
+	Health    json.RawMessage `json:"health,omitempty"`
+	ReadyFile bool            `json:"ready_file,omitempty"`
+	Limits    json.RawMessage `json:"limits,omitempty"`
 }
 
 // MarshalJSON writes s in the request format that ParseStart reads.
@@ -68,6 +79,15 @@ func (s Start) MarshalJSON() ([]byte, error) {
 	}
 	if s.Grace != nil {
 		j.Grace, _ = s.Grace.MarshalJSON()
+	}
+	j.ReadyFile = s.ReadyFile
+	for _, f := range []struct {
+		v   any
+		dst *json.RawMessage
+	}{{s.Restart, &j.Restart}, {s.Health, &j.Health}, {s.Limits, &j.Limits}} {
+		if b, _ := json.Marshal(f.v); string(b) != "null" {
+			*f.dst = b
+		}
 	}
 	return json.Marshal(j)
 }
@@ -104,6 +124,16 @@ func ParseStart(body []byte) (Start, error) {
 		s.Timeout = *timeout
 	}
 	if s.Grace, err = durationField("grace", j.Grace, MaxGrace.D()); err != nil {
+		return Start{}, err
+	}
+	s.ReadyFile = j.ReadyFile
+	if s.Restart, err = parseRestart(j.Restart); err != nil {
+		return Start{}, err
+	}
+	if s.Health, err = parseHealth(j.Health); err != nil {
+		return Start{}, err
+	}
+	if s.Limits, err = parseRlimits(j.Limits); err != nil {
 		return Start{}, err
 	}
 	return s, s.validate()

@@ -275,3 +275,73 @@ func TestSubmitAndOutcome(t *testing.T) {
 		t.Fatalf("ReadOutcome = %q, %q, %v", o, detail, err)
 	}
 }
+
+func TestParseServiceFields(t *testing.T) {
+	tests := []struct {
+		body, wantErr string
+		check         func(Start) bool
+	}{
+		{`{"command": "x", "restart": "always"}`, "", func(s Start) bool {
+			return s.Restart.Policy == RestartAlways && s.Restart.Limit == 5 && s.Restart.Delay.D() == time.Second
+		}},
+		{`{"command": "x", "restart": "never"}`, "", func(s Start) bool { return s.Restart == nil }},
+		{`{"command": "x", "restart": {"policy": "on-failure", "limit": 2, "window": "10s", "delay": "100ms", "max_delay": "1s"}}`, "", func(s Start) bool {
+			return s.Restart.Limit == 2 && s.Restart.MaxDelay.D() == time.Second
+		}},
+		{`{"command": "x", "restart": "sometimes"}`, `policy "sometimes"`, nil},
+		{`{"command": "x", "restart": {"policy": "always", "delay": "2s", "max_delay": "1s"}}`, "delay <= max_delay", nil},
+		{`{"command": "x", "health": {"tcp": "127.0.0.1:80"}}`, "", func(s Start) bool {
+			return s.Health.Retries == 3 && s.Health.StartPeriod.D() == 30*time.Second
+		}},
+		{`{"command": "x", "health": {"tcp": "nohost"}}`, `"tcp"`, nil},
+		{`{"command": "x", "health": {"http": "ftp://x/"}}`, "not an http(s) URL", nil},
+		{`{"command": "x", "health": {"tcp": "a:1", "exec": "true"}}`, "exactly one", nil},
+		{`{"command": "x", "health": {}}`, "exactly one", nil},
+		{`{"command": "x", "limits": {"nofile": 10, "cpu": "2s"}}`, "", func(s Start) bool {
+			return s.Limits.Ulimit() == "ulimit -n 10 || exit 125; ulimit -t 3 || exit 125; ulimit -St 2 || exit 125;"
+		}},
+		{`{"command": "x", "limits": {"nofile": -1}}`, "negative", nil},
+		{`{"command": "x", "limits": {"cpu": "10ms"}}`, "under one second", nil},
+		{`{"command": "x", "limits": {"memory": 1}}`, `unknown field "memory"`, nil},
+	}
+	for _, tt := range tests {
+		s, err := ParseStart([]byte(tt.body))
+		if tt.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseStart(%s) = %v, want %q", tt.body, err, tt.wantErr)
+			}
+			continue
+		}
+		if err != nil || !tt.check(s) {
+			t.Errorf("ParseStart(%s) = %+v, %v", tt.body, s, err)
+			continue
+		}
+		// What the CLI marshals parses back the same.
+		b, _ := s.MarshalJSON()
+		if back, err := ParseStart(b); err != nil || !tt.check(back) {
+			t.Errorf("round trip of %s: %s: %v", tt.body, b, err)
+		}
+	}
+}
+
+func TestParseSignal(t *testing.T) {
+	tests := []struct {
+		body string
+		want syscall.Signal
+		err  string
+	}{
+		{"HUP", syscall.SIGHUP, ""}, {"sigusr1\n", syscall.SIGUSR1, ""}, {"15", syscall.SIGTERM, ""},
+		{`{"signal": "INT", "session": "s"}`, syscall.SIGINT, ""},
+		{"", 0, "no signal"}, {"NOPE", 0, `unknown signal "NOPE"`}, {"99", 0, "unknown signal"},
+	}
+	for _, tt := range tests {
+		s, err := ParseSignal([]byte(tt.body))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParseSignal(%q) = %v, want %q", tt.body, err, tt.err)
+			}
+		} else if err != nil || s.Signal != tt.want {
+			t.Errorf("ParseSignal(%q) = %v, %v; want %v", tt.body, s.Signal, err, tt.want)
+		}
+	}
+}

@@ -27,6 +27,8 @@ const (
 	Failed    = "failed"
 	Canceled  = "canceled"
 	TimedOut  = "timed_out"
+	Backoff   = "backoff" // its process ended; it starts again at next_start_at
+	Paused    = "paused"  // its process group is stopped (SIGSTOP)
 	// Deleted appears only in the history: the run's record was removed.
 	Deleted = "deleted"
 )
@@ -79,9 +81,59 @@ type State struct {
 	// Notes are lines of text people and agents attached (verb note).
 	Notes []Note `json:"notes,omitempty"`
 
+	// A service's settings, from its request.
+	Restart   *spool.Restart `json:"restart,omitempty"`
+	Health    *spool.Health  `json:"health,omitempty"`
+	ReadyFile bool           `json:"ready_file,omitempty"`
+	Limits    *spool.Rlimits `json:"limits,omitempty"`
+
+	// Attempt counts the starts of the run's process (1 for the first);
+	// Restarts counts those after the first. Attempts holds how the last
+	// few earlier attempts ended, oldest first.
+	Attempt  int       `json:"attempt,omitempty"`
+	Restarts int       `json:"restarts,omitempty"`
+	Attempts []Attempt `json:"attempts,omitempty"`
+	// NextStartAt is when a run in backoff starts again.
+	NextStartAt *time.Time `json:"next_start_at,omitempty"`
+	// ReadyAt is when a run that waits for readiness (health check or
+	// ready file) became ready: starting until then, running after.
+	ReadyAt      *time.Time    `json:"ready_at,omitempty"`
+	HealthStatus *HealthStatus `json:"health_status,omitempty"`
+	// PausedAt is set while the run is paused; PausedFor sums its earlier
+	// pauses, which its timeout does not count.
+	PausedAt  *time.Time     `json:"paused_at,omitempty"`
+	PausedFor spool.Duration `json:"paused_for,omitempty"`
+
 	// Sum is a checksum of every other field, set by Store.Write. A record
 	// whose Sum does not match was not written by tend: it is not trusted.
 	Sum string `json:"sum"`
+}
+
+// Attempt is how one start of a run's process ended.
+type Attempt struct {
+	Attempt   int       `json:"attempt"`
+	StartedAt time.Time `json:"started_at"`
+	EndedAt   time.Time `json:"ended_at"`
+	ExitCode  *int      `json:"exit_code,omitempty"`
+	Signal    string    `json:"signal,omitempty"`
+	Reason    string    `json:"reason"`
+}
+
+// MaxAttempts bounds State.Attempts.
+const MaxAttempts = 10
+
+// HealthStatus is what a run's health checks found.
+type HealthStatus struct {
+	Status   string        `json:"status"` // starting, healthy or unhealthy
+	Failures int           `json:"failures"`
+	Checks   []HealthCheck `json:"checks"` // the last few, oldest first
+}
+
+// HealthCheck is one health check's result.
+type HealthCheck struct {
+	Time   time.Time `json:"time"`
+	OK     bool      `json:"ok"`
+	Detail string    `json:"detail,omitempty"`
 }
 
 // Note is a line of text kept with a run.

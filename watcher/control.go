@@ -73,6 +73,9 @@ func (w *watcher) lookup(id string) (*tracker.State, error) {
 	if q := w.queued(id); q != nil {
 		return q.st, nil
 	}
+	if b := w.waiting[id]; b != nil {
+		return b.st, nil
+	}
 	return w.store.Read(id)
 }
 
@@ -109,6 +112,11 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 	}
 	if q := w.queued(n.ID); q != nil {
 		w.cancelQueued(q, n)
+		return
+	}
+	if b := w.waiting[n.ID]; b != nil {
+		w.endBackoff(b, tracker.Canceled, "canceled while waiting to start again")
+		w.answer(n, spool.Canceled, "")
 		return
 	}
 	r := w.runs[n.ID]
@@ -181,31 +189,42 @@ func (w *watcher) conflict(n spool.Name, st *tracker.State, ifRev *int64) bool {
 	return true
 }
 
-// takeMeta answers a label or note request: it changes run st's metadata
-// through change, records it (rev grows, and the history has it), and
-// answers "updated: rev N"; or not_found, not_permitted, conflict.
-func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change func(*tracker.State)) {
-	taken, ok := w.claimControl(n, f)
-	if !ok {
-		return
+// target claims control request n and finds the run it acts on, checking
+// the request may act on it (session, owner, if_rev). If it may not, or
+// there is no such run, the request is answered and ok is false. done
+// removes the claimed request; call it once the request is carried out.
+func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int64) (st *tracker.State, done func(), ok bool) {
+	taken, claimed := w.claimControl(n, f)
+	if !claimed {
+		return nil, nil, false
 	}
-	defer os.Remove(taken)
+	done = func() { os.Remove(taken) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):
 		w.answer(n, spool.NotFound, "no run has this id")
-		return
 	case err != nil:
 		w.answer(n, spool.Rejected, err.Error())
+	default:
+		if ok, why := permitted(f.UID, session, st); !ok {
+			w.answer(n, spool.NotPermitted, why)
+		} else if !w.conflict(n, st, ifRev) {
+			return st, done, true
+		}
+	}
+	done()
+	return nil, nil, false
+}
+
+// takeMeta answers a label or note request: it changes run st's metadata
+// through change, records it (rev grows, and the history has it), and
+// answers "updated: rev N"; or not_found, not_permitted, conflict.
+func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change func(*tracker.State)) {
+	st, done, ok := w.target(n, f, session, ifRev)
+	if !ok {
 		return
 	}
-	if ok, why := permitted(f.UID, session, st); !ok {
-		w.answer(n, spool.NotPermitted, why)
-		return
-	}
-	if w.conflict(n, st, ifRev) {
-		return
-	}
+	defer done()
 	change(st)
 	w.save(st)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))

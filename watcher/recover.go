@@ -47,6 +47,9 @@ func (w *watcher) recoverRuns() {
 			w.log.Printf("recover: %v", err)
 		case st.State == tracker.Queued:
 			w.recoverQueued(st)
+		case st.State == tracker.Backoff && st.NextStartAt != nil:
+			w.log.Printf("recover: run %s waits to start again at %s", st.ID, st.NextStartAt.Format(time.RFC3339))
+			w.scheduleBackoff(st)
 		case !tracker.Final(st.State):
 			w.recoverLive(st)
 		}
@@ -120,6 +123,14 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 	}
 	if !w.hasStarted(st.ID) {
 		w.neverRan(st, "its process ended at the start gate")
+		return
+	}
+	if st.Restart != nil {
+		// Its end is unknown (the machine restarted, or the keeper died too),
+		// but a service is brought back whatever it was.
+		r := &run{st: st, adopted: true, exit: &procfs.Exit{Code: -1}, unknown: true, exitedAt: time.Now(), killAt: time.Now().Add(st.Grace.D())}
+		w.log.Printf("recover: run %s (pid %d) ended while no watcher or keeper ran: restarting it per its policy", st.ID, st.PID)
+		w.runs[st.ID] = r
 		return
 	}
 	now := time.Now()

@@ -96,6 +96,7 @@ func (w *watcher) examine(name string) {
 	var del spool.Delete
 	var label spool.Label
 	var note spool.Note
+	var sig spool.Signal
 	if problem == nil {
 		switch n.Verb {
 		case spool.VerbStart:
@@ -108,6 +109,10 @@ func (w *watcher) examine(name string) {
 			label, problem = spool.ParseLabel(f.Body)
 		case spool.VerbNote:
 			note, problem = spool.ParseNote(f.Body)
+		case spool.VerbSignal:
+			sig, problem = spool.ParseSignal(f.Body)
+		case spool.VerbRestart, spool.VerbPause, spool.VerbResume:
+			cancel, problem = spool.ParseCancel(f.Body)
 		}
 	}
 	if problem != nil || !f.Settled {
@@ -132,6 +137,14 @@ func (w *watcher) examine(name string) {
 		w.takeLabel(n, f, label)
 	case spool.VerbNote:
 		w.takeNote(n, f, note)
+	case spool.VerbSignal:
+		w.takeSignal(n, f, sig)
+	case spool.VerbRestart:
+		w.takeRestart(n, f, cancel)
+	case spool.VerbPause:
+		w.takePause(n, f, cancel)
+	case spool.VerbResume:
+		w.takeResume(n, f, cancel)
 	}
 }
 
@@ -222,6 +235,7 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 		ID: id, State: tracker.Starting, Session: req.Session, OwnerUID: uid,
 		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
 		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
+		Restart: req.Restart, Health: req.Health, ReadyFile: req.ReadyFile, Limits: req.Limits,
 	}
 	if req.Grace != nil {
 		st.Grace = *req.Grace

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,6 +39,7 @@ type run struct {
 	termSent bool      // SIGTERM went to the group
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
 	timers   []*time.Timer
+	timeout  *time.Timer // the timeout's, also in timers
 }
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }
@@ -62,7 +64,11 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		return
 	}
 	r.proc = h
+	st.Attempt++
 	st.State, st.PID, st.PGID, st.StartedAt = tracker.Running, h.PID(), h.PID(), &now
+	if waitsForReady(st) {
+		st.State = tracker.Starting // until a check passes
+	}
 	if ps, err := procfs.ReadStat(h.PID()); err == nil {
 		st.ProcStart = ps.StartTime
 	}
@@ -71,7 +77,7 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 	}
 	gate.Close()
-	w.log.Printf("run %s: running (pid %d)", st.ID, st.PID)
+	w.log.Printf("run %s: %s (pid %d, attempt %d)", st.ID, st.State, st.PID, st.Attempt)
 	w.supervise(r)
 }
 
@@ -99,15 +105,26 @@ func (w *watcher) supervise(r *run) {
 		}
 		w.exited <- r
 	}()
-	if r.st.Timeout > 0 && r.st.Stop == nil && r.st.StartedAt != nil {
-		left := time.Until(r.st.StartedAt.Add(r.st.Timeout.D()))
-		r.timers = append(r.timers, w.after(max(left, 0), func() {
-			if w.runs[r.st.ID] == r && r.st.Stop == nil && r.exit == nil {
-				w.log.Printf("run %s: timed out after %s", r.st.ID, r.st.Timeout.D())
-				w.stop(r, tracker.TimedOut, "timed out after "+r.st.Timeout.D().String(), r.grace(), "")
-			}
-		}))
+	w.scheduleTimeout(r)
+	if waitsForReady(r.st) && r.st.Stop == nil {
+		w.watchReadiness(r)
 	}
+}
+
+// scheduleTimeout arms r's timeout, if it has one: from its start, not
+// counting the time it spent paused.
+func (w *watcher) scheduleTimeout(r *run) {
+	if r.st.Timeout == 0 || r.st.Stop != nil || r.st.StartedAt == nil || r.st.PausedAt != nil {
+		return
+	}
+	left := time.Until(r.st.StartedAt.Add(r.st.Timeout.D() + r.st.PausedFor.D()))
+	r.timeout = w.after(max(left, 0), func() {
+		if w.runs[r.st.ID] == r && r.st.Stop == nil && r.exit == nil && r.st.PausedAt == nil {
+			w.log.Printf("run %s: timed out after %s", r.st.ID, r.st.Timeout.D())
+			w.stop(r, tracker.TimedOut, "timed out after "+r.st.Timeout.D().String(), r.grace(), "")
+		}
+	})
+	r.timers = append(r.timers, r.timeout)
 }
 
 func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h *procfs.Handle, gate *os.File, err error) {
@@ -136,12 +153,17 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 	}
 	env := childEnv(os.Environ(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
+		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	if _, err := lookPath(st.Command[0], st.Cwd, env); err != nil {
 		return nil, nil, err
 	}
-	argv := append([]string{"/bin/sh", "-c", gateScript, "tend", w.startedPath(st.ID)}, st.Command...)
+	script := gateScript
+	if ul := st.Limits.Ulimit(); ul != "" {
+		script = ul + " " + gateScript
+	}
+	argv := append([]string{"/bin/sh", "-c", script, "tend", w.startedPath(st.ID)}, st.Command...)
 	pidfd := -1
 	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
 		Dir: st.Cwd, Env: env, Files: files,
@@ -468,6 +490,20 @@ func (w *watcher) finish(r *run) {
 			st.ExitCode = &code
 		}
 	}
+	if wantsRestart(st, e, r.unknown) && w.stopping == 0 {
+		if !restartLimitReached(st) {
+			w.enterBackoff(st, how)
+			w.dequeue()
+			return
+		}
+		st.State = tracker.Failed
+		st.Reason = fmt.Sprintf("restart limit reached: %d restarts within %v; last attempt: %s", st.Restart.Limit, st.Restart.Window.D(), how)
+		w.save(st)
+		w.log.Printf("run %s: %s", st.ID, st.Reason)
+		w.answerStop(st, st.State)
+		w.dequeue()
+		return
+	}
 	switch {
 	case st.Stop != nil && st.Stop.Cause == tracker.Canceled:
 		st.State = tracker.Canceled
@@ -513,6 +549,12 @@ func describeExit(e procfs.Exit, unknown bool) string {
 		return "exit status unknown: it ended while neither a watcher nor a keeper was its parent"
 	case e.Signal != 0:
 		s := "killed by " + unix.SignalName(e.Signal)
+		switch e.Signal {
+		case unix.SIGXCPU:
+			s += ": its CPU time limit was reached"
+		case unix.SIGXFSZ:
+			s += ": its file size limit was reached"
+		}
 		if e.Core {
 			s += " (core dumped)"
 		}

@@ -206,8 +206,9 @@ type watcher struct {
 	store *tracker.Store
 	hist  *tracker.History
 
-	runs    map[string]*run // runs with a live process, by ID
-	queue   []*queuedRun    // runs waiting for a slot, in arrival order
+	runs    map[string]*run     // runs with a live process, by ID
+	queue   []*queuedRun        // runs waiting for a slot, in arrival order
+	waiting map[string]*backoff // runs in backoff, waiting to start again
 	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
 	// afterStart holds cancel requests that wait for a start request of the
@@ -238,6 +239,7 @@ func newWatcher(cfg Config) *watcher {
 		pending:    make(map[string]*pending),
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
+		waiting:    make(map[string]*backoff),
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -366,6 +368,9 @@ func (w *watcher) rescan() {
 func (w *watcher) shutdown(sig os.Signal) {
 	w.stopping++
 	if w.stopping == 1 {
+		for _, b := range w.waiting {
+			w.endBackoff(b, tracker.Canceled, "the watcher was stopped while it waited to start again")
+		}
 		w.log.Printf("%v: stopping %d runs (send it again to kill them at once)", sig, len(w.runs))
 		for _, r := range w.runs {
 			w.stop(r, tracker.Canceled, "the watcher was stopped", r.grace(), "")

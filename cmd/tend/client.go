@@ -150,13 +150,18 @@ func startWaiting(e *env, id string) bool {
 	return err == nil
 }
 
-// waitFinal blocks until run id reaches a final state and returns it. While
-// its start request waits in the spool (no watcher yet, or one still
-// busy), it waits for the request to be taken or rejected.
+// waitFinal blocks until run id reaches a final state and returns it.
 func waitFinal(e *env, id string) (*tracker.State, error) {
+	return waitRun(e, id, func(st *tracker.State) bool { return tracker.Final(st.State) })
+}
+
+// waitRun blocks until run id's record satisfies until, and returns it.
+// While its start request waits in the spool (no watcher yet, or one still
+// busy), it waits for the request to be taken or rejected.
+func waitRun(e *env, id string, until func(*tracker.State) bool) (*tracker.State, error) {
 	d := spool.Dir{Root: e.root}
 	store := tracker.NewStore(e.root)
-	if st, err := store.Read(id); err == nil && tracker.Final(st.State) {
+	if st, err := store.Read(id); err == nil && until(st) {
 		return st, nil // no watcher needed, so none is started
 	}
 	if err := e.autoStart(); err != nil {
@@ -180,7 +185,7 @@ func waitFinal(e *env, id string) (*tracker.State, error) {
 		if errors.Is(err, tracker.ErrNotFound) {
 			return false, nil // claimed, its first state not written yet
 		}
-		return err == nil && tracker.Final(st.State), err
+		return err == nil && until(st), err
 	})
 	return st, err
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,6 +24,7 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 		"statereader": stateReader,
+		"tcpserver":   tcpServer,
 	})
 }
 
@@ -57,6 +59,10 @@ func TestScripts(t *testing.T) {
 			"chaos":     cmdChaos,
 			"maxlive":   cmdMaxLive,
 			"races":     cmdRaces,
+			"freeport":  cmdFreePort,
+			"gaps":      cmdGaps,
+			"pstate":    cmdPState,
+			"holds":     cmdHolds,
 		},
 	})
 }
@@ -381,5 +387,77 @@ func cmdMaxLive(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	if most > limit {
 		ts.Fatalf("%s: %d runs were live at once, want at most %d", args[0], most, limit)
+	}
+}
+
+// tcpServer is a program: tcpserver ADDR listens on ADDR and accepts (and
+// closes) connections until killed.
+func tcpServer() {
+	l, err := net.Listen("tcp", os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			os.Exit(1)
+		}
+		c.Close()
+	}
+}
+
+// freeport VAR: set VAR to a TCP port on 127.0.0.1 that was free a moment ago.
+func cmdFreePort(ts *testscript.TestScript, neg bool, args []string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	ts.Setenv(args[0], strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	l.Close()
+}
+
+// gaps id: the delays between run id's attempts (from the end of one to
+// the start of the next, as its record keeps them) grow.
+func cmdGaps(ts *testscript.TestScript, neg bool, args []string) {
+	st, err := tracker.NewStore(ts.MkAbs(".tend")).Read(args[0])
+	ts.Check(err)
+	var last time.Duration
+	for i := 1; i < len(st.Attempts); i++ {
+		gap := st.Attempts[i].StartedAt.Sub(st.Attempts[i-1].EndedAt)
+		if gap <= last {
+			ts.Fatalf("run %s: the delay before attempt %d (%v) is not longer than the one before (%v)", args[0], st.Attempts[i].Attempt, gap, last)
+		}
+		last = gap
+	}
+}
+
+// pstate pidfile STATE: wait until the process in pidfile is in STATE
+// (a letter of /proc/PID/stat: T stopped, S sleeping, ...).
+func cmdPState(ts *testscript.TestScript, neg bool, args []string) {
+	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
+	ts.Check(err)
+	poll(ts, func() string {
+		st, err := procfs.ReadStat(pid)
+		if err != nil {
+			return err.Error()
+		}
+		if string(st.State) != args[1] {
+			return fmt.Sprintf("pid %d is in state %c, want %s", pid, st.State, args[1])
+		}
+		return ""
+	})
+}
+
+// holds id state duration: run id stays in state for the whole duration
+// (checked throughout, not slept through).
+func cmdHolds(ts *testscript.TestScript, neg bool, args []string) {
+	d, err := time.ParseDuration(args[2])
+	ts.Check(err)
+	store := tracker.NewStore(ts.MkAbs(".tend"))
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+		st, err := store.Read(args[0])
+		ts.Check(err)
+		if st.State != args[1] {
+			ts.Fatalf("run %s became %s (%s) within %v, want it %s throughout", args[0], st.State, st.Reason, d, args[1])
+		}
 	}
 }

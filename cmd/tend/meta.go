@@ -85,7 +85,7 @@ func outcomeExit(e *env, n spool.Name, outcome, detail string) error {
 	}
 	fmt.Fprintln(e.stdout, line)
 	switch outcome {
-	case spool.Updated, spool.Canceled, spool.Deleted:
+	case spool.Updated, spool.Canceled, spool.Deleted, spool.Signaled, spool.Restarted, spool.Paused, spool.Resumed:
 		return nil
 	case spool.AlreadyFinished:
 		return exitf(exitFinished, "")

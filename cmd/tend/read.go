@@ -281,18 +281,27 @@ func (c *logsCmd) follow(e *env, store *tracker.Store, f *os.File) error {
 }
 
 type waitCmd struct {
-	ID string `arg:"" help:"The run to wait for."`
+	ID    string `arg:"" help:"The run to wait for."`
+	Ready bool   `help:"Wait until the run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when ready, or as wait does if it ends first."`
 }
 
 func (c *waitCmd) Help() string {
 	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
-could not start). Example: tend wait build && echo built`
+could not start). Example: tend wait build && echo built
+  tend start --id db --health-tcp 127.0.0.1:5432 -- postgres ... && tend wait db --ready && make test`
 }
 
 func (c *waitCmd) Run(e *env) error {
-	st, err := waitFinal(e, c.ID)
+	until := func(st *tracker.State) bool { return tracker.Final(st.State) }
+	if c.Ready {
+		until = func(st *tracker.State) bool { return tracker.Final(st.State) || ready(st) }
+	}
+	st, err := waitRun(e, c.ID, until)
 	if err != nil {
 		return err
+	}
+	if c.Ready && ready(st) {
+		return nil
 	}
 	if st.State != tracker.Completed {
 		fmt.Fprintf(e.stderr, "tend: run %s %s: %s\n", st.ID, st.State, st.Reason)
@@ -301,4 +310,11 @@ func (c *waitCmd) Run(e *env) error {
 		return exitf(code, "")
 	}
 	return nil
+}
+
+// ready reports whether a run is ready: running (or paused) and, if it
+// waits for readiness, past it.
+func ready(st *tracker.State) bool {
+	live := st.State == tracker.Running || st.State == tracker.Paused || st.State == tracker.Stopping
+	return live && (st.ReadyAt != nil || st.Health == nil && !st.ReadyFile)
 }

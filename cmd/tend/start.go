@@ -22,6 +22,18 @@ type startCmd struct {
 	Session string        `help:"The session the run belongs to." env:"TEND_SESSION"`
 	Label   []string      `short:"l" help:"Attach a label (repeatable)." placeholder:"K=V"`
 
+	Restart           string        `help:"Restart policy: never, on-failure or always." placeholder:"POLICY" group:"Services"`
+	RestartLimit      int           `help:"At most this many restarts within --restart-window." default:"5" group:"Services"`
+	RestartWindow     time.Duration `help:"The window the restart limit counts in." default:"1m" group:"Services"`
+	RestartDelay      time.Duration `help:"The first delay before a restart; it doubles (with jitter) up to 30s." default:"1s" group:"Services"`
+	HealthTCP         string        `name:"health-tcp" help:"Ready, and healthy, while HOST:PORT accepts connections." placeholder:"HOST:PORT" group:"Services"`
+	HealthHTTP        string        `name:"health-http" help:"Ready, and healthy, while a GET of URL answers 2xx." placeholder:"URL" group:"Services"`
+	HealthExec        string        `name:"health-exec" help:"Ready, and healthy, while this shell command exits 0." placeholder:"CMD" group:"Services"`
+	HealthInterval    time.Duration `help:"How often the health check runs." default:"1s" group:"Services"`
+	HealthRetries     int           `help:"Failed checks in a row that make the run unhealthy (restarted per its policy)." default:"3" group:"Services"`
+	HealthStartPeriod time.Duration `help:"Failed checks do not count for this long after each start." default:"30s" group:"Services"`
+	ReadyFile         bool          `help:"Starting until the run creates the file named in $TEND_READY." group:"Services"`
+
 	Command []string `arg:"" passthrough:"" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
 }
 
@@ -105,6 +117,7 @@ func (c *startCmd) request(args []string) ([]byte, error) {
 			return nil, err
 		}
 	}
+	c.service(&req)
 	body, err := req.MarshalJSON()
 	if err == nil {
 		_, err = spool.ParseStart(body)
@@ -139,4 +152,19 @@ func makeID(args []string) string {
 	var r [3]byte
 	rand.Read(r[:])
 	return b.String() + "-" + hex.EncodeToString(r[:])
+}
+
+// service sets the request's service settings from the flags.
+func (c *startCmd) service(req *spool.Start) {
+	if c.Restart != "" && c.Restart != spool.RestartNever {
+		// A misspelled policy is refused when the request is checked.
+		req.Restart = &spool.Restart{Policy: c.Restart, Limit: c.RestartLimit, Window: spool.Duration(c.RestartWindow),
+			Delay: spool.Duration(c.RestartDelay), MaxDelay: spool.Duration(max(c.RestartDelay, 30*time.Second))}
+	}
+	if c.HealthTCP != "" || c.HealthHTTP != "" || c.HealthExec != "" {
+		req.Health = &spool.Health{TCP: c.HealthTCP, HTTP: c.HealthHTTP, Exec: c.HealthExec,
+			Interval: spool.Duration(c.HealthInterval), Timeout: spool.Duration(max(c.HealthInterval, time.Second)), Retries: c.HealthRetries,
+			StartPeriod: spool.Duration(c.HealthStartPeriod)}
+	}
+	req.ReadyFile = c.ReadyFile
 }

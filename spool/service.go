@@ -1,0 +1,222 @@
+package spool
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Restart policies.
+const (
+	RestartNever     = "never"
+	RestartOnFailure = "on-failure"
+	RestartAlways    = "always"
+)
+
+// Restart is a run's restart policy: whether its process is started again
+// when it ends, at most Limit times within Window, after a delay that
+// starts at Delay and doubles (with jitter) up to MaxDelay.
+type Restart struct {
+	Policy   string   `json:"policy"`
+	Limit    int      `json:"limit"`
+	Window   Duration `json:"window"`
+	Delay    Duration `json:"delay"`
+	MaxDelay Duration `json:"max_delay"`
+}
+
+// DefaultRestart holds the defaults of every field but Policy.
+var DefaultRestart = Restart{Limit: 5, Window: Duration(time.Minute), Delay: Duration(time.Second), MaxDelay: Duration(30 * time.Second)}
+
+// Health is a run's health check: exactly one of TCP (host:port accepts a
+// connection), HTTP (a GET answers 2xx) and Exec (a shell command exits
+// 0), every Interval (default 1s), each given Timeout (1s); Retries (3)
+// failures in a row make the run unhealthy, except during StartPeriod
+// (30s) after each start, while it may still be starting up.
+type Health struct {
+	TCP         string   `json:"tcp,omitempty"`
+	HTTP        string   `json:"http,omitempty"`
+	Exec        string   `json:"exec,omitempty"`
+	Interval    Duration `json:"interval"`
+	Timeout     Duration `json:"timeout"`
+	Retries     int      `json:"retries"`
+	StartPeriod Duration `json:"start_period,omitempty"`
+}
+
+// Rlimits are resource limits set in a run's process before its command
+// runs. Unset fields keep the watcher's.
+type Rlimits struct {
+	NoFile *int64    `json:"nofile,omitempty"` // open files
+	NProc  *int64    `json:"nproc,omitempty"`  // processes of the user
+	CPU    *Duration `json:"cpu,omitempty"`    // CPU time (whole seconds)
+	Core   *int64    `json:"core,omitempty"`   // core file size, bytes
+	AS     *int64    `json:"as,omitempty"`     // address space, bytes
+}
+
+// parseRestart parses "restart": a policy name, or an object.
+func parseRestart(raw json.RawMessage) (*Restart, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	r := DefaultRestart
+	if raw[0] == '"' {
+		if err := json.Unmarshal(raw, &r.Policy); err != nil {
+			return nil, fmt.Errorf(`"restart": %v`, err)
+		}
+	} else if err := decodeStrict(raw, &r); err != nil {
+		return nil, fmt.Errorf(`"restart": %v`, err)
+	}
+	switch {
+	case r.Policy != RestartNever && r.Policy != RestartOnFailure && r.Policy != RestartAlways:
+		return nil, fmt.Errorf(`"restart": policy %q: want never, on-failure or always`, r.Policy)
+	case r.Limit < 0:
+		return nil, errors.New(`"restart": "limit" is negative`)
+	case r.Window <= 0 || r.Delay < 0 || r.MaxDelay < r.Delay:
+		return nil, errors.New(`"restart": want window > 0 and 0 <= delay <= max_delay`)
+	}
+	if r.Policy == RestartNever {
+		return nil, nil
+	}
+	return &r, nil
+}
+
+// parseHealth parses "health".
+func parseHealth(raw json.RawMessage) (*Health, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	h := Health{Interval: Duration(time.Second), Timeout: Duration(time.Second), Retries: 3, StartPeriod: Duration(30 * time.Second)}
+	if err := decodeStrict(raw, &h); err != nil {
+		return nil, fmt.Errorf(`"health": %v`, err)
+	}
+	kinds := 0
+	for _, k := range []string{h.TCP, h.HTTP, h.Exec} {
+		if k != "" {
+			kinds++
+		}
+	}
+	if kinds != 1 {
+		return nil, errors.New(`"health": give exactly one of "tcp", "http" and "exec"`)
+	}
+	if h.TCP != "" {
+		if _, _, err := net.SplitHostPort(h.TCP); err != nil {
+			return nil, fmt.Errorf(`"health": "tcp": %v`, err)
+		}
+	}
+	if h.HTTP != "" {
+		if u, err := url.Parse(h.HTTP); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+			return nil, fmt.Errorf(`"health": "http": %q is not an http(s) URL`, h.HTTP)
+		}
+	}
+	if h.Interval <= 0 || h.Timeout <= 0 || h.Retries < 1 || h.StartPeriod < 0 {
+		return nil, errors.New(`"health": want interval > 0, timeout > 0, retries >= 1`)
+	}
+	return &h, nil
+}
+
+// parseRlimits parses "limits".
+func parseRlimits(raw json.RawMessage) (*Rlimits, error) {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	var l Rlimits
+	if err := decodeStrict(raw, &l); err != nil {
+		return nil, fmt.Errorf(`"limits": %v`, err)
+	}
+	for name, v := range map[string]*int64{"nofile": l.NoFile, "nproc": l.NProc, "core": l.Core, "as": l.AS} {
+		if v != nil && *v < 0 {
+			return nil, fmt.Errorf(`"limits": %q is negative`, name)
+		}
+	}
+	if l.CPU != nil && l.CPU.D() < time.Second {
+		return nil, errors.New(`"limits": "cpu" is under one second`)
+	}
+	return &l, nil
+}
+
+// Ulimit returns the shell commands that set l (for the run's gate).
+func (l *Rlimits) Ulimit() string {
+	if l == nil {
+		return ""
+	}
+	var b bytes.Buffer
+	set := func(flag string, v int64) { fmt.Fprintf(&b, "ulimit -%s %d || exit 125; ", flag, v) }
+	if l.NoFile != nil {
+		set("n", *l.NoFile)
+	}
+	if l.NProc != nil {
+		set("p", *l.NProc)
+	}
+	if l.CPU != nil {
+		// SIGXCPU at the soft limit (which says why the run ended), and
+		// SIGKILL a second later, at the hard one, if it catches SIGXCPU.
+		secs := int64(l.CPU.D() / time.Second)
+		set("t", secs+1) // both limits, then the soft one below the hard
+		set("St", secs)
+	}
+	if l.Core != nil {
+		set("c", *l.Core/512) // the shell counts 512-byte blocks
+	}
+	if l.AS != nil {
+		set("v", *l.AS/1024) // and KiB
+	}
+	return strings.TrimSpace(b.String())
+}
+
+// Signal is a parsed signal request.
+type Signal struct {
+	Signal  syscall.Signal
+	Session string
+	IfRev   *int64
+}
+
+// ParseSignal parses a signal request body: a signal's name (HUP, SIGHUP,
+// USR1, ...) or number, or a JSON object {"signal": "HUP", "session": ...,
+// "if_rev": N}.
+func ParseSignal(body []byte) (Signal, error) {
+	var s Signal
+	name := strings.TrimSpace(string(body))
+	if isJSON(body) {
+		var j struct {
+			Signal  string `json:"signal"`
+			Session string `json:"session"`
+			IfRev   *int64 `json:"if_rev"`
+		}
+		if err := decodeStrict(body, &j); err != nil {
+			return s, err
+		}
+		name, s.Session, s.IfRev = j.Signal, j.Session, j.IfRev
+	}
+	sig, err := SignalNamed(name)
+	if err != nil {
+		return s, err
+	}
+	s.Signal = sig
+	return s, checkControl(s.Session, s.IfRev)
+}
+
+// SignalNamed returns the signal a name (HUP, SIGHUP, hup) or number names.
+func SignalNamed(name string) (syscall.Signal, error) {
+	if n, err := strconv.Atoi(name); err == nil && n > 0 && n < 65 {
+		return syscall.Signal(n), nil
+	}
+	up := strings.ToUpper(name)
+	if !strings.HasPrefix(up, "SIG") {
+		up = "SIG" + up
+	}
+	if sig := unix.SignalNum(up); sig != 0 {
+		return sig, nil
+	}
+	if name == "" {
+		return 0, errors.New("no signal: write its name, such as HUP or USR1")
+	}
+	return 0, fmt.Errorf("unknown signal %q: use a name such as HUP, USR1, TERM", name)
+}

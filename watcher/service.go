@@ -1,0 +1,307 @@
+package watcher
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// Services: a run may wait for readiness (a health check, or a ready file
+// its process creates), and may be started again when it ends (its
+// restart policy). Between attempts it is in backoff, with no process.
+
+// causeRestart is the stop cause of a run stopped to be started again: by
+// a restart request, or because it turned unhealthy.
+const causeRestart = "restart"
+
+// readyPath is the file a run creates to say it is ready ($TEND_READY).
+func (w *watcher) readyPath(id string) string {
+	return filepath.Join(w.store.RunDir(id), "ready")
+}
+
+// waitsForReady reports whether st is starting until a check passes.
+func waitsForReady(st *tracker.State) bool {
+	return st.Health != nil || st.ReadyFile
+}
+
+// watchReadiness starts r's health checks, or its wait for its ready file.
+func (w *watcher) watchReadiness(r *run) {
+	switch {
+	case r.st.Health != nil:
+		r.st.HealthStatus = &tracker.HealthStatus{Status: "starting"}
+		w.scheduleCheck(r, 0)
+	case r.st.ReadyFile && r.st.ReadyAt == nil:
+		w.scheduleReadyPoll(r)
+	}
+}
+
+// scheduleReadyPoll looks for r's ready file every 50 ms while it starts.
+func (w *watcher) scheduleReadyPoll(r *run) {
+	r.timers = append(r.timers, w.after(50*time.Millisecond, func() {
+		if w.runs[r.st.ID] != r || r.exit != nil || r.st.ReadyAt != nil {
+			return
+		}
+		if _, err := os.Stat(w.readyPath(r.st.ID)); err == nil {
+			w.becameReady(r, "it created its ready file")
+			return
+		}
+		w.scheduleReadyPoll(r)
+	}))
+}
+
+// becameReady records r ready: running from now on.
+func (w *watcher) becameReady(r *run, how string) {
+	now := time.Now()
+	r.st.ReadyAt = &now
+	if r.st.State == tracker.Starting {
+		r.st.State = tracker.Running
+	}
+	w.save(r.st)
+	w.log.Printf("run %s: ready (%s)", r.st.ID, how)
+}
+
+// scheduleCheck runs r's health check after d, off the loop, and takes its
+// result on the loop.
+func (w *watcher) scheduleCheck(r *run, d time.Duration) {
+	h := *r.st.Health
+	env, cwd := os.Environ(), r.st.Cwd
+	r.timers = append(r.timers, time.AfterFunc(d, func() {
+		ok, detail := runCheck(h, cwd, env)
+		w.do <- func() { w.checked(r, ok, detail) }
+	}))
+}
+
+// checked takes one health check result of r.
+func (w *watcher) checked(r *run, ok bool, detail string) {
+	if w.runs[r.st.ID] != r || r.exit != nil || r.st.Stop != nil {
+		return
+	}
+	hs := r.st.HealthStatus
+	h := r.st.Health
+	defer w.scheduleCheck(r, h.Interval.D())
+	if r.st.State == tracker.Paused {
+		return // a stopped process cannot answer: the result says nothing
+	}
+	now := time.Now()
+	hs.Checks = append(hs.Checks, tracker.HealthCheck{Time: now, OK: ok, Detail: detail})
+	if len(hs.Checks) > 5 {
+		hs.Checks = hs.Checks[len(hs.Checks)-5:]
+	}
+	if ok {
+		was := hs.Status
+		hs.Status, hs.Failures = "healthy", 0
+		if r.st.ReadyAt == nil {
+			w.becameReady(r, "its health check passed")
+		} else if was != "healthy" {
+			w.save(r.st)
+		}
+		return
+	}
+	inStartPeriod := r.st.StartedAt != nil && now.Sub(*r.st.StartedAt) < h.StartPeriod.D()
+	if inStartPeriod {
+		return
+	}
+	hs.Failures++
+	if hs.Failures < h.Retries {
+		w.save(r.st)
+		return
+	}
+	hs.Status = "unhealthy"
+	w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, hs.Failures, detail)
+	if r.st.Restart == nil {
+		w.save(r.st)
+		return
+	}
+	w.stop(r, causeRestart, "unhealthy: "+detail, r.grace(), "")
+}
+
+// runCheck performs one health check.
+func runCheck(h spool.Health, cwd string, env []string) (bool, string) {
+	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout.D())
+	defer cancel()
+	switch {
+	case h.TCP != "":
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", h.TCP)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, "connected to " + h.TCP
+	case h.HTTP != "":
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.HTTP, nil)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false, err.Error()
+		}
+		resp.Body.Close()
+		return resp.StatusCode/100 == 2, resp.Status
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Exec)
+	cmd.Dir, cmd.Env = cwd, env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return false, fmt.Sprintf("%v: %.100s", err, out)
+	}
+	return true, "exited 0"
+}
+
+// restartDelay returns how long run st waits before its next attempt: its
+// first delay doubled for each recent restart, capped, with up to 20 %
+// jitter so that services that failed together do not return together.
+func restartDelay(st *tracker.State, recent int) time.Duration {
+	d := st.Restart.Delay.D()
+	for range recent {
+		d *= 2
+		if d >= st.Restart.MaxDelay.D() {
+			d = st.Restart.MaxDelay.D()
+			break
+		}
+	}
+	return d + time.Duration(rand.Float64()*0.2*float64(d))
+}
+
+// recentRestarts counts st's attempts that ended within its restart window.
+func recentRestarts(st *tracker.State, now time.Time) int {
+	n := 0
+	for _, a := range st.Attempts {
+		if now.Sub(a.EndedAt) < st.Restart.Window.D() {
+			n++
+		}
+	}
+	return n
+}
+
+// wantsRestart reports whether run st, whose process ended as e (unknown
+// if the status was lost), is to be started again by its policy.
+func wantsRestart(st *tracker.State, e procfs.Exit, unknown bool) bool {
+	if st.Restart == nil {
+		return false
+	}
+	if st.Stop != nil {
+		return st.Stop.Cause == causeRestart
+	}
+	failed := unknown || e.Signal != 0 || e.Code != 0
+	return st.Restart.Policy == spool.RestartAlways || failed && st.Restart.Policy == spool.RestartOnFailure
+}
+
+// keepAttempt moves the end of st's last attempt into st.Attempts.
+func keepAttempt(st *tracker.State, reason string) {
+	a := tracker.Attempt{Attempt: st.Attempt, EndedAt: time.Now(), ExitCode: st.ExitCode, Signal: st.Signal, Reason: reason}
+	if st.StartedAt != nil {
+		a.StartedAt = *st.StartedAt
+	}
+	if st.EndedAt != nil {
+		a.EndedAt = *st.EndedAt
+	}
+	st.Attempts = append(st.Attempts, a)
+	keep := max(tracker.MaxAttempts, st.Restart.Limit+1) // enough to count the window's
+	if len(st.Attempts) > keep {
+		st.Attempts = st.Attempts[len(st.Attempts)-keep:]
+	}
+}
+
+// backoff is a run waiting, with no process, to be started again.
+type backoff struct {
+	st    *tracker.State
+	timer *time.Timer
+}
+
+// enterBackoff records run st in backoff and schedules its next attempt.
+// A restart request, or an unhealthy run, starts again at once.
+func (w *watcher) enterBackoff(st *tracker.State, how string) {
+	now := time.Now()
+	keepAttempt(st, how)
+	delay := restartDelay(st, recentRestarts(st, now)-1)
+	if st.Stop != nil && st.Stop.Cause == causeRestart && len(st.Stop.Requests) > 0 {
+		delay = 0 // asked for: no backoff
+	}
+	next := now.Add(delay)
+	st.State, st.NextStartAt = tracker.Backoff, &next
+	st.Reason = fmt.Sprintf("%s; attempt %d starts in %v", how, st.Attempt+1, delay.Round(time.Millisecond))
+	w.save(st)
+	w.log.Printf("run %s: %s", st.ID, st.Reason)
+	w.scheduleBackoff(st)
+}
+
+func (w *watcher) scheduleBackoff(st *tracker.State) {
+	b := &backoff{st: st}
+	b.timer = w.after(time.Until(*st.NextStartAt), func() {
+		if w.waiting[st.ID] == b {
+			w.restartNow(st)
+		}
+	})
+	w.waiting[st.ID] = b
+}
+
+// restartNow starts the next attempt of run st, which is in backoff.
+func (w *watcher) restartNow(st *tracker.State) {
+	if b := w.waiting[st.ID]; b != nil {
+		b.timer.Stop()
+		delete(w.waiting, st.ID)
+	}
+	b, err := os.ReadFile(filepath.Join(w.store.RunDir(st.ID), "request"))
+	req, perr := spool.ParseStart(b)
+	if err != nil || perr != nil {
+		now := time.Now()
+		st.State, st.EndedAt, st.Reason = tracker.Failed, &now, "could not restart: its request is unreadable"
+		w.save(st)
+		return
+	}
+	requests := []string(nil)
+	if st.Stop != nil {
+		requests = st.Stop.Requests
+	}
+	st.Restarts++
+	resetAttempt(st)
+	os.Remove(w.startedPath(st.ID)) // the new attempt passes its own gate
+	os.Remove(w.readyPath(st.ID))
+	w.launch(st, req.Env)
+	for _, name := range requests {
+		if n, err := spool.ParseName(name); err == nil {
+			w.outcome(n, spool.Restarted, fmt.Sprintf("attempt %d", st.Attempt))
+		}
+	}
+}
+
+// resetAttempt clears what belongs to one attempt.
+func resetAttempt(st *tracker.State) {
+	st.PID, st.PGID, st.ProcStart = 0, 0, 0
+	st.StartedAt, st.EndedAt, st.ExitCode, st.Signal = nil, nil, nil, ""
+	st.Stop, st.NextStartAt, st.ReadyAt, st.HealthStatus = nil, nil, nil, nil
+	st.PausedAt, st.PausedFor = nil, 0
+	st.State, st.Reason = tracker.Starting, ""
+}
+
+// restartLimitReached reports whether st may not be restarted again.
+func restartLimitReached(st *tracker.State) bool {
+	if st.Stop != nil && st.Stop.Cause == causeRestart && len(st.Stop.Requests) > 0 {
+		return false // asked for by a person or an agent
+	}
+	return st.Restart.Limit == 0 || recentRestarts(st, time.Now()) >= st.Restart.Limit
+}
+
+// endBackoff ends run b, in backoff, in state without starting it again.
+func (w *watcher) endBackoff(b *backoff, state, reason string) {
+	b.timer.Stop()
+	delete(w.waiting, b.st.ID)
+	now := time.Now()
+	b.st.State, b.st.Reason, b.st.EndedAt, b.st.NextStartAt = state, reason, &now, nil
+	w.save(b.st)
+	w.log.Printf("run %s: %s (%s)", b.st.ID, state, reason)
+}

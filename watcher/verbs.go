@@ -1,0 +1,131 @@
+package watcher
+
+import (
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
+)
+
+// The verbs that act on a live run's process: signal, restart, pause and
+// resume. Each checks the run's identity before it signals (signalGroup)
+// and is idempotent: pausing a paused run answers paused, and so on.
+
+// live returns run id's live process, or answers n not_running.
+func (w *watcher) live(n spool.Name, st *tracker.State) *run {
+	r := w.runs[st.ID]
+	if r == nil || r.exit != nil {
+		w.answer(n, spool.NotRunning, st.State)
+		return nil
+	}
+	return r
+}
+
+func (w *watcher) takeSignal(n spool.Name, f spool.File, req spool.Signal) {
+	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	if !ok {
+		return
+	}
+	defer done()
+	r := w.live(n, st)
+	if r == nil {
+		return
+	}
+	w.signalGroup(r, req.Signal)
+	w.answer(n, spool.Signaled, unix.SignalName(req.Signal))
+}
+
+// takeRestart stops a live run (SIGTERM, SIGKILL after the grace) and
+// starts it again at once, under the same ID; a run in backoff starts at
+// once. It is answered restarted when the new attempt has started.
+func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
+	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	if !ok {
+		return
+	}
+	defer done()
+	if b := w.waiting[st.ID]; b != nil {
+		b.st.Stop = &tracker.Stop{Cause: causeRestart, Requests: []string{n.String()}, RequestedAt: time.Now()}
+		w.restartNow(b.st)
+		return
+	}
+	r := w.live(n, st)
+	if r == nil {
+		return
+	}
+	if st.Restart == nil {
+		st.Restart = &spool.Restart{Policy: spool.RestartNever, Limit: 0, Window: spool.DefaultRestart.Window}
+	}
+	grace := r.grace()
+	if req.Grace != nil {
+		grace = req.Grace.D()
+	}
+	if st.Stop != nil && st.Stop.Cause != causeRestart {
+		w.answer(n, spool.NotRunning, "it is being stopped ("+st.Stop.Cause+")")
+		return
+	}
+	w.stop(r, causeRestart, "restart requested", grace, n.String())
+	w.log.Printf("%s: restarting (grace %s)", n, grace)
+}
+
+// takePause stops a live run's group with SIGSTOP; its timeout stops
+// counting until it resumes.
+func (w *watcher) takePause(n spool.Name, f spool.File, req spool.Cancel) {
+	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	if !ok {
+		return
+	}
+	defer done()
+	r := w.live(n, st)
+	switch {
+	case r == nil:
+		return
+	case st.State == tracker.Paused:
+		w.answer(n, spool.Paused, "already paused")
+		return
+	case st.Stop != nil:
+		w.answer(n, spool.NotRunning, "it is being stopped")
+		return
+	}
+	w.signalGroup(r, syscall.SIGSTOP)
+	now := time.Now()
+	st.PausedAt = &now
+	st.Reason = "paused from " + st.State
+	st.State = tracker.Paused
+	if r.timeout != nil {
+		r.timeout.Stop()
+		r.timeout = nil
+	}
+	w.save(st)
+	w.answer(n, spool.Paused, "")
+}
+
+// takeResume continues a paused run's group with SIGCONT.
+func (w *watcher) takeResume(n spool.Name, f spool.File, req spool.Cancel) {
+	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	if !ok {
+		return
+	}
+	defer done()
+	r := w.live(n, st)
+	switch {
+	case r == nil:
+		return
+	case st.State != tracker.Paused:
+		w.answer(n, spool.Resumed, fmt.Sprintf("it was not paused (%s)", st.State))
+		return
+	}
+	w.signalGroup(r, syscall.SIGCONT)
+	st.PausedFor += spool.Duration(time.Since(*st.PausedAt))
+	st.PausedAt = nil
+	st.State, st.Reason = tracker.Running, ""
+	if waitsForReady(st) && st.ReadyAt == nil {
+		st.State = tracker.Starting
+	}
+	w.save(st)
+	w.scheduleTimeout(r)
+	w.answer(n, spool.Resumed, "")
+}
