@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -232,5 +233,51 @@ func TestExpired(t *testing.T) {
 		if got := strings.Join(Expired(runs, tt.limits, now), " "); got != tt.want {
 			t.Errorf("Expired(%+v) = %q, want %q", tt.limits, got, tt.want)
 		}
+	}
+}
+
+func TestWantsRestart(t *testing.T) {
+	always := &spool.Restart{Policy: spool.RestartAlways}
+	onFailure := &spool.Restart{Policy: spool.RestartOnFailure}
+	ok, bad := procfs.Exit{Code: 0}, procfs.Exit{Code: 2}
+	killed := procfs.Exit{Code: -1, Signal: syscall.SIGKILL}
+	tests := []struct {
+		restart *spool.Restart
+		stop    *tracker.Stop
+		e       procfs.Exit
+		unknown bool
+		want    bool
+	}{
+		{nil, nil, bad, false, false},
+		{always, nil, ok, false, true},
+		{onFailure, nil, ok, false, false},
+		{onFailure, nil, bad, false, true},
+		{onFailure, nil, killed, false, true},
+		{onFailure, nil, ok, true, true}, // an unknown end counts as a failure
+		{always, &tracker.Stop{Cause: tracker.Canceled}, killed, false, false},
+		{always, &tracker.Stop{Cause: tracker.TimedOut}, killed, false, false},
+		{onFailure, &tracker.Stop{Cause: causeRestart}, killed, false, true},
+	}
+	for i, tt := range tests {
+		st := &tracker.State{Restart: tt.restart, Stop: tt.stop}
+		if got := wantsRestart(st, tt.e, tt.unknown); got != tt.want {
+			t.Errorf("%d: wantsRestart = %v, want %v", i, got, tt.want)
+		}
+	}
+}
+
+func TestRestartDelayGrowsToItsCap(t *testing.T) {
+	st := &tracker.State{Restart: &spool.Restart{Delay: spool.Duration(100 * time.Millisecond), MaxDelay: spool.Duration(time.Second)}}
+	var last time.Duration
+	for recent := range 6 {
+		d := restartDelay(st, recent)
+		base := min(100*time.Millisecond<<recent, time.Second)
+		if d < base || d > base+base/5 {
+			t.Errorf("restartDelay after %d restarts = %v, want %v plus up to 20%%", recent, d, base)
+		}
+		if base < time.Second && d <= last {
+			t.Errorf("restartDelay did not grow: %v after %v", d, last)
+		}
+		last = d
 	}
 }
