@@ -48,7 +48,7 @@ type Health struct {
 	Interval    Duration `json:"interval"`
 	Timeout     Duration `json:"timeout"`
 	Retries     int      `json:"retries"`
-	StartPeriod Duration `json:"start_period,omitempty"`
+	StartPeriod Duration `json:"start_period"`
 }
 
 // Rlimits are resource limits set in a run's process before its command

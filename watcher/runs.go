@@ -491,6 +491,9 @@ func (w *watcher) finish(r *run) {
 		}
 	}
 	if wantsRestart(st, e, r.unknown) && w.stopping == 0 {
+		if st.Stop != nil {
+			how = st.Reason + "; " + how // why it was stopped: unhealthy, a restart request
+		}
 		if !restartLimitReached(st) {
 			w.enterBackoff(st, how)
 			w.dequeue()

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +26,7 @@ func TestMain(m *testing.M) {
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
+		"httpserver":  httpServer,
 	})
 }
 
@@ -460,4 +462,16 @@ func cmdHolds(ts *testscript.TestScript, neg bool, args []string) {
 			ts.Fatalf("run %s became %s (%s) within %v, want it %s throughout", args[0], st.State, st.Reason, d, args[1])
 		}
 	}
+}
+
+// httpServer is a program: httpserver ADDR answers every GET with 200 OK
+// while the file "healthy" exists in its directory, and 503 after.
+func httpServer() {
+	err := http.ListenAndServe(os.Args[1], http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := os.Stat("healthy"); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+		}
+	}))
+	fmt.Fprintln(os.Stderr, err)
+	os.Exit(1)
 }
