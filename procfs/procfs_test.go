@@ -19,8 +19,8 @@ func TestParseStat(t *testing.T) {
 		want     Stat
 		wantErr  bool
 	}{
-		{"plain", "42 (sleep) S" + tail, Stat{PID: 42, Comm: "sleep", State: 'S', PPID: 1, PGID: 10, SID: 10, StartTime: 777}, false},
-		{"spaces and parens in name", "43 (a) b (c)) Z" + tail, Stat{PID: 43, Comm: "a) b (c)", State: 'Z', PPID: 1, PGID: 10, SID: 10, StartTime: 777}, false},
+		{"plain", "42 (sleep) S" + tail, Stat{PID: 42, Comm: "sleep", State: 'S', PPID: 1, PGID: 10, SID: 10, StartTime: 777, RSSPages: 100}, false},
+		{"spaces and parens in name", "43 (a) b (c)) Z" + tail, Stat{PID: 43, Comm: "a) b (c)", State: 'Z', PPID: 1, PGID: 10, SID: 10, StartTime: 777, RSSPages: 100}, false},
 		{"no name", "44 S 1", Stat{}, true},
 		{"truncated", "45 (x) S 1 2", Stat{}, true},
 		{"bad pid", "x (y) S" + tail, Stat{}, true},

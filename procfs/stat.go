@@ -27,7 +27,16 @@ type Stat struct {
 	// the PID it identifies one process for the life of the machine: a
 	// reused PID has a later start time.
 	StartTime uint64
+	// CPU is the CPU time the process used, and CPUChildren that of the
+	// children it waited for, in clock ticks (TicksPerSecond).
+	CPU, CPUChildren uint64
+	// RSSPages is its resident set size, in pages.
+	RSSPages int64
 }
+
+// TicksPerSecond is the unit of /proc's clock ticks (USER_HZ), 100 on
+// every Linux architecture.
+const TicksPerSecond = 100
 
 // ErrNoProcess means no process has the PID asked for.
 var ErrNoProcess = errors.New("no such process")
@@ -99,6 +108,14 @@ func ParseStat(b []byte) (Stat, error) {
 	}
 	if st.StartTime, err = strconv.ParseUint(string(field(22)), 10, 64); err != nil {
 		return Stat{}, fmt.Errorf("malformed stat: start time: %w", err)
+	}
+	var ticks [4]uint64 // utime, stime, cutime, cstime
+	for i := range ticks {
+		ticks[i], _ = strconv.ParseUint(string(field(14+i)), 10, 64)
+	}
+	st.CPU, st.CPUChildren = ticks[0]+ticks[1], ticks[2]+ticks[3]
+	if len(fields) >= 22 {
+		st.RSSPages, _ = strconv.ParseInt(string(field(24)), 10, 64)
 	}
 	return st, nil
 }
@@ -184,4 +201,30 @@ func Children(pid int) ([]int, error) {
 		}
 	}
 	return out, nil
+}
+
+// Usage is what a group of processes uses right now.
+type Usage struct {
+	CPUSeconds float64 // CPU time used so far by the live members (and the children they waited for)
+	RSSBytes   int64   // resident memory of the live members
+	Procs      int     // live members
+}
+
+// GroupUsage returns the usage of each process group in pgids, from one
+// pass over /proc.
+func GroupUsage(pgids map[int]bool) (map[int]Usage, error) {
+	all, err := All()
+	out := make(map[int]Usage)
+	page := int64(os.Getpagesize())
+	for _, st := range all {
+		if st.State == 'Z' || !pgids[st.PGID] {
+			continue
+		}
+		u := out[st.PGID]
+		u.CPUSeconds += float64(st.CPU+st.CPUChildren) / TicksPerSecond
+		u.RSSBytes += st.RSSPages * page
+		u.Procs++
+		out[st.PGID] = u
+	}
+	return out, err
 }

@@ -43,7 +43,14 @@ type Start struct {
 	Health    *Health  `json:"health,omitempty"`
 	ReadyFile bool     `json:"ready_file,omitempty"` // ready once $TEND_READY exists
 	Limits    *Rlimits `json:"limits,omitempty"`
+	// OutputLimit caps each output file: past it, the oldest bytes are
+	// dropped (0: DefaultOutputLimit).
+	OutputLimit int64 `json:"output_limit,omitempty"`
 }
+
+// DefaultOutputLimit is the output cap of a run that sets none: 64 MiB per
+// stream.
+const DefaultOutputLimit = 64 << 20
 
 // startJSON is the JSON shape of a start request; Command is decoded by hand
 // because it is a string or an array.
@@ -56,10 +63,11 @@ type startJSON struct {
 	Grace   json.RawMessage   `json:"grace,omitempty"`
 	Labels  map[string]string `json:"labels,omitempty"`
 
-	Restart   json.RawMessage `json:"restart,omitempty"`
-	Health    json.RawMessage `json:"health,omitempty"`
-	ReadyFile bool            `json:"ready_file,omitempty"`
-	Limits    json.RawMessage `json:"limits,omitempty"`
+	Restart     json.RawMessage `json:"restart,omitempty"`
+	Health      json.RawMessage `json:"health,omitempty"`
+	ReadyFile   bool            `json:"ready_file,omitempty"`
+	Limits      json.RawMessage `json:"limits,omitempty"`
+	OutputLimit int64           `json:"output_limit,omitempty"`
 }
 
 // MarshalJSON writes s in the request format that ParseStart reads.
@@ -80,7 +88,7 @@ func (s Start) MarshalJSON() ([]byte, error) {
 	if s.Grace != nil {
 		j.Grace, _ = s.Grace.MarshalJSON()
 	}
-	j.ReadyFile = s.ReadyFile
+	j.ReadyFile, j.OutputLimit = s.ReadyFile, s.OutputLimit
 	for _, f := range []struct {
 		v   any
 		dst *json.RawMessage
@@ -126,7 +134,10 @@ func ParseStart(body []byte) (Start, error) {
 	if s.Grace, err = durationField("grace", j.Grace, MaxGrace.D()); err != nil {
 		return Start{}, err
 	}
-	s.ReadyFile = j.ReadyFile
+	s.ReadyFile, s.OutputLimit = j.ReadyFile, j.OutputLimit
+	if s.OutputLimit < 0 || s.OutputLimit > 0 && s.OutputLimit < 64<<10 {
+		return Start{}, fmt.Errorf(`"output_limit": %d bytes: want 0 (the default, %d) or at least 65536`, s.OutputLimit, DefaultOutputLimit)
+	}
 	if s.Restart, err = parseRestart(j.Restart); err != nil {
 		return Start{}, err
 	}

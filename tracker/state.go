@@ -104,6 +104,16 @@ type State struct {
 	PausedAt  *time.Time     `json:"paused_at,omitempty"`
 	PausedFor spool.Duration `json:"paused_for,omitempty"`
 
+	// Output says how the output files were capped, if they were.
+	Output *Output `json:"output,omitempty"`
+	// Progress is what the run last wrote to $TEND_PROGRESS (a number from
+	// 0 to 100, or a short text), and when.
+	Progress   string     `json:"progress,omitempty"`
+	ProgressAt *time.Time `json:"progress_at,omitempty"`
+	// CPUSeconds is the CPU time the run's process and the children it
+	// waited for used, recorded when it ended.
+	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+
 	// Sum is a checksum of every other field, set by Store.Write. A record
 	// whose Sum does not match was not written by tend: it is not trusted.
 	Sum string `json:"sum"`
@@ -134,6 +144,25 @@ type HealthCheck struct {
 	Time   time.Time `json:"time"`
 	OK     bool      `json:"ok"`
 	Detail string    `json:"detail,omitempty"`
+}
+
+// Output is the capping of a run's output files: each keeps only its
+// newest Limit bytes or so.
+type Output struct {
+	Limit  int64  `json:"limit"`
+	Stdout Stream `json:"stdout"`
+	Stderr Stream `json:"stderr"`
+}
+
+// Stream is what was dropped from one output file. Offsets are absolute
+// positions in everything the run wrote to the stream: byte N of the file
+// is absolute offset Base+N, and the absolute offsets below Dropped are
+// gone (Base equals Dropped where the file system can cut a file's start;
+// elsewhere Base is 0 and the dropped bytes are a hole that reads as
+// zeros).
+type Stream struct {
+	Dropped int64 `json:"dropped"`
+	Base    int64 `json:"base"`
 }
 
 // Note is a line of text kept with a run.

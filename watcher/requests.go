@@ -237,6 +237,9 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
 		Restart: req.Restart, Health: req.Health, ReadyFile: req.ReadyFile, Limits: req.Limits,
 	}
+	if req.OutputLimit > 0 {
+		st.Output = &tracker.Output{Limit: req.OutputLimit}
+	}
 	if req.Grace != nil {
 		st.Grace = *req.Grace
 	}

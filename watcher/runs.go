@@ -40,6 +40,8 @@ type run struct {
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
 	timers   []*time.Timer
 	timeout  *time.Timer // the timeout's, also in timers
+
+	capPending, progressPending bool // a check of its output or progress is scheduled
 }
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }
@@ -105,6 +107,7 @@ func (w *watcher) supervise(r *run) {
 		}
 		w.exited <- r
 	}()
+	w.watchRunDir(r)
 	w.scheduleTimeout(r)
 	if waitsForReady(r.st) && r.st.Stop == nil {
 		w.watchReadiness(r)
@@ -154,6 +157,7 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 	env := childEnv(os.Environ(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
+		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	if _, err := lookPath(st.Command[0], st.Cwd, env); err != nil {
@@ -472,6 +476,11 @@ func (w *watcher) finish(r *run) {
 		t.Stop()
 	}
 	delete(w.runs, r.st.ID)
+	w.unwatchRunDir(r.st.ID)
+	if r.proc != nil && !r.adopted {
+		recordCPU(r)
+	}
+	w.capOutput(r)
 	if r.adopted {
 		if !w.hasStarted(r.st.ID) {
 			w.neverRan(r.st, "its process ended at the start gate")

@@ -177,6 +177,7 @@ func Run(cfg Config) error {
 			return fmt.Errorf("watch %s: %w", dir, err)
 		}
 	}
+	w.fsw = fsw
 	w.recoverRuns()
 	w.writeQueue()
 	w.sweepExitRecords()
@@ -216,6 +217,7 @@ type watcher struct {
 	afterStart map[string][]string
 
 	keeper int // the keeper above this watcher, 0 if there is none
+	fsw    *fsnotify.Watcher
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
@@ -305,6 +307,10 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 	}
 	if ev.Name == ConfigPath(w.cfg.Root) {
 		w.reloadLimits()
+		return nil
+	}
+	if dir := filepath.Dir(ev.Name); filepath.Dir(dir) == w.store.Dir() {
+		w.runDirEvent(filepath.Base(dir), filepath.Base(ev.Name))
 		return nil
 	}
 	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {

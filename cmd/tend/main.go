@@ -72,6 +72,7 @@ type cli struct {
 	Restart restartCmd `cmd:"" help:"Stop a run and start it again."`
 	Pause   pauseCmd   `cmd:"" help:"Pause a run (SIGSTOP)."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`
+	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
 }
 
 // env is what commands run with.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -65,6 +66,9 @@ func TestScripts(t *testing.T) {
 			"gaps":      cmdGaps,
 			"pstate":    cmdPState,
 			"holds":     cmdHolds,
+			"filesize":  cmdFileSize,
+			"dropped":   cmdDropped,
+			"readall":   cmdReadAll,
 		},
 	})
 }
@@ -474,4 +478,71 @@ func httpServer() {
 	}))
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(1)
+}
+
+// filesize path max: the file is at most max bytes long.
+func cmdFileSize(ts *testscript.TestScript, neg bool, args []string) {
+	fi, err := os.Stat(ts.MkAbs(args[0]))
+	ts.Check(err)
+	max, err := strconv.ParseInt(args[1], 10, 64)
+	ts.Check(err)
+	if fi.Size() > max {
+		ts.Fatalf("%s is %d bytes, want at most %d", args[0], fi.Size(), max)
+	}
+}
+
+// dropped id stream min: run id's record says at least min bytes of the
+// stream were dropped.
+func cmdDropped(ts *testscript.TestScript, neg bool, args []string) {
+	st, err := tracker.NewStore(ts.MkAbs(".tend")).Read(args[0])
+	ts.Check(err)
+	min, err := strconv.ParseInt(args[2], 10, 64)
+	ts.Check(err)
+	if st.Output == nil {
+		ts.Fatalf("run %s: no output record", args[0])
+	}
+	got := st.Output.Stdout.Dropped
+	if args[1] == "stderr" {
+		got = st.Output.Stderr.Dropped
+	}
+	if got < min {
+		ts.Fatalf("run %s: %d bytes of %s dropped, want at least %d", args[0], got, args[1], min)
+	}
+}
+
+// readall id file: read run id's stdout the way an agent would, with
+// "tend logs --offset N --max-bytes 4096 --json" over and over from the
+// last next, until the run has ended and all is read; write what it read
+// to file.
+func cmdReadAll(ts *testscript.TestScript, neg bool, args []string) {
+	var got []byte
+	var off int64
+	end := time.Now().Add(deadline)
+	for reads := 0; ; reads++ {
+		cmd := exec.Command("tend", "logs", args[0], "--offset", strconv.FormatInt(off, 10), "--max-bytes", "4096", "--json")
+		cmd.Dir = ts.MkAbs(".")
+		cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_NO_START=1")
+		out, err := cmd.Output()
+		if err != nil {
+			ts.Fatalf("tend logs: %v", err)
+		}
+		var sl struct {
+			Offset, Next, Dropped int64
+			EOF, Final            bool
+			Data                  string
+		}
+		ts.Check(json.Unmarshal(out, &sl))
+		if sl.Offset != off || sl.Dropped != 0 {
+			ts.Fatalf("asked for offset %d, got a slice at %d with %d dropped", off, sl.Offset, sl.Dropped)
+		}
+		got = append(got, sl.Data...)
+		off = sl.Next
+		if sl.EOF && sl.Final {
+			break
+		}
+		if time.Now().After(end) {
+			ts.Fatalf("after %s and %d reads, still not at the end", deadline, reads)
+		}
+	}
+	ts.Check(os.WriteFile(ts.MkAbs(args[1]), got, 0o644))
 }

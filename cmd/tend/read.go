@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -12,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
 )
@@ -33,11 +33,113 @@ position in the queue. Examples:
   tend ls --session agent-7 -l kind=test --json | jq '.[].id'`
 }
 
-// listed is a run as ls prints it in JSON: its record, and its position if
-// it is queued.
+// listed is a run as ls prints it in JSON: its record, its position if it
+// is queued, and what it uses now if it runs.
 type listed struct {
 	*tracker.State
-	Position int `json:"position,omitempty"`
+	Position int    `json:"position,omitempty"`
+	Usage    *usage `json:"usage,omitempty"`
+	// QuietFor is how long its output has not grown, in seconds, and
+	// LastLine its last line of output, for a live run: liveness signals
+	// where it reports no progress.
+	QuietFor *float64 `json:"quiet_seconds,omitempty"`
+	LastLine string   `json:"last_line,omitempty"`
+}
+
+// lastLine returns the last non-empty line of a live run's stdout (or
+// stderr, if stdout has none), from its last 4 KiB.
+func lastLine(store *tracker.Store, st *tracker.State) string {
+	if !live(st) {
+		return ""
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		size := store.OutputSize(st, name)
+		sl, err := store.ReadOutput(st, name, max(0, size-4096), 4096)
+		if err != nil {
+			continue
+		}
+		if line := strings.TrimSpace(string(lastLines(sl.Data, 1))); line != "" {
+			return strings.ToValidUTF8(line, "?")
+		}
+	}
+	return ""
+}
+
+// usage is a live run's process group's use of the machine, read from
+// /proc when asked.
+type usage struct {
+	CPUSeconds float64 `json:"cpu_seconds"`
+	RSSBytes   int64   `json:"rss_bytes"`
+	Procs      int     `json:"procs"`
+}
+
+// liveUsage returns the usage of every live run among runs, from one pass
+// over /proc.
+func liveUsage(runs []*tracker.State) map[string]*usage {
+	groups := make(map[int]bool)
+	for _, st := range runs {
+		if live(st) {
+			groups[st.PGID] = true
+		}
+	}
+	out := make(map[string]*usage)
+	if len(groups) == 0 {
+		return out
+	}
+	got, _ := procfs.GroupUsage(groups)
+	for _, st := range runs {
+		if u, ok := got[st.PGID]; ok && live(st) {
+			out[st.ID] = &usage{CPUSeconds: u.CPUSeconds, RSSBytes: u.RSSBytes, Procs: u.Procs}
+		}
+	}
+	return out
+}
+
+func live(st *tracker.State) bool {
+	return st.PGID > 0 && (st.State == tracker.Running || st.State == tracker.Starting || st.State == tracker.Stopping || st.State == tracker.Paused)
+}
+
+// quietFor returns how long a live run's output has not grown.
+func quietFor(store *tracker.Store, st *tracker.State, now time.Time) *float64 {
+	if !live(st) {
+		return nil
+	}
+	latest := *st.StartedAt
+	for _, name := range []string{"stdout", "stderr"} {
+		if fi, err := os.Stat(store.Path(st.ID, name)); err == nil && fi.ModTime().After(latest) {
+			latest = fi.ModTime()
+		}
+	}
+	q := now.Sub(latest).Seconds()
+	return &q
+}
+
+// infoText is ls's INFO column: progress, else how long the run has been
+// quiet, and its CPU and memory while it runs.
+func infoText(r listed) string {
+	var parts []string
+	if r.Progress != "" {
+		parts = append(parts, r.Progress)
+	} else if r.QuietFor != nil && *r.QuietFor >= 5 {
+		parts = append(parts, fmt.Sprintf("quiet %ds", int(*r.QuietFor)))
+	}
+	if r.Usage != nil {
+		parts = append(parts, fmt.Sprintf("cpu %.1fs mem %s", r.Usage.CPUSeconds, bytesText(r.Usage.RSSBytes)))
+	}
+	if len(parts) == 0 {
+		return "-"
+	}
+	return strings.Join(parts, ", ")
+}
+
+func bytesText(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fG", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%dK", n>>10)
 }
 
 func (c *lsCmd) Run(e *env) error {
@@ -52,23 +154,29 @@ func (c *lsCmd) Run(e *env) error {
 	}
 	positions := queuePositions(e.root)
 	now := time.Now()
-	out := []listed{}
+	store := tracker.NewStore(e.root)
+	var shown []*tracker.State
 	for _, st := range runs {
 		if c.match(st, now) {
-			out = append(out, listed{st, positions[st.ID]})
+			shown = append(shown, st)
 		}
+	}
+	use := liveUsage(shown)
+	out := []listed{}
+	for _, st := range shown {
+		out = append(out, listed{State: st, Position: positions[st.ID], Usage: use[st.ID], QuietFor: quietFor(store, st, now), LastLine: lastLine(store, st)})
 	}
 	if c.JSON {
 		return writeJSON(e.stdout, out)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTIME\tCOMMAND")
+	fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTIME\tINFO\tCOMMAND")
 	for _, r := range out {
 		state := r.State.State
 		if r.Position > 0 {
 			state = fmt.Sprintf("queued #%d", r.Position)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", r.ID, state, exitText(r.State), timeText(r.State, now), commandText(r.Command, 60))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, state, exitText(r.State), timeText(r.State, now), infoText(r), commandText(r.Command, 50))
 	}
 	tw.Flush()
 	if len(errs) > 0 {
@@ -198,6 +306,21 @@ func (c *showCmd) Run(e *env) error {
 		row("note", n.Time.Format(time.RFC3339)+" "+n.Text)
 	}
 	row("rev", fmt.Sprint(st.Rev))
+	if st.Progress != "" {
+		row("progress", st.Progress+" (at "+st.ProgressAt.Format(time.RFC3339)+")")
+	}
+	if u := liveUsage([]*tracker.State{st})[st.ID]; u != nil {
+		row("usage", fmt.Sprintf("cpu %.2fs, mem %s, %d processes", u.CPUSeconds, bytesText(u.RSSBytes), u.Procs))
+	} else if st.CPUSeconds > 0 {
+		row("cpu", fmt.Sprintf("%.2fs", st.CPUSeconds))
+	}
+	if q := quietFor(store, st, time.Now()); q != nil {
+		row("quiet", fmt.Sprintf("%.0fs since its output last grew", *q))
+		row("last line", commandText([]string{lastLine(store, st)}, 100))
+	}
+	if o := st.Output; o != nil && (o.Stdout.Dropped > 0 || o.Stderr.Dropped > 0) {
+		row("dropped", fmt.Sprintf("%d bytes of stdout, %d of stderr (output capped at %s a stream)", o.Stdout.Dropped, o.Stderr.Dropped, bytesText(o.Limit)))
+	}
 	row("stdout", store.Path(st.ID, "stdout"))
 	row("stderr", store.Path(st.ID, "stderr"))
 	row("state file", store.Path(st.ID, "state.json"))
@@ -205,68 +328,158 @@ func (c *showCmd) Run(e *env) error {
 }
 
 type logsCmd struct {
-	ID     string `arg:"" help:"The run whose output to print."`
-	Stderr bool   `help:"Print standard error instead of standard output."`
-	Follow bool   `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
+	ID       string `arg:"" help:"The run whose output to print."`
+	Stderr   bool   `help:"Print standard error instead of standard output."`
+	Both     bool   `help:"Print both streams, each line marked with its stream (stdout's, then stderr's: they are kept apart)."`
+	Offset   int64  `help:"Start at this absolute byte offset of the stream (as --json's next gave it)." default:"0"`
+	MaxBytes int64  `name:"max-bytes" help:"Print at most this many bytes (0: all)." default:"0"`
+	Tail     int    `help:"Print only the last N lines." default:"0"`
+	JSON     bool   `help:"Print {offset, next, dropped, eof, data} for the slice read, so an agent reads incrementally: ask next time from next."`
+	Follow   bool   `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
 }
 
-func (c *logsCmd) Help() string { return "Example: tend logs -f build" }
+func (c *logsCmd) Help() string {
+	return `Offsets are absolute byte positions in all the run wrote to the stream,
+so reads never overlap or skip, even when the oldest output was dropped
+(capped; then --json says how many bytes). Examples:
+  tend logs -f build
+  tend logs build --tail 20
+  tend logs build --offset 0 --max-bytes 65536 --json   # then --offset <next>`
+}
+
+// logSlice is what logs --json prints.
+type logSlice struct {
+	Stream  string `json:"stream"`
+	Offset  int64  `json:"offset"`
+	Next    int64  `json:"next"`
+	Dropped int64  `json:"dropped"`
+	EOF     bool   `json:"eof"`
+	Final   bool   `json:"final"`
+	Data    string `json:"data"`
+}
 
 func (c *logsCmd) Run(e *env) error {
 	st, err := readRun(e, c.ID)
 	if err != nil {
 		return err
 	}
-	name := "stdout"
-	if c.Stderr {
-		name = "stderr"
+	if c.Follow {
+		return c.follow(e, st)
+	}
+	streams := []string{c.stream()}
+	if c.Both {
+		streams = []string{"stdout", "stderr"}
 	}
 	store := tracker.NewStore(e.root)
-	f, err := os.Open(store.Path(st.ID, name))
-	if errors.Is(err, os.ErrNotExist) && !c.Follow {
-		return nil // it never started, so it never wrote
+	for _, stream := range streams {
+		max := c.MaxBytes
+		if max <= 0 {
+			max = store.OutputSize(st, stream) - c.Offset
+		}
+		sl, err := store.ReadOutput(st, stream, c.Offset, max)
+		if err != nil {
+			return err
+		}
+		data := sl.Data
+		if c.Tail > 0 {
+			data = lastLines(data, c.Tail)
+		}
+		switch {
+		case c.JSON:
+			err = writeJSONLine(e, logSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
+				EOF: sl.Next >= store.OutputSize(st, stream), Final: tracker.Final(st.State), Data: string(data)})
+		case c.Both:
+			err = markLines(e, stream, data)
+		default:
+			if sl.Dropped > 0 {
+				fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
+			}
+			_, err = e.stdout.Write(data)
+		}
+		if err != nil {
+			return err
+		}
 	}
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if !c.Follow {
-		defer f.Close()
-		_, err := io.Copy(e.stdout, f)
-		return err
-	}
-	return c.follow(e, store, f)
+	return nil
 }
 
-// follow copies the output file as it grows until the run is final, then
-// exits with the run's code.
-func (c *logsCmd) follow(e *env, store *tracker.Store, f *os.File) error {
-	path := store.Path(c.ID, "stdout")
+func (c *logsCmd) stream() string {
 	if c.Stderr {
-		path = store.Path(c.ID, "stderr")
+		return "stderr"
 	}
-	defer func() {
-		if f != nil {
-			f.Close()
+	return "stdout"
+}
+
+func writeJSONLine(e *env, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintln(e.stdout, string(b))
+	return err
+}
+
+// markLines prints data a line at a time, each marked with its stream.
+func markLines(e *env, stream string, data []byte) error {
+	for line := range strings.Lines(string(data)) {
+		if _, err := fmt.Fprintf(e.stdout, "%s: %s", stream, line); err != nil {
+			return err
 		}
-	}()
+		if !strings.HasSuffix(line, "\n") {
+			fmt.Fprintln(e.stdout)
+		}
+	}
+	return nil
+}
+
+// lastLines returns the last n lines of data.
+func lastLines(data []byte, n int) []byte {
+	end := len(data)
+	if end > 0 && data[end-1] == '\n' {
+		end--
+	}
+	for i := end - 1; i >= 0; i-- {
+		if data[i] == '\n' {
+			n--
+			if n == 0 {
+				return data[i+1:]
+			}
+		}
+	}
+	return data
+}
+
+// follow prints the stream as it grows until the run is final, then exits
+// with the run's code. It reads by absolute offset, so output cut from the
+// file's start meanwhile is neither printed twice nor skipped unsaid.
+func (c *logsCmd) follow(e *env, st *tracker.State) error {
+	store := tracker.NewStore(e.root)
+	stream := c.stream()
+	off := c.Offset
 	var final *tracker.State
 	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
-		st, err := store.Read(c.ID)
+		cur, err := store.Read(c.ID)
 		if err != nil {
 			return false, err
 		}
-		if f == nil {
-			if f, err = os.Open(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		for {
+			sl, err := store.ReadOutput(cur, stream, off, 1<<20)
+			if err != nil {
 				return false, err
 			}
-		}
-		if f != nil {
-			if _, err := io.Copy(e.stdout, f); err != nil {
+			if sl.Dropped > 0 {
+				fmt.Fprintf(e.stderr, "tend: %d bytes were dropped here (the output is capped)\n", sl.Dropped)
+			}
+			if _, err := e.stdout.Write(sl.Data); err != nil {
 				return false, err
 			}
+			off = sl.Next
+			if len(sl.Data) == 0 {
+				break
+			}
 		}
-		if tracker.Final(st.State) {
-			final = st
+		if tracker.Final(cur.State) {
+			final = cur
 			return true, nil
 		}
 		return false, nil

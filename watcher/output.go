@@ -1,0 +1,171 @@
+package watcher
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
+)
+
+// A live run's directory is watched with inotify: a write to its output
+// files schedules a check of their size, and a write to its progress file
+// a read of it. Nothing runs while a run is quiet, so idle runs cost no
+// CPU; a chatty one costs at most one check per capCheckDelay.
+
+const (
+	capCheckDelay  = 100 * time.Millisecond
+	progressDelay  = 200 * time.Millisecond
+	maxProgressLen = 200
+)
+
+// watchRunDir starts watching r's directory.
+func (w *watcher) watchRunDir(r *run) {
+	if w.fsw == nil {
+		return
+	}
+	if err := w.fsw.Add(w.store.RunDir(r.st.ID)); err != nil {
+		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends)", r.st.ID, err)
+	}
+}
+
+func (w *watcher) unwatchRunDir(id string) {
+	if w.fsw != nil {
+		w.fsw.Remove(w.store.RunDir(id))
+	}
+}
+
+// runDirEvent handles a change in a run's directory.
+func (w *watcher) runDirEvent(id, name string) {
+	r := w.runs[id]
+	if r == nil {
+		return
+	}
+	switch name {
+	case "stdout", "stderr":
+		if !r.capPending {
+			r.capPending = true
+			w.after(capCheckDelay, func() {
+				r.capPending = false
+				if w.runs[id] == r {
+					w.capOutput(r)
+				}
+			})
+		}
+	case "progress":
+		if !r.progressPending {
+			r.progressPending = true
+			w.after(progressDelay, func() {
+				r.progressPending = false
+				if w.runs[id] == r {
+					w.readProgress(r)
+				}
+			})
+		}
+	}
+}
+
+// outputLimit is r's cap per output file.
+func outputLimit(st *tracker.State) int64 {
+	if st.Output != nil && st.Output.Limit > 0 {
+		return st.Output.Limit
+	}
+	return spool.DefaultOutputLimit
+}
+
+// capOutput drops the oldest bytes of r's output files beyond its limit
+// (plus an eighth, so that a steady writer is cut now and then, not on
+// every write), keeping the newest. It cuts the file's start where the
+// file system can (FALLOC_FL_COLLAPSE_RANGE), else punches a hole.
+func (w *watcher) capOutput(r *run) {
+	limit := outputLimit(r.st)
+	changed := false
+	for _, name := range []string{"stdout", "stderr"} {
+		if w.capStream(r.st, name, limit) {
+			changed = true
+		}
+	}
+	if changed {
+		w.save(r.st)
+	}
+}
+
+func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
+	f, err := os.OpenFile(w.store.Path(st.ID, name), os.O_WRONLY, 0)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return false
+	}
+	if st.Output == nil {
+		st.Output = &tracker.Output{Limit: limit}
+	}
+	s := &st.Output.Stdout
+	if name == "stderr" {
+		s = &st.Output.Stderr
+	}
+	total := s.Base + fi.Size()
+	if total-s.Dropped <= limit+limit/8 {
+		return false
+	}
+	const block = 4096 // what both operations need their range aligned to
+	cut := (total - limit - s.Dropped) / block * block
+	if cut <= 0 {
+		return false
+	}
+	if s.Base == s.Dropped {
+		if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, cut); err == nil {
+			s.Base += cut
+			s.Dropped += cut
+			return true
+		}
+	}
+	// Punch a hole over the next dropped range: the file keeps its size,
+	// and offsets stay absolute.
+	off := s.Dropped - s.Base
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, cut); err != nil {
+		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
+		return false
+	}
+	s.Dropped += cut
+	return true
+}
+
+// readProgress takes what r wrote to its progress file.
+func (w *watcher) readProgress(r *run) {
+	b, err := os.ReadFile(filepath.Join(w.store.RunDir(r.st.ID), "progress"))
+	if err != nil {
+		return
+	}
+	if i := bytes.IndexByte(b, '\n'); i >= 0 && len(bytes.TrimSpace(b[:i])) > 0 {
+		b = b[:i]
+	}
+	p := string(bytes.ToValidUTF8(bytes.TrimSpace(b), []byte("?")))
+	if len(p) > maxProgressLen {
+		p = p[:maxProgressLen]
+	}
+	if p == "" || p == r.st.Progress {
+		return
+	}
+	now := time.Now()
+	r.st.Progress, r.st.ProgressAt = p, &now
+	w.save(r.st)
+}
+
+// recordCPU records the CPU time of r's leader and the children it waited
+// for, read from its unreaped zombie.
+func recordCPU(r *run) {
+	ps, err := procfs.ReadStat(r.st.PID)
+	if err != nil || ps.StartTime != r.st.ProcStart {
+		return
+	}
+	r.st.CPUSeconds = float64(ps.CPU+ps.CPUChildren) / procfs.TicksPerSecond
+}
+
