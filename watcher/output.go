@@ -168,4 +168,3 @@ func recordCPU(r *run) {
 	}
 	r.st.CPUSeconds = float64(ps.CPU+ps.CPUChildren) / procfs.TicksPerSecond
 }
-
