@@ -4,7 +4,7 @@ BIN     := bin/tend
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit e2e-sh install clean chaos bench
+.PHONY: all build test vet unit e2e-sh install clean chaos bench fuzz
 
 all: build
 
@@ -42,3 +42,13 @@ chaos:
 # same run, never as pass/fail timings.
 bench: build
 	sh scripts/bench-memory.sh $(BIN) 300
+
+# Fuzz the parsers of everything anyone can write into a root, for a while
+# each (FUZZTIME). make test replays their corpora in testdata/fuzz.
+FUZZTIME ?= 1m
+fuzz:
+	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) ./spool
+	$(GO) test -run '^$$' -fuzz '^FuzzParseStart$$' -fuzztime $(FUZZTIME) ./spool
+	$(GO) test -run '^$$' -fuzz '^FuzzParseControl$$' -fuzztime $(FUZZTIME) ./spool
+	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./tracker
+	$(GO) test -run '^$$' -fuzz '^FuzzReadHistory$$' -fuzztime $(FUZZTIME) ./tracker

@@ -73,22 +73,30 @@ func (d Dir) Read(name string) (File, error) {
 }
 
 func readFile(path, name string) (File, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	// O_PATH opens nothing: no FIFO blocks, no device acts on an open, and
+	// a symbolic link is the link itself. Only a regular file is then
+	// opened for reading, through the same handle, so it is the same inode.
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		if errors.Is(err, unix.ELOOP) {
-			return File{}, fmt.Errorf("%s: a symbolic link: %w", name, ErrNotRegular)
-		}
+		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(pfd, &st)
+	if err != nil {
+		unix.Close(pfd)
+		return File{}, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		unix.Close(pfd)
+		return File{}, fmt.Errorf("%s: %s: %w", name, fileKind(st.Mode), ErrNotRegular)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	unix.Close(pfd)
+	if err != nil {
 		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return File{}, &os.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return File{}, fmt.Errorf("%s: %s: %w", name, fileKind(st.Mode), ErrNotRegular)
-	}
 	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino}
 	if st.Size > MaxBody {
 		return out, fmt.Errorf("%s: %d bytes: %w", name, st.Size, ErrTooLarge)

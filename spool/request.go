@@ -157,6 +157,10 @@ func parseShellText(body []byte) (Start, error) {
 		return Start{}, errors.New("empty command: write the shell command to run, or a JSON object with \"command\"")
 	case strings.IndexByte(text, 0) >= 0:
 		return Start{}, errors.New("command contains a NUL byte")
+	case !utf8.ValidString(text):
+		// Records are JSON, which would change the bytes: what is recorded
+		// would not be what ran.
+		return Start{}, errors.New("command is not valid UTF-8")
 	}
 	return Start{Shell: text}, nil
 }

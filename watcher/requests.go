@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -152,6 +153,7 @@ func (w *watcher) examine(name string) {
 // valid request name, answers it with a rejected outcome.
 func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string) {
 	w.forget(name)
+	reason = strings.TrimPrefix(reason, name+": ") // the .error line names it already
 	if _, err := w.spool.Reject(name, reason); err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			w.log.Printf("%s: rejecting: %v", spool.Printable(name), err)

@@ -69,6 +69,7 @@ func TestScripts(t *testing.T) {
 			"filesize":  cmdFileSize,
 			"dropped":   cmdDropped,
 			"readall":   cmdReadAll,
+			"mksock":    cmdMkSock,
 		},
 	})
 }
@@ -545,4 +546,12 @@ func cmdReadAll(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), got, 0o644))
+}
+
+// mksock path: create a Unix socket file at path (and leave it there).
+func cmdMkSock(ts *testscript.TestScript, neg bool, args []string) {
+	l, err := net.Listen("unix", ts.MkAbs(args[0]))
+	ts.Check(err)
+	l.(*net.UnixListener).SetUnlinkOnClose(false)
+	l.Close()
 }
