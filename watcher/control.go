@@ -89,27 +89,11 @@ func (w *watcher) lookup(id string) (*tracker.State, error) {
 //   - not_cancellable: the run exists but no process of it can be signaled
 //     by this watcher.
 func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
-	taken, ok := w.claimControl(n, f)
+	st, done, ok := w.target(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
 	}
-	defer os.Remove(taken)
-	st, err := w.lookup(n.ID)
-	switch {
-	case errors.Is(err, tracker.ErrNotFound):
-		w.answer(n, spool.NotFound, "no run has this id")
-		return
-	case err != nil:
-		w.answer(n, spool.NotCancellable, err.Error())
-		return
-	}
-	if ok, why := permitted(f.UID, req.Session, st); !ok {
-		w.answer(n, spool.NotPermitted, why)
-		return
-	}
-	if w.conflict(n, st, req.IfRev) {
-		return
-	}
+	defer done()
 	if q := w.queued(n.ID); q != nil {
 		w.cancelQueued(q, n)
 		return
@@ -142,27 +126,11 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 // still_active (queued or live: nothing is touched), not_found, or
 // not_permitted.
 func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
-	taken, ok := w.claimControl(n, f)
+	st, done, ok := w.target(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
 	}
-	defer os.Remove(taken)
-	st, err := w.lookup(n.ID)
-	switch {
-	case errors.Is(err, tracker.ErrNotFound):
-		w.answer(n, spool.NotFound, "no run has this id")
-		return
-	case err != nil:
-		w.answer(n, spool.Rejected, err.Error())
-		return
-	}
-	if ok, why := permitted(f.UID, req.Session, st); !ok {
-		w.answer(n, spool.NotPermitted, why)
-		return
-	}
-	if w.conflict(n, st, req.IfRev) {
-		return
-	}
+	defer done()
 	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
 		w.answer(n, spool.StillActive, "run is "+st.State)
 		return

@@ -92,29 +92,9 @@ func (w *watcher) examine(name string) {
 	if problem == nil && f.UID != os.Getuid() && f.UID != 0 {
 		problem = fmt.Errorf("owned by uid %d: tend takes requests only from its own user (uid %d) or root", f.UID, os.Getuid())
 	}
-	var start spool.Start
-	var cancel spool.Cancel
-	var del spool.Delete
-	var label spool.Label
-	var note spool.Note
-	var sig spool.Signal
+	var take func()
 	if problem == nil {
-		switch n.Verb {
-		case spool.VerbStart:
-			start, problem = spool.ParseStart(f.Body)
-		case spool.VerbCancel:
-			cancel, problem = spool.ParseCancel(f.Body)
-		case spool.VerbDelete:
-			del, problem = spool.ParseDelete(f.Body)
-		case spool.VerbLabel:
-			label, problem = spool.ParseLabel(f.Body)
-		case spool.VerbNote:
-			note, problem = spool.ParseNote(f.Body)
-		case spool.VerbSignal:
-			sig, problem = spool.ParseSignal(f.Body)
-		case spool.VerbRestart, spool.VerbPause, spool.VerbResume:
-			cancel, problem = spool.ParseCancel(f.Body)
-		}
+		take, problem = w.request(n, f)
 	}
 	if problem != nil || !f.Settled {
 		if wait := w.pendingFor(name).lastChange.Add(w.cfg.Settle).Sub(time.Now()); wait > 0 {
@@ -127,26 +107,40 @@ func (w *watcher) examine(name string) {
 		return
 	}
 	w.forget(name)
+	take()
+}
+
+// request parses request n's body for its verb, and returns what takes it.
+func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
 	switch n.Verb {
 	case spool.VerbStart:
-		w.takeStart(n, f, start)
-	case spool.VerbCancel:
-		w.takeCancel(n, f, cancel)
+		req, err := spool.ParseStart(f.Body)
+		return func() { w.takeStart(n, f, req) }, err
 	case spool.VerbDelete:
-		w.takeDelete(n, f, del)
+		req, err := spool.ParseDelete(f.Body)
+		return func() { w.takeDelete(n, f, req) }, err
 	case spool.VerbLabel:
-		w.takeLabel(n, f, label)
+		req, err := spool.ParseLabel(f.Body)
+		return func() { w.takeLabel(n, f, req) }, err
 	case spool.VerbNote:
-		w.takeNote(n, f, note)
+		req, err := spool.ParseNote(f.Body)
+		return func() { w.takeNote(n, f, req) }, err
 	case spool.VerbSignal:
-		w.takeSignal(n, f, sig)
-	case spool.VerbRestart:
-		w.takeRestart(n, f, cancel)
-	case spool.VerbPause:
-		w.takePause(n, f, cancel)
-	case spool.VerbResume:
-		w.takeResume(n, f, cancel)
+		req, err := spool.ParseSignal(f.Body)
+		return func() { w.takeSignal(n, f, req) }, err
 	}
+	// cancel, restart, pause and resume share one body.
+	req, err := spool.ParseCancel(f.Body)
+	take = map[string]func(){
+		spool.VerbCancel:  func() { w.takeCancel(n, f, req) },
+		spool.VerbRestart: func() { w.takeRestart(n, f, req) },
+		spool.VerbPause:   func() { w.takePause(n, f, req) },
+		spool.VerbResume:  func() { w.takeResume(n, f, req) },
+	}[n.Verb]
+	if take == nil {
+		return nil, fmt.Errorf("verb %q has no handler", n.Verb) // ParseName let through a verb this does not know
+	}
+	return take, err
 }
 
 // reject moves a bad request aside with its reason and, if its name is a
