@@ -4,7 +4,7 @@ BIN     := bin/tend
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit e2e-sh install clean chaos bench fuzz
+.PHONY: all build test vet unit e2e-sh install clean chaos bench fuzz hardening
 
 all: build
 
@@ -52,3 +52,9 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseControl$$' -fuzztime $(FUZZTIME) ./spool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./tracker
 	$(GO) test -run '^$$' -fuzz '^FuzzReadHistory$$' -fuzztime $(FUZZTIME) ./tracker
+
+# The slow and privileged end-to-end tests (cmd/tend/testdata/hardening):
+# a full disk (a tmpfs, mounted as root), exhausted file descriptors,
+# 10,000 requests at once. CI runs them after make test.
+hardening:
+	TEND_HARDENING=1 $(GO) test -count=1 -timeout 30m -run '^TestHardening$$' ./cmd/tend

@@ -166,7 +166,9 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 
 func (w *watcher) outcome(n spool.Name, outcome, detail string) {
 	if err := w.spool.WriteOutcome(n, outcome, detail); err != nil {
-		w.log.Printf("%s: writing outcome %s: %v", n, outcome, err)
+		w.log.Printf("%s: writing outcome %s: %v (retrying)", n, outcome, err)
+		w.unsaved.outcomes[n] = [2]string{outcome, detail}
+		w.retryUnsaved()
 	}
 }
 

@@ -210,6 +210,7 @@ type watcher struct {
 	runs    map[string]*run     // runs with a live process, by ID
 	queue   []*queuedRun        // runs waiting for a slot, in arrival order
 	waiting map[string]*backoff // runs in backoff, waiting to start again
+	unsaved unsaved
 	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
 	// afterStart holds cancel requests that wait for a start request of the
@@ -242,6 +243,7 @@ func newWatcher(cfg Config) *watcher {
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),
+		unsaved:    unsaved{states: make(map[string]*tracker.State), outcomes: make(map[spool.Name][2]string)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -251,6 +253,9 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 	for {
 		if w.stopping > 0 && len(w.runs) == 0 {
 			w.log.Printf("stopped: every run has ended")
+			if n := len(w.unsaved.states) + len(w.unsaved.events); n > 0 {
+				w.log.Printf("%d records or events could not be written; tend fsck will show what is missing", n)
+			}
 			return nil
 		}
 		select {
@@ -394,8 +399,8 @@ func (w *watcher) shutdown(sig os.Signal) {
 // one it wrote last. One changed by hand is not trusted: it is kept aside
 // as state.json.edited, reported, and replaced by the watcher's record.
 func (w *watcher) guard(st *tracker.State) {
-	if st.Rev == 0 {
-		return // nothing written yet
+	if st.Rev == 0 || w.unsaved.states[st.ID] != nil {
+		return // nothing written yet, or the last write failed: the file is behind
 	}
 	path := w.store.Path(st.ID, "state.json")
 	b, err := os.ReadFile(path)
@@ -422,10 +427,56 @@ func (w *watcher) guard(st *tracker.State) {
 func (w *watcher) save(st *tracker.State) {
 	w.guard(st)
 	st.Rev++
-	if err := w.hist.Append(tracker.EventOf(st, time.Now())); err != nil {
-		w.log.Printf("run %s: history: %v", st.ID, err)
+	ev := tracker.EventOf(st, time.Now())
+	if len(w.unsaved.events) > 0 {
+		w.unsaved.events = append(w.unsaved.events, ev) // keep the history in order
+	} else if err := w.hist.Append(ev); err != nil {
+		w.log.Printf("run %s: history: %v (retrying)", st.ID, err)
+		if !errors.Is(err, tracker.ErrTornEnd) {
+			w.unsaved.events = append(w.unsaved.events, ev)
+		}
 	}
 	if err := w.store.Write(st); err != nil {
-		w.log.Printf("run %s: recording %s: %v", st.ID, st.State, err)
+		w.log.Printf("run %s: recording %s: %v (retrying; the last record written stays as it was)", st.ID, st.State, err)
+		w.unsaved.states[st.ID] = st
+	} else {
+		delete(w.unsaved.states, st.ID)
 	}
+	w.retryUnsaved()
+}
+
+// unsaved holds what could not be written (a full or read-only disk): it
+// is written again every second until it is, so the records catch up.
+type unsaved struct {
+	events   []tracker.Event
+	states   map[string]*tracker.State
+	outcomes map[spool.Name][2]string
+	retrying bool
+}
+
+func (w *watcher) retryUnsaved() {
+	u := &w.unsaved
+	if u.retrying || len(u.events)+len(u.states)+len(u.outcomes) == 0 {
+		return
+	}
+	u.retrying = true
+	w.after(time.Second, func() {
+		u.retrying = false
+		if len(u.events) > 0 && w.hist.Append(u.events...) == nil {
+			w.log.Printf("history: %d events that could not be written are written now", len(u.events))
+			u.events = nil
+		}
+		for id, st := range u.states {
+			if w.store.Write(st) == nil {
+				w.log.Printf("run %s: its record (%s, rev %d) is written now", id, st.State, st.Rev)
+				delete(u.states, id)
+			}
+		}
+		for n, o := range u.outcomes {
+			if w.spool.WriteOutcome(n, o[0], o[1]) == nil {
+				delete(u.outcomes, n)
+			}
+		}
+		w.retryUnsaved()
+	})
 }

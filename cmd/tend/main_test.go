@@ -34,9 +34,30 @@ func TestMain(m *testing.M) {
 // TestScripts runs the end-to-end tests in testdata/script: the tend
 // binary, a real watcher, real processes and real files.
 func TestScripts(t *testing.T) {
-	testscript.Run(t, testscript.Params{
-		Dir:                 "testdata/script",
+	testscript.Run(t, scriptParams("testdata/script"))
+}
+
+// TestHardening runs the slow and privileged end-to-end tests of
+// testdata/hardening (make hardening): a full disk, exhausted file
+// descriptors, 10,000 requests at once.
+func TestHardening(t *testing.T) {
+	if os.Getenv("TEND_HARDENING") == "" {
+		t.Skip("slow or privileged: run by make hardening (TEND_HARDENING=1)")
+	}
+	deadline = 10 * time.Minute
+	testscript.Run(t, scriptParams("testdata/hardening"))
+}
+
+func scriptParams(dir string) testscript.Params {
+	return testscript.Params{
+		Dir:                 dir,
 		RequireExplicitExec: true,
+		Condition: func(cond string) (bool, error) {
+			if cond == "root" {
+				return os.Getuid() == 0, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("TEND_ROOT", "") // each script's root is found from $WORK
 			// Scripts start watchers themselves, except where they test
@@ -70,13 +91,16 @@ func TestScripts(t *testing.T) {
 			"dropped":   cmdDropped,
 			"readall":   cmdReadAll,
 			"mksock":    cmdMkSock,
+			"tmpfs":     cmdTmpfs,
+			"settled":   cmdSettled,
 		},
-	})
+	}
 }
 
 // deadline is how long a waiting command waits for its condition. It is
 // generous: these tests check behavior, not speed (make bench does that).
-const deadline = 60 * time.Second
+// The hardening tests, which start thousands of runs, wait longer.
+var deadline = 60 * time.Second
 
 // poll calls cond until it returns "" or the deadline passes, then fails
 // with cond's last complaint.
@@ -554,4 +578,39 @@ func cmdMkSock(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	l.(*net.UnixListener).SetUnlinkOnClose(false)
 	l.Close()
+}
+
+// tmpfs dir size: mount a tmpfs of size on dir (created), unmounted when
+// the script ends, after whatever runs under it is killed.
+func cmdTmpfs(ts *testscript.TestScript, neg bool, args []string) {
+	dir := ts.MkAbs(args[0])
+	ts.Check(os.MkdirAll(dir, 0o755))
+	if out, err := exec.Command("mount", "-t", "tmpfs", "-o", "size="+args[1], "tmpfs", dir).CombinedOutput(); err != nil {
+		ts.Fatalf("mount: %v: %s", err, out)
+	}
+	ts.Defer(func() {
+		killLeftovers(filepath.Join(dir, ".tend"))
+		exec.Command("umount", "-l", dir).Run()
+	})
+}
+
+// settled n: wait until n runs exist and none is starting or queued (each
+// is running, or has ended), then print how many are in each state.
+func cmdSettled(ts *testscript.TestScript, neg bool, args []string) {
+	want, err := strconv.Atoi(args[0])
+	ts.Check(err)
+	store := tracker.NewStore(ts.MkAbs(".tend"))
+	var counts map[string]int
+	poll(ts, func() string {
+		runs, _ := store.List()
+		counts = map[string]int{}
+		for _, st := range runs {
+			counts[st.State]++
+		}
+		if len(runs) < want || counts[tracker.Starting] > 0 || counts[tracker.Queued] > 0 {
+			return fmt.Sprintf("%d of %d runs, states %v", len(runs), want, counts)
+		}
+		return ""
+	})
+	ts.Logf("states: %v", counts)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
 )
 
 type statusCmd struct {
@@ -64,6 +65,9 @@ func (c *statusCmd) Run(e *env) error {
 	if err := tracker.CheckHistoryEnd(e.root); err != nil {
 		s.Problems = append(s.Problems, err.Error())
 	}
+	if msg := fullDisk(e.root); msg != "" {
+		s.Problems = append(s.Problems, msg)
+	}
 	if c.JSON {
 		b, _ := json.MarshalIndent(s, "", "  ")
 		fmt.Fprintln(e.stdout, string(b))
@@ -104,4 +108,21 @@ func printStatus(e *env, s status) {
 	if len(s.Problems) > 0 {
 		fmt.Fprintln(e.stdout, "(run tend fsck for a full check)")
 	}
+}
+
+// fullDisk says if root's file system is (nearly) out of space or inodes:
+// the watcher then cannot record changes until space returns.
+func fullDisk(root string) string {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return ""
+	}
+	free := int64(fs.Bavail) * fs.Bsize
+	switch {
+	case free < 1<<20:
+		return fmt.Sprintf("%s: its file system is full (%d bytes free): records are written again once there is space", root, free)
+	case fs.Files > 0 && fs.Ffree < 100:
+		return fmt.Sprintf("%s: its file system is out of inodes (%d free)", root, fs.Ffree)
+	}
+	return ""
 }
