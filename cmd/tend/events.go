@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 
 	"github.com/tendhq/tend/tracker"
@@ -27,14 +26,29 @@ Example: tend events -f --session agent-7 --json`
 }
 
 func (c *eventsCmd) Run(e *env) error {
-	events, err := tracker.ReadAllHistory(e.root)
-	for _, ev := range events {
-		if err := c.print(e, ev); err != nil {
+	if !c.Follow {
+		events, err := tracker.ReadAllHistory(e.root)
+		for _, ev := range events {
+			if err := c.print(e, ev); err != nil {
+				return err
+			}
+		}
+		return err
+	}
+	// The rotated files, then the current one, read to its end and on, by
+	// one reader: no event falls between reading what is there and
+	// following what comes.
+	files := tracker.HistoryFiles(e.root)
+	for _, path := range files[:len(files)-1] {
+		events, err := tracker.ReadHistory(path)
+		for _, ev := range events {
+			if err := c.print(e, ev); err != nil {
+				return err
+			}
+		}
+		if err != nil {
 			return err
 		}
-	}
-	if err != nil || !c.Follow {
-		return err
 	}
 	return c.follow(e)
 }
@@ -58,8 +72,8 @@ func (c *eventsCmd) print(e *env, ev tracker.Event) error {
 	return err
 }
 
-// follow prints the lines appended to history.jsonl from its current end
-// on, reopening it when it is rotated, until interrupted.
+// follow prints history.jsonl's lines from its start, and those appended
+// after, reopening it when it is rotated, until interrupted.
 func (c *eventsCmd) follow(e *env) error {
 	path := tracker.HistoryPath(e.root)
 	var f *os.File
@@ -79,9 +93,6 @@ func (c *eventsCmd) follow(e *env) error {
 	}
 	if err := open(); err != nil {
 		return err
-	}
-	if f != nil {
-		off, _ = f.Seek(0, io.SeekEnd)
 	}
 	var partial []byte
 	return waitUntil(e.root, func() (bool, error) {
