@@ -267,6 +267,10 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, reques
 		if changed {
 			r.st.Stop.Requests = append(r.st.Stop.Requests, request)
 		}
+		if cause == tracker.Canceled && r.st.Stop.Cause == causeRestart {
+			// A cancel wins over a restart under way: the run is not started again.
+			r.st.Stop.Cause, r.st.Reason, changed = tracker.Canceled, reason, true
+		}
 		if killAt.Before(r.st.Stop.KillAt) {
 			r.st.Stop.KillAt = killAt
 			r.killAt = killAt
