@@ -34,36 +34,11 @@ wait_until() {
 	done
 }
 
-# submit NAME BODY: write a request whole under a hidden name, then rename
-# it into the spool, so the watcher only ever sees it complete.
-submit() {
-	rm -f "$root/outcomes/$1"
-	printf '%s\n' "$2" >"$root/spool/.$1.tmp"
-	mv "$root/spool/.$1.tmp" "$root/spool/$1"
-}
-
-# outcome NAME: wait for the request's outcome and print it.
-outcome() {
-	wait_until -s "$root/outcomes/$1"
-	cat "$root/outcomes/$1"
-}
-
-# field ID NAME: print a top-level field of a run's state.json. The state
-# file has one top-level field a line, so sed is enough.
-field() {
-	sed -n "s/^  \"$2\": //p" "$root/runs/$1/state.json" | sed 's/,$//; s/^"//; s/"$//'
-}
-
-# wait_final ID: wait until the run has a final state; print it.
-wait_final() {
-	while :; do
-		state=$(field "$1" state 2>/dev/null || :)
-		case $state in completed | failed | canceled | timed_out) echo "$state"; return ;; esac
-		i=${i:-0}; i=$((i + 1))
-		[ "$i" -lt 1200 ] || fail "run $1 never finished (state: $state)"
-		sleep 0.05
-	done
-}
+# The client library under test: every request below goes through it.
+. "$(dirname "$0")/tend.sh"
+TEND_ROOT=$root
+TEND_SH_TIMEOUT=60
+export TEND_ROOT
 
 cd "$work"
 "$tend" --root "$root" watch 2>"$work/watcher.log" &
@@ -71,31 +46,41 @@ wpid=$!
 wait_until -f "$root/watcher.pid"
 
 # 1. Start, wait, read the outcome, the exit code and the output.
-submit a.start 'echo hi; exit 3'
-[ "$(outcome a.start)" = accepted ] || fail "a.start: outcome $(cat "$root/outcomes/a.start")"
-i=0
-[ "$(wait_final a)" = failed ] || fail "run a: $(field a state)"
-[ "$(field a exit_code)" = 3 ] || fail "run a: exit code '$(field a exit_code)'"
+[ "$(tend_start a 'echo hi; exit 3')" = accepted ] || fail "a.start: outcome $(cat "$root/outcomes/a.start")"
+rc=0; tend_wait a || rc=$?
+[ "$rc" = 3 ] || fail "tend_wait a returned $rc, want 3"
+[ "$(tend_state a)" = failed ] || fail "run a: $(tend_state a)"
+[ "$(tend_field a exit_code)" = 3 ] || fail "run a: exit code '$(tend_field a exit_code)'"
 [ "$(cat "$root/runs/a/stdout")" = hi ] || fail "run a: stdout"
 
-# 2. Cancel: the run and its background child end; cancel again is safe.
-submit b.start 'sleep 100 & echo $! > kid; wait'
-i=0
-until [ "$(field b state 2>/dev/null || :)" = running ] && [ -s kid ]; do
-	i=$((i + 1)); [ "$i" -lt 1200 ] || fail "run b never ran"; sleep 0.05
-done
-submit b.cancel ''
-[ "$(outcome b.cancel)" = canceled ] || fail "b.cancel: $(cat "$root/outcomes/b.cancel")"
-[ "$(field b state)" = canceled ] || fail "run b: $(field b state)"
+# 2. Cancel: the run and its background child end; cancel again is safe,
+# and a plain (untagged) request name works as well.
+tend_start b 'sleep 100 & echo $! > kid; wait' >/dev/null || fail "b.start"
+wait_until -s kid
+[ "$(tend_cancel b 2s)" = canceled ] || fail "tend_cancel b"
+[ "$(tend_state b)" = canceled ] || fail "run b: $(tend_state b)"
+rc=0; tend_wait b || rc=$?
+[ "$rc" = 143 ] || fail "tend_wait b returned $rc, want 143 (SIGTERM)"
 kill -0 "$(cat kid)" 2>/dev/null && [ "$(cut -d' ' -f3 "/proc/$(cat kid)/stat")" != Z ] && fail "b's child survived"
-submit b.cancel ''
-case $(outcome b.cancel) in already_finished*) ;; *) fail "second b.cancel: $(cat "$root/outcomes/b.cancel")" ;; esac
+rc=0; tend_cancel b >/dev/null || rc=$?
+[ "$rc" = 5 ] || fail "second tend_cancel b returned $rc, want 5"
+tend_submit b.cancel ''
+case $(tend_outcome b.cancel) in already_finished*) ;; *) fail "b.cancel: $(cat "$root/outcomes/b.cancel")" ;; esac
 
 # 3. Unknown IDs and bad names get answers too.
-submit nobody.cancel ''
-case $(outcome nobody.cancel) in not_found*) ;; *) fail "nobody.cancel" ;; esac
+rc=0; tend_cancel nobody >/dev/null || rc=$?
+[ "$rc" = 3 ] || fail "tend_cancel nobody returned $rc, want 3"
 printf 'true\n' >"$root/spool/c.strat"
 wait_until -f "$root/rejected/c.strat.error"
 grep -q 'unknown verb "strat"' "$root/rejected/c.strat.error" || fail "c.strat.error: $(cat "$root/rejected/c.strat.error")"
 
-echo "e2e.sh: 4 passed, 0 failed"
+# 4. Other control verbs through the library.
+tend_start d 'echo $$ > d.pid; while :; do sleep 0.05; done' >/dev/null || fail "d.start"
+wait_until -s d.pid
+[ "$(tend_control d pause)" = paused ] || fail "pause d"
+[ "$(tend_state d)" = paused ] || fail "run d: $(tend_state d)"
+[ "$(tend_control d resume)" = resumed ] || fail "resume d"
+[ "$(tend_control d label 'owner=sh')" = "updated: rev 5" ] || fail "label d: $(tend_field d rev)"
+[ "$(tend_cancel d 1s)" = canceled ] || fail "cancel d"
+
+echo "e2e.sh: 5 passed, 0 failed"

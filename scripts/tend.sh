@@ -1,0 +1,126 @@
+# tend.sh: a POSIX sh library for tend's plain-file protocol. Source it;
+# it needs no tend binary, only a watcher running on the root (someone ran
+# `tend up`) and the usual tools (cat, sed, mv, sleep).
+#
+#   . scripts/tend.sh
+#   tend_start build 'make -j8' || exit
+#   tend_wait build; echo "build exited $?"
+#   tend_cancel web; tend_state web
+#
+# The root is $TEND_ROOT, else ./.tend. Every function returns non-zero on
+# failure and says why on stderr, prefixed with "tend.sh:". Waits poll every
+# 50 ms (sh has no inotify) and give up after $TEND_SH_TIMEOUT seconds
+# (default 3600).
+
+tend_root() {
+	printf '%s\n' "${TEND_ROOT:-./.tend}"
+}
+
+_tend_n=0
+
+# tend_submit NAME BODY: write request NAME (<id>.<verb>) whole under a
+# hidden name, then rename it into the spool, so the watcher only ever sees
+# it complete. A previous outcome of the same name is removed first.
+tend_submit() {
+	_r=$(tend_root)
+	[ -d "$_r/spool" ] || { echo "tend.sh: no spool in $_r (is it a tend root?)" >&2; return 1; }
+	rm -f "$_r/outcomes/$1"
+	printf '%s\n' "$2" >"$_r/spool/.$1.sh$$.tmp" || return 1
+	mv "$_r/spool/.$1.sh$$.tmp" "$_r/spool/$1"
+}
+
+# _tend_poll TEST-ARGS...: wait until test(1) holds.
+_tend_poll() {
+	_i=0
+	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
+	until test "$@"; do
+		_i=$((_i + 1))
+		[ "$_i" -lt "$_max" ] || { echo "tend.sh: timed out waiting for: test $*" >&2; return 1; }
+		sleep 0.05
+	done
+}
+
+# tend_outcome NAME: wait for request NAME's outcome, and print it.
+tend_outcome() {
+	_tend_poll -s "$(tend_root)/outcomes/$1" && cat "$(tend_root)/outcomes/$1"
+}
+
+# tend_field ID FIELD: print a top-level field of run ID's state.json (a
+# string without its quotes). state.json has one top-level field a line,
+# so sed is enough.
+tend_field() {
+	sed -n "s/^  \"$2\": //p" "$(tend_root)/runs/$1/state.json" 2>/dev/null | sed 's/,$//; s/^"//; s/"$//'
+}
+
+# tend_state ID: print run ID's state (empty if it has none yet).
+tend_state() {
+	tend_field "$1" state
+}
+
+# tend_start ID COMMAND: start COMMAND (run by /bin/sh -c) as run ID, and
+# wait until the watcher has taken it. Prints the outcome; returns 0 if it
+# was accepted.
+tend_start() {
+	tend_submit "$1.start" "$2" || return 1
+	_o=$(tend_outcome "$1.start") || return 1
+	printf '%s\n' "$_o"
+	[ "$_o" = accepted ]
+}
+
+# tend_wait ID: wait until run ID has ended; return as a shell would for
+# it: its exit code, 128+N if signal N killed it, 1 if neither is known.
+tend_wait() {
+	_i=0
+	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
+	while :; do
+		case $(tend_state "$1") in completed | failed | canceled | timed_out) break ;; esac
+		_i=$((_i + 1))
+		[ "$_i" -lt "$_max" ] || { echo "tend.sh: run $1 did not end" >&2; return 1; }
+		sleep 0.05
+	done
+	_code=$(tend_field "$1" exit_code)
+	[ -n "$_code" ] && return "$_code"
+	_sig=$(tend_field "$1" signal)
+	[ -n "$_sig" ] && return $((128 + $(_tend_signum "$_sig")))
+	return 1
+}
+
+# _tend_signum SIGNAME: the number of a signal (Linux numbering; shells'
+# kill -l does not map names to numbers everywhere).
+_tend_signum() {
+	case ${1#SIG} in
+	HUP) echo 1 ;; INT) echo 2 ;; QUIT) echo 3 ;; ILL) echo 4 ;; TRAP) echo 5 ;;
+	ABRT) echo 6 ;; BUS) echo 7 ;; FPE) echo 8 ;; KILL) echo 9 ;; USR1) echo 10 ;;
+	SEGV) echo 11 ;; USR2) echo 12 ;; PIPE) echo 13 ;; ALRM) echo 14 ;; TERM) echo 15 ;;
+	XCPU) echo 24 ;; XFSZ) echo 25 ;; *) echo 0 ;;
+	esac
+}
+
+# tend_control ID VERB [BODY]: send a control request (cancel, delete,
+# signal, restart, pause, resume, label, note) under a name of its own
+# (<id>@<tag>.<verb>), wait for its outcome, print it, and remove it.
+tend_control() {
+	_tend_n=$((_tend_n + 1))
+	_name="$1@sh$$-$_tend_n.$2"
+	tend_submit "$_name" "${3:-}" || return 1
+	_o=$(tend_outcome "$_name") || return 1
+	rm -f "$(tend_root)/outcomes/$_name"
+	printf '%s\n' "$_o"
+}
+
+# tend_cancel ID [GRACE]: cancel run ID (SIGTERM, then SIGKILL after GRACE,
+# e.g. 5s); waits until it has ended. Prints the outcome; returns 0 if
+# canceled, 5 if it had already finished, 3 if there is no such run, 4 if
+# refused: the tend CLI's exit codes.
+tend_cancel() {
+	_body=
+	[ -n "${2:-}" ] && _body="{\"grace\": \"$2\"}"
+	_o=$(tend_control "$1" cancel "$_body") || return 1
+	printf '%s\n' "$_o"
+	case $_o in
+	canceled) return 0 ;;
+	already_finished*) return 5 ;;
+	not_found*) return 3 ;;
+	esac
+	return 4
+}
