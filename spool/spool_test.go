@@ -1,9 +1,13 @@
 package spool
 
 import (
+	"encoding/json"
 	"errors"
+	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -343,5 +347,50 @@ func TestParseSignal(t *testing.T) {
 		} else if err != nil || s.Signal != tt.want {
 			t.Errorf("ParseSignal(%q) = %v, %v; want %v", tt.body, s.Signal, err, tt.want)
 		}
+	}
+}
+
+// TestStartSchemaMatchesParser keeps docs/schema/start.schema.json in step
+// with the parser: the same top-level fields, and the nested objects' too.
+func TestStartSchemaMatchesParser(t *testing.T) {
+	b, err := os.ReadFile("../docs/schema/start.schema.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var schema struct {
+		Properties map[string]struct {
+			Properties map[string]any `json:"properties"`
+			OneOf      []struct {
+				Properties map[string]any `json:"properties"`
+			} `json:"oneOf"`
+		} `json:"properties"`
+	}
+	if err := json.Unmarshal(b, &schema); err != nil {
+		t.Fatalf("the schema is not JSON: %v", err)
+	}
+	fields := func(v any) []string {
+		var out []string
+		typ := reflect.TypeOf(v)
+		for i := range typ.NumField() {
+			if name, _, _ := strings.Cut(typ.Field(i).Tag.Get("json"), ","); name != "" && name != "-" {
+				out = append(out, name)
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	keys := func(m map[string]any) []string { return slices.Sorted(maps.Keys(m)) }
+	top := slices.Sorted(maps.Keys(schema.Properties))
+	if want := fields(startJSON{}); !slices.Equal(top, want) {
+		t.Errorf("schema fields %v, parser fields %v", top, want)
+	}
+	if got, want := keys(schema.Properties["health"].Properties), fields(Health{}); !slices.Equal(got, want) {
+		t.Errorf("schema health fields %v, parser %v", got, want)
+	}
+	if got, want := keys(schema.Properties["limits"].Properties), fields(Rlimits{}); !slices.Equal(got, want) {
+		t.Errorf("schema limits fields %v, parser %v", got, want)
+	}
+	if got, want := keys(schema.Properties["restart"].OneOf[1].Properties), fields(Restart{}); !slices.Equal(got, want) {
+		t.Errorf("schema restart fields %v, parser %v", got, want)
 	}
 }
