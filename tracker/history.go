@@ -1,12 +1,10 @@
 package tracker
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -226,34 +224,23 @@ func ReadAllHistory(root string) ([]Event, error) {
 // return an error "history.jsonl:LINE: what is wrong", with the events
 // before that line. A missing file is an empty history.
 func ReadHistory(path string) ([]Event, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	var events []Event
-	r := bufio.NewReader(f)
+	lines, err := readLines(path)
 	name := filepath.Base(path)
-	for line := 1; ; line++ {
-		b, err := r.ReadBytes('\n')
-		if err == io.EOF && len(b) == 0 {
-			return events, nil
-		}
-		if err != nil && err != io.EOF {
-			return events, fmt.Errorf("%s:%d: %w", name, line, err)
-		}
+	var events []Event
+	for i, b := range lines {
 		if b[len(b)-1] != '\n' {
-			return events, fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, line)
+			return events, fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, i+1)
 		}
 		e, perr := parseEvent(b)
 		if perr != nil {
-			return events, fmt.Errorf("%s:%d: %v", name, line, perr)
+			return events, fmt.Errorf("%s:%d: %v", name, i+1, perr)
 		}
 		events = append(events, e)
 	}
+	if err != nil {
+		return events, fmt.Errorf("%s:%d: %w", name, len(lines)+1, err)
+	}
+	return events, nil
 }
 
 func parseEvent(b []byte) (Event, error) {

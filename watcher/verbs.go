@@ -24,16 +24,27 @@ func (w *watcher) live(n spool.Name, st *tracker.State) *run {
 	return r
 }
 
+// liveTarget is target, then live: the run request n acts on, which must
+// have a live process. done removes the claimed request.
+func (w *watcher) liveTarget(n spool.Name, f spool.File, session string, ifRev *int64) (*tracker.State, *run, func(), bool) {
+	st, done, ok := w.target(n, f, session, ifRev)
+	if !ok {
+		return nil, nil, nil, false
+	}
+	r := w.live(n, st)
+	if r == nil {
+		done()
+		return nil, nil, nil, false
+	}
+	return st, r, done, true
+}
+
 func (w *watcher) takeSignal(n spool.Name, f spool.File, req spool.Signal) {
-	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	_, r, done, ok := w.liveTarget(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
 	}
 	defer done()
-	r := w.live(n, st)
-	if r == nil {
-		return
-	}
 	w.signalGroup(r, req.Signal)
 	w.answer(n, spool.Signaled, unix.SignalName(req.Signal))
 }
@@ -74,15 +85,12 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 // takePause stops a live run's group with SIGSTOP; its timeout stops
 // counting until it resumes.
 func (w *watcher) takePause(n spool.Name, f spool.File, req spool.Cancel) {
-	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	st, r, done, ok := w.liveTarget(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
 	}
 	defer done()
-	r := w.live(n, st)
 	switch {
-	case r == nil:
-		return
 	case st.State == tracker.Paused:
 		w.answer(n, spool.Paused, "already paused")
 		return
@@ -105,16 +113,12 @@ func (w *watcher) takePause(n spool.Name, f spool.File, req spool.Cancel) {
 
 // takeResume continues a paused run's group with SIGCONT.
 func (w *watcher) takeResume(n spool.Name, f spool.File, req spool.Cancel) {
-	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	st, r, done, ok := w.liveTarget(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
 	}
 	defer done()
-	r := w.live(n, st)
-	switch {
-	case r == nil:
-		return
-	case st.State != tracker.Paused:
+	if st.State != tracker.Paused {
 		w.answer(n, spool.Resumed, fmt.Sprintf("it was not paused (%s)", st.State))
 		return
 	}
