@@ -262,6 +262,13 @@ type showCmd struct {
 	JSON bool   `help:"Print the state record as JSON."`
 }
 
+func (c *showCmd) Help() string {
+	return `Shows everything about one run: its state and why, exit, command,
+session, process, times, labels, notes, progress, live usage, how long its
+output has been quiet and its last line, what was dropped from its output,
+and where its files are. Example: tend show build; tend show build --json`
+}
+
 func (c *showCmd) Run(e *env) error {
 	st, err := readRun(e, c.ID)
 	if err != nil {
