@@ -183,12 +183,15 @@ func (w *watcher) anyDraining() bool {
 	return false
 }
 
-func (w *watcher) drainAgain() {
+func (w *watcher) drainAgain() { w.drainAgainIn(20 * time.Millisecond) }
+
+// drainAgainIn schedules a drain after d, unless one is scheduled already.
+func (w *watcher) drainAgainIn(d time.Duration) {
 	if w.draining {
 		return
 	}
 	w.draining = true
-	w.after(20*time.Millisecond, func() {
+	w.after(d, func() {
 		w.draining = false
 		w.drain()
 	})

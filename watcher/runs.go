@@ -385,7 +385,9 @@ func (w *watcher) leadersExited(batch []*run) {
 		}
 		r.exit = &e
 	}
-	w.drain()
+	// Exits come in storms (a cancel of many runs, a shutdown): one pass
+	// over /proc a millisecond later serves all the exits of that moment.
+	w.drainAgainIn(time.Millisecond)
 }
 
 // recordWait is how long an adopted run's end waits for its keeper's exit
