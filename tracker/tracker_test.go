@@ -127,16 +127,7 @@ func TestHistoryConcurrentAppendsStayWhole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(events) != writers*each {
-		t.Fatalf("%d events, want %d", len(events), writers*each)
-	}
-	next := map[string]int64{}
-	for _, e := range events {
-		if e.Rev != next[e.ID]+1 {
-			t.Fatalf("%s: rev %d after %d: out of order", e.ID, e.Rev, next[e.ID])
-		}
-		next[e.ID] = e.Rev
-	}
+	checkAppended(t, events, writers, each)
 }
 
 func TestReadHistoryFailsClosed(t *testing.T) {

@@ -47,26 +47,25 @@ func (w *watcher) runDirEvent(id, name string) {
 	}
 	switch name {
 	case "stdout", "stderr":
-		if !r.capPending {
-			r.capPending = true
-			w.after(capCheckDelay, func() {
-				r.capPending = false
-				if w.runs[id] == r {
-					w.capOutput(r)
-				}
-			})
-		}
+		w.once(r, &r.capPending, capCheckDelay, w.capOutput)
 	case "progress":
-		if !r.progressPending {
-			r.progressPending = true
-			w.after(progressDelay, func() {
-				r.progressPending = false
-				if w.runs[id] == r {
-					w.readProgress(r)
-				}
-			})
-		}
+		w.once(r, &r.progressPending, progressDelay, w.readProgress)
 	}
+}
+
+// once runs f(r) after d, unless *pending says it is scheduled already;
+// by then, only if r is still supervised.
+func (w *watcher) once(r *run, pending *bool, d time.Duration, f func(*run)) {
+	if *pending {
+		return
+	}
+	*pending = true
+	w.after(d, func() {
+		*pending = false
+		if w.runs[r.st.ID] == r {
+			f(r)
+		}
+	})
 }
 
 // outputLimit is r's cap per output file.

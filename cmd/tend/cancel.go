@@ -43,18 +43,8 @@ func (c *cancelCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stdout, outcome)
-	switch outcome {
-	case spool.Canceled:
-		return nil
-	case spool.AlreadyFinished:
-		return exitf(exitFinished, "")
-	case spool.NotFound:
-		return exitf(exitNotFound, "")
-	case spool.Conflict:
-		return exitf(exitConflict, "cancel %s: %s", c.ID, detail)
-	}
-	return exitf(exitRefused, "cancel %s: %s: %s", c.ID, outcome, detail)
+	fmt.Fprintln(e.stdout, outcome) // the outcome alone: scripts compare it
+	return exitFor(n, outcome, detail)
 }
 
 func (c *cancelCmd) body() ([]byte, error) {

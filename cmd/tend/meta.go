@@ -76,14 +76,20 @@ func submitMeta(e *env, n spool.Name, body map[string]any, session string, ifRev
 	return outcomeExit(e, n, outcome, detail)
 }
 
-// outcomeExit prints a control request's outcome and turns it into the
-// command's exit code.
+// outcomeExit prints a control request's outcome line and turns it into
+// the command's exit code.
 func outcomeExit(e *env, n spool.Name, outcome, detail string) error {
 	line := outcome
 	if detail != "" {
 		line += ": " + detail
 	}
 	fmt.Fprintln(e.stdout, line)
+	return exitFor(n, outcome, detail)
+}
+
+// exitFor is the exit code (and, for a refusal, the message) that a
+// control request's outcome calls for: the table in docs/protocol.md.
+func exitFor(n spool.Name, outcome, detail string) error {
 	switch outcome {
 	case spool.Updated, spool.Canceled, spool.Deleted, spool.Signaled, spool.Restarted, spool.Paused, spool.Resumed:
 		return nil
@@ -91,8 +97,10 @@ func outcomeExit(e *env, n spool.Name, outcome, detail string) error {
 		return exitf(exitFinished, "")
 	case spool.NotFound:
 		return exitf(exitNotFound, "")
-	case spool.Conflict:
-		return exitf(exitConflict, "")
 	}
-	return exitf(exitRefused, "%s: %s", n, line)
+	code := exitRefused
+	if outcome == spool.Conflict {
+		code = exitConflict
+	}
+	return exitf(code, "%s %s: %s: %s", n.Verb, n.ID, outcome, detail)
 }
