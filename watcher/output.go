@@ -47,6 +47,7 @@ func (w *watcher) runDirEvent(id, name string) {
 	}
 	switch name {
 	case "stdout", "stderr":
+		w.noteStream(r, name)
 		w.once(r, &r.capPending, capCheckDelay, w.capOutput)
 	case "progress":
 		w.once(r, &r.progressPending, progressDelay, w.readProgress)
@@ -76,11 +77,51 @@ func outputLimit(st *tracker.State) int64 {
 	return spool.DefaultOutputLimit
 }
 
-// capOutput drops the oldest bytes of r's output files beyond its limit
-// (plus an eighth, so that a steady writer is cut now and then, not on
-// every write), keeping the newest. It cuts the file's start where the
+// noteStream records a switch when r's writes go to the other stream. Its
+// offset is the other stream's size now: exact when the run's writes do
+// not outrun this watcher, which is what docs/protocol.md promises.
+func (w *watcher) noteStream(r *run, stream string) {
+	prev := r.writingTo
+	r.writingTo = stream
+	if prev == "" || prev == stream {
+		return
+	}
+	r.switches = append(r.switches, tracker.Switch{From: prev, At: w.store.OutputSize(r.st, prev)})
+}
+
+// maxSwitches bounds a run's order file (about 16 bytes a switch): beyond
+// it, the oldest switches are let go, as capped output is.
+const maxSwitches = 1 << 16
+
+// writeSwitches appends r's new switches to its order file.
+func (w *watcher) writeSwitches(r *run) {
+	if len(r.switches) == 0 {
+		return
+	}
+	id := r.st.ID
+	if err := w.store.AppendSwitches(id, r.switches); err != nil {
+		w.log.Printf("run %s: recording the order of its output: %v", id, err)
+		return
+	}
+	for _, x := range r.switches {
+		r.orderSize += int64(len(x.String()) + 1)
+	}
+	r.switches = r.switches[:0]
+	if r.orderSize > 2*16*maxSwitches {
+		size, err := w.store.TrimSwitches(id, maxSwitches)
+		if err != nil {
+			w.log.Printf("run %s: trimming its order file: %v", id, err)
+		}
+		r.orderSize = size
+	}
+}
+
+// capOutput writes r's stream switches down and drops the oldest bytes of
+// its output files beyond its limit (plus an eighth, so that a steady
+// writer is cut now and then, not on every write), keeping the newest. It cuts the file's start where the
 // file system can (FALLOC_FL_COLLAPSE_RANGE), else punches a hole.
 func (w *watcher) capOutput(r *run) {
+	w.writeSwitches(r)
 	limit := outputLimit(r.st)
 	changed := false
 	for _, name := range []string{"stdout", "stderr"} {

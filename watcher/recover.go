@@ -101,6 +101,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		r.kept = isKeeper(ps.PPID)
 	}
 	w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	w.watchRunDir(r)
 	w.supervise(r)
 	if st.Stop != nil {
 		// The earlier watcher may have died between recording the stop and

@@ -42,6 +42,13 @@ type run struct {
 	timeout  *time.Timer // the timeout's, also in timers
 
 	capPending, progressPending bool // a check of its output or progress is scheduled
+
+	// writingTo is the stream the run wrote to last, as inotify reported;
+	// switches are the changes of stream not yet written to its order
+	// file, and orderSize what this watcher has written there.
+	writingTo string
+	switches  []tracker.Switch
+	orderSize int64
 }
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }
@@ -75,6 +82,9 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		st.ProcStart = ps.StartTime
 	}
 	w.save(st)
+	// Watched before it writes, so that the order of its output is seen
+	// from its first byte.
+	w.watchRunDir(r)
 	if _, err := gate.Write([]byte("go\n")); err != nil {
 		w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 	}
@@ -107,7 +117,6 @@ func (w *watcher) supervise(r *run) {
 		}
 		w.exited <- r
 	}()
-	w.watchRunDir(r)
 	w.scheduleTimeout(r)
 	if waitsForReady(r.st) && r.st.Stop == nil {
 		w.watchReadiness(r)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -337,7 +338,7 @@ func (c *showCmd) Run(e *env) error {
 type logsCmd struct {
 	ID       string `arg:"" help:"The run whose output to print."`
 	Stderr   bool   `help:"Print standard error instead of standard output."`
-	Both     bool   `help:"Print both streams, each line marked with its stream (stdout's, then stderr's: they are kept apart)."`
+	Both     bool   `help:"Print both streams' lines in the order the run wrote them, each marked with its stream."`
 	Offset   int64  `help:"Start at this absolute byte offset of the stream (as --json's next gave it)." default:"0"`
 	MaxBytes int64  `name:"max-bytes" help:"Print at most this many bytes (0: all)." default:"0"`
 	Tail     int    `help:"Print only the last N lines." default:"0"`
@@ -370,44 +371,118 @@ func (c *logsCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
+	if c.Both {
+		if c.MaxBytes > 0 {
+			return exitf(exitUsage, "logs: --max-bytes reads one stream; read each with --offset and --max-bytes (and --stderr), or drop --both")
+		}
+		return c.both(e, st)
+	}
 	if c.Follow {
 		return c.follow(e, st)
 	}
-	streams := []string{c.stream()}
-	if c.Both {
-		streams = []string{"stdout", "stderr"}
-	}
 	store := tracker.NewStore(e.root)
-	for _, stream := range streams {
-		max := c.MaxBytes
-		if max <= 0 {
-			max = store.OutputSize(st, stream) - c.Offset
-		}
-		sl, err := store.ReadOutput(st, stream, c.Offset, max)
-		if err != nil {
-			return err
-		}
-		data := sl.Data
+	stream := c.stream()
+	max := c.MaxBytes
+	if max <= 0 {
+		max = store.OutputSize(st, stream) - c.Offset
+	}
+	sl, err := store.ReadOutput(st, stream, c.Offset, max)
+	if err != nil {
+		return err
+	}
+	data := sl.Data
+	if c.Tail > 0 {
+		data = lastLines(data, c.Tail)
+	}
+	if c.JSON {
+		return writeJSONLine(e, logSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
+			EOF: sl.Next >= store.OutputSize(st, stream), Final: tracker.Final(st.State), Data: string(data)})
+	}
+	if sl.Dropped > 0 {
+		fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
+	}
+	_, err = e.stdout.Write(data)
+	return err
+}
+
+// logLine is what logs --both --json prints for each line.
+type logLine struct {
+	Stream string `json:"stream"`
+	Offset int64  `json:"offset"`
+	Next   int64  `json:"next"`
+	Data   string `json:"data"`
+}
+
+// both prints both streams' lines in the order the run wrote them (as the
+// watcher recorded it), each marked with its stream; with -f it follows
+// until the run ends and exits with its code.
+func (c *logsCmd) both(e *env, st *tracker.State) error {
+	store := tracker.NewStore(e.root)
+	it := store.Interleave(st.ID, c.Offset)
+	print := func(l tracker.Line) error { return c.printLine(e, l) }
+	if !c.Follow {
+		var tail []tracker.Line
 		if c.Tail > 0 {
-			data = lastLines(data, c.Tail)
-		}
-		switch {
-		case c.JSON:
-			err = writeJSONLine(e, logSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
-				EOF: sl.Next >= store.OutputSize(st, stream), Final: tracker.Final(st.State), Data: string(data)})
-		case c.Both:
-			err = markLines(e, stream, data)
-		default:
-			if sl.Dropped > 0 {
-				fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
+			print = func(l tracker.Line) error {
+				tail = append(tail, l)
+				if len(tail) > c.Tail {
+					tail = tail[1:]
+				}
+				return nil
 			}
-			_, err = e.stdout.Write(data)
 		}
-		if err != nil {
+		if err := it.Read(st, true, print); err != nil {
 			return err
 		}
+		for _, l := range tail {
+			if err := c.printLine(e, l); err != nil {
+				return err
+			}
+		}
+		c.noteDropped(e, it.Dropped)
+		return nil
+	}
+	var final *tracker.State
+	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
+		cur, err := store.Read(c.ID)
+		if err != nil {
+			return false, err
+		}
+		done := tracker.Final(cur.State)
+		if err := it.Read(cur, done, print); err != nil {
+			return false, err
+		}
+		if done {
+			final = cur
+		}
+		return done, nil
+	})
+	if err != nil {
+		return err
+	}
+	c.noteDropped(e, it.Dropped)
+	if code := runExitCode(final); code != 0 {
+		return exitf(code, "")
 	}
 	return nil
+}
+
+func (c *logsCmd) printLine(e *env, l tracker.Line) error {
+	if c.JSON {
+		return writeJSONLine(e, logLine{Stream: l.Stream, Offset: l.Offset, Next: l.Offset + int64(len(l.Data)), Data: string(l.Data)})
+	}
+	nl := ""
+	if !bytes.HasSuffix(l.Data, []byte("\n")) {
+		nl = "\n"
+	}
+	_, err := fmt.Fprintf(e.stdout, "%s: %s%s", l.Stream, l.Data, nl)
+	return err
+}
+
+func (c *logsCmd) noteDropped(e *env, n int64) {
+	if n > 0 && !c.JSON {
+		fmt.Fprintf(e.stderr, "tend: %d bytes were dropped (the output is capped)\n", n)
+	}
 }
 
 func (c *logsCmd) stream() string {
@@ -424,19 +499,6 @@ func writeJSONLine(e *env, v any) error {
 	}
 	_, err = fmt.Fprintln(e.stdout, string(b))
 	return err
-}
-
-// markLines prints data a line at a time, each marked with its stream.
-func markLines(e *env, stream string, data []byte) error {
-	for line := range strings.Lines(string(data)) {
-		if _, err := fmt.Fprintf(e.stdout, "%s: %s", stream, line); err != nil {
-			return err
-		}
-		if !strings.HasSuffix(line, "\n") {
-			fmt.Fprintln(e.stdout)
-		}
-	}
-	return nil
 }
 
 // lastLines returns the last n lines of data.

@@ -1,0 +1,256 @@
+package tracker
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/natefinch/atomic"
+)
+
+// A run writes stdout and stderr to two files, which do not say how the
+// writes interleaved. The watcher sees the order: inotify reports each
+// write, in order, for both files. When a run's writes go from one stream
+// to the other, it appends a Switch to the run's "order" file, and the
+// readers put the two streams back in that order. Offsets are taken when
+// the watcher handles the switch, so the order is exact while the watcher
+// keeps up with the writes and a close approximation when it falls behind;
+// output written while no watcher ran is in stream order.
+
+// OrderFile is the name of a run's file of stream switches.
+const OrderFile = "order"
+
+// A Switch says that a run's writes went from stream From ("stdout" or
+// "stderr") to the other one when From had At bytes (an absolute offset).
+type Switch struct {
+	From string
+	At   int64
+}
+
+// String is the switch's line in the order file, without its newline.
+func (s Switch) String() string { return s.From + " " + strconv.FormatInt(s.At, 10) }
+
+// ParseSwitch parses a line of an order file.
+func ParseSwitch(line string) (Switch, error) {
+	from, at, ok := strings.Cut(line, " ")
+	n, err := strconv.ParseInt(at, 10, 64)
+	if !ok || err != nil || n < 0 || (from != "stdout" && from != "stderr") {
+		return Switch{}, fmt.Errorf("bad stream switch %q", line)
+	}
+	return Switch{From: from, At: n}, nil
+}
+
+// AppendSwitches adds switches to run id's order file. Nothing depends on
+// the file for correctness, so it is not synced.
+func (s *Store) AppendSwitches(id string, sw []Switch) error {
+	var b bytes.Buffer
+	for _, x := range sw {
+		b.WriteString(x.String())
+		b.WriteByte('\n')
+	}
+	f, err := os.OpenFile(s.Path(id, OrderFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// ReadSwitches reads run id's switches from byte off of its order file, and
+// returns them with the offset to read from next time. A line not yet
+// ended is left for then.
+func (s *Store) ReadSwitches(id string, off int64) ([]Switch, int64, error) {
+	f, err := os.Open(s.Path(id, OrderFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, off, nil
+	}
+	if err != nil {
+		return nil, off, err
+	}
+	defer f.Close()
+	if _, err := f.Seek(off, io.SeekStart); err != nil {
+		return nil, off, err
+	}
+	var sw []Switch
+	br := bufio.NewReader(f)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return sw, off, nil // EOF, or a line still being written
+		}
+		off += int64(len(line))
+		x, perr := ParseSwitch(strings.TrimSuffix(line, "\n"))
+		if perr != nil {
+			continue // a line torn by a crash: the order there is lost, not the output
+		}
+		sw = append(sw, x)
+	}
+}
+
+// TrimSwitches rewrites run id's order file with only its newest keep
+// switches, so that a run switching streams all the time does not grow it
+// without bound. It returns the file's new size.
+func (s *Store) TrimSwitches(id string, keep int) (int64, error) {
+	sw, _, err := s.ReadSwitches(id, 0)
+	if err != nil {
+		return 0, err
+	}
+	if len(sw) > keep {
+		sw = sw[len(sw)-keep:]
+	}
+	var b bytes.Buffer
+	for _, x := range sw {
+		b.WriteString(x.String())
+		b.WriteByte('\n')
+	}
+	return int64(b.Len()), atomic.WriteFile(s.Path(id, OrderFile), bytes.NewReader(b.Bytes()))
+}
+
+// A Line is a line of a run's output, or its last bytes if they have no
+// newline yet (then Data does not end in one).
+type Line struct {
+	Stream string // "stdout" or "stderr"
+	Offset int64  // the absolute offset of its first byte in Stream
+	Data   []byte
+}
+
+// An Interleaver reads a run's two streams as one sequence of lines, in
+// the order its switches record.
+type Interleaver struct {
+	store    *Store
+	id       string
+	pos      [2]int64 // the next offset to read, per stream
+	partial  [2]Line  // the start of a line not yet ended, per stream
+	orderOff int64
+	// current is the stream written to since the last switch, if
+	// switched says there was one.
+	current  int
+	switched bool
+	// Dropped counts the bytes that were gone (capped) when their turn came.
+	Dropped int64
+}
+
+var streams = [2]string{"stdout", "stderr"}
+
+func streamIndex(name string) int {
+	if name == "stderr" {
+		return 1
+	}
+	return 0
+}
+
+// Interleave returns an Interleaver of run id's output from absolute
+// offset from of each stream.
+func (s *Store) Interleave(id string, from int64) *Interleaver {
+	return &Interleaver{store: s, id: id, pos: [2]int64{from, from}}
+}
+
+// Read passes to emit every line that can be placed now, given st, the
+// run's record as just read: those the recorded switches order, then the
+// stream being written now. The other stream's newer bytes wait for the
+// switch that places them, and lines not ended yet wait for their end,
+// unless final is set (the run has ended, or one read is all there will
+// be), which passes everything, the stream being written first.
+func (it *Interleaver) Read(st *State, final bool, emit func(Line) error) error {
+	// Sizes first, then switches: a byte counted here was written before
+	// any switch recorded after it, so none is passed ahead of its place.
+	var size [2]int64
+	for i, name := range streams {
+		size[i] = it.store.OutputSize(st, name)
+	}
+	sw, next, err := it.store.ReadSwitches(it.id, it.orderOff)
+	if err != nil {
+		return err
+	}
+	it.orderOff = next
+	for _, x := range sw {
+		i := streamIndex(x.From)
+		if err := it.take(st, i, x.At, emit); err != nil {
+			return err
+		}
+		it.current, it.switched = 1-i, true
+	}
+	order := []int{it.current, 1 - it.current}
+	if !final && it.switched {
+		order = order[:1]
+	}
+	for _, i := range order {
+		if err := it.take(st, i, size[i], emit); err != nil {
+			return err
+		}
+	}
+	if !final {
+		return nil
+	}
+	for _, i := range order {
+		if p := it.partial[i]; len(p.Data) > 0 {
+			it.partial[i] = Line{}
+			if err := emit(p); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// take passes stream i's lines up to offset end.
+func (it *Interleaver) take(st *State, i int, end int64, emit func(Line) error) error {
+	const chunk = 1 << 20
+	for it.pos[i] < end {
+		sl, err := it.store.ReadOutput(st, streams[i], it.pos[i], min(end-it.pos[i], chunk))
+		if err != nil {
+			return err
+		}
+		if sl.Dropped > 0 {
+			it.Dropped += sl.Dropped
+			it.partial[i] = Line{} // its start is gone
+		}
+		// Past dropped bytes, the slice starts later than asked, and may
+		// reach past end.
+		sl.Data = sl.Data[:max(0, min(int64(len(sl.Data)), end-sl.Offset))]
+		if len(sl.Data) == 0 {
+			it.pos[i] = max(it.pos[i], min(sl.Offset, end))
+			if sl.Offset < end {
+				return nil // nothing more written yet
+			}
+			continue
+		}
+		if err := it.split(i, sl, emit); err != nil {
+			return err
+		}
+		it.pos[i] = sl.Offset + int64(len(sl.Data))
+	}
+	return nil
+}
+
+// split passes the lines of sl that end in it, and keeps its last bytes
+// as stream i's partial line if they do not end in a newline.
+func (it *Interleaver) split(i int, sl Slice, emit func(Line) error) error {
+	data, off := sl.Data, sl.Offset
+	for len(data) > 0 {
+		n := bytes.IndexByte(data, '\n')
+		p := &it.partial[i]
+		if len(p.Data) == 0 {
+			p.Stream, p.Offset = streams[i], off
+		}
+		if n < 0 {
+			p.Data = append(p.Data, data...)
+			return nil
+		}
+		line := Line{Stream: p.Stream, Offset: p.Offset, Data: append(p.Data, data[:n+1]...)}
+		*p = Line{}
+		if err := emit(line); err != nil {
+			return err
+		}
+		data, off = data[n+1:], off+int64(n+1)
+	}
+	return nil
+}

@@ -1,0 +1,135 @@
+package tracker
+
+import (
+	"os"
+	"strings"
+	"testing"
+)
+
+func TestInterleave(t *testing.T) {
+	tests := []struct {
+		name           string
+		stdout, stderr string
+		order          string
+		from           int64
+		dropped        [2]int64 // of stdout, stderr: cut from the files' start
+		want           string
+	}{
+		{name: "no switches: stream order", stdout: "a\nb\n", stderr: "x\n",
+			want: "o a|o b|e x|"},
+		{name: "switches", stdout: "o1\no2\no3\n", stderr: "e1\ne2\n",
+			order: "stdout 3\nstderr 3\nstdout 6\n",
+			want:  "o o1|e e1|o o2|e e2|o o3|"},
+		{name: "after the last switch, the stream written to first", stdout: "o1\no2\n", stderr: "e1\n",
+			order: "stdout 3\n",
+			want:  "o o1|e e1|o o2|"},
+		{name: "a line across a switch waits for its end", stdout: "o1\no2\n", stderr: "par" + "tial\n",
+			order: "stdout 3\nstderr 3\n",
+			want:  "o o1|o o2|e partial|"},
+		{name: "a torn or bad line is skipped", stdout: "o1\no2\n", stderr: "e1\n",
+			order: "stdout 3\nbogus\nstderr 3\nstdout",
+			want:  "o o1|e e1|o o2|"},
+		{name: "an unended last line is passed at the end", stdout: "o1\nlast", stderr: "e1\n",
+			order: "stdout 3\n",
+			want:  "o o1|e e1|o last"},
+		{name: "from an offset", stdout: "o1\no2\n", stderr: "e1\ne2\n",
+			order: "stdout 3\nstderr 3\n", from: 3,
+			want: "o o2|e e2|"},
+		{name: "dropped bytes are skipped", stdout: "o1\no2\n", stderr: "e1\ne2\n",
+			order: "stdout 3\nstderr 3\nstdout 6\n", dropped: [2]int64{3, 0},
+			want: "e e1|o o2|e e2|"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			st := &State{ID: "r", State: Completed}
+			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			st.Output = &Output{Limit: 1 << 20}
+			st.Output.Stdout.Dropped, st.Output.Stdout.Base = tt.dropped[0], tt.dropped[0]
+			st.Output.Stderr.Dropped, st.Output.Stderr.Base = tt.dropped[1], tt.dropped[1]
+			for name, data := range map[string]string{"stdout": tt.stdout[tt.dropped[0]:], "stderr": tt.stderr[tt.dropped[1]:], OrderFile: tt.order} {
+				if err := os.WriteFile(s.Path("r", name), []byte(data), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var got strings.Builder
+			it := s.Interleave("r", tt.from)
+			err := it.Read(st, true, func(l Line) error {
+				got.WriteString(l.Stream[3:4] + " " + strings.ReplaceAll(string(l.Data), "\n", "|"))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.String() != tt.want {
+				t.Errorf("got  %q\nwant %q", got.String(), tt.want)
+			}
+		})
+	}
+}
+
+// TestInterleaveFollows reads while the streams grow: lines are passed
+// once each, and a line is held until it ends.
+func TestInterleaveFollows(t *testing.T) {
+	s, _ := newStore(t)
+	st := &State{ID: "r", State: Running}
+	if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	add := func(name, data string) {
+		f, err := os.OpenFile(s.Path("r", name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(data)
+		f.Close()
+	}
+	it := s.Interleave("r", 0)
+	var got []string
+	read := func(final bool) {
+		t.Helper()
+		if err := it.Read(st, final, func(l Line) error {
+			got = append(got, l.Stream+":"+string(l.Data))
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	add("stdout", "o1\npar")
+	read(false)
+	add("stderr", "e1\n")
+	if err := s.AppendSwitches("r", []Switch{{From: "stdout", At: 6}}); err != nil {
+		t.Fatal(err)
+	}
+	read(false)
+	add("stdout", "tial\n")
+	add("stderr", "e2")
+	read(false)
+	read(true)
+	want := []string{"stdout:o1\n", "stderr:e1\n", "stdout:partial\n", "stderr:e2"}
+	if strings.Join(got, "") != strings.Join(want, "") {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}
+
+func TestTrimSwitches(t *testing.T) {
+	s, _ := newStore(t)
+	os.MkdirAll(s.RunDir("r"), 0o755)
+	var sw []Switch
+	for i := range 10 {
+		sw = append(sw, Switch{From: streams[i%2], At: int64(i)})
+	}
+	if err := s.AppendSwitches("r", sw); err != nil {
+		t.Fatal(err)
+	}
+	size, err := s.TrimSwitches("r", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, next, err := s.ReadSwitches("r", 0)
+	if err != nil || next != size || len(got) != 3 || got[0] != sw[7] || got[2] != sw[9] {
+		t.Errorf("after trimming to 3: %v, next %d, size %d, %v", got, next, size, err)
+	}
+}
