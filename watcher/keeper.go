@@ -49,6 +49,12 @@ type KeeperConfig struct {
 	// Refused is the exit code with which a watcher says that another
 	// watcher holds the root. The keeper then gives up instead of retrying.
 	Refused int
+	// CannotStart is the exit code with which a watcher says it cannot
+	// start (ErrCannotStart, which it has printed). If the first watcher
+	// exits with it, the keeper gives up and exits 1: a spool that cannot
+	// be watched is for the user to fix, and retrying would hide it. A
+	// later watcher is retried all the same, for the runs' sake.
+	CannotStart int
 	// Signals delivers the keeper's orders. SIGTERM and SIGINT are passed on
 	// to the watcher, which stops every run and exits; the keeper exits
 	// once its last child is gone. SIGUSR1 is passed on too: the watcher
@@ -69,6 +75,7 @@ type keeper struct {
 	log     *log.Logger
 	watcher int // the watcher's PID, 0 while none runs
 	started time.Time
+	starts  int // watchers started
 	backoff time.Duration
 	restart *time.Timer
 	// done is set once no watcher is to be started again; the keeper exits
@@ -145,6 +152,7 @@ func (k *keeper) startWatcher() error {
 		return fmt.Errorf("starting a watcher: %w", err)
 	}
 	k.watcher, k.started = p.Pid, time.Now()
+	k.starts++
 	p.Release() // the keeper reaps all its children itself
 	return nil
 }
@@ -267,6 +275,9 @@ func (k *keeper) watcherExited(e procfs.Exit) {
 		// still keeps.
 		k.log.Printf("another watcher runs on %s; not starting one", k.cfg.Root)
 		k.done, k.exitCode = true, e.Code
+	case e.Signal == 0 && e.Code == k.cfg.CannotStart && k.starts == 1:
+		k.log.Printf("the watcher cannot start; not trying again")
+		k.done, k.exitCode = true, 1
 	default:
 		if lived > 30*time.Second {
 			k.backoff = 0

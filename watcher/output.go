@@ -29,7 +29,7 @@ func (w *watcher) watchRunDir(r *run) {
 		return
 	}
 	if err := w.fsw.Add(w.store.RunDir(r.st.ID)); err != nil {
-		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends)", r.st.ID, err)
+		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends, and --both shows its streams one after the other)", r.st.ID, InotifyError(err))
 	}
 }
 

@@ -119,10 +119,25 @@ func lock(root string) (*flock.Flock, error) {
 	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
 }
 
+// ErrCannotStart wraps what kept a watcher from starting (the spool cannot
+// be watched, config.json is invalid, ...), as opposed to what ended one
+// that ran: a keeper does not try again a first watcher that cannot start.
+var ErrCannotStart = errors.New("the watcher cannot start")
+
 // Run runs a watcher on cfg.Root until a stop signal has ended every run.
-// It returns an error if another watcher holds the root, or if the spool
-// cannot be watched.
+// It returns ErrRunning if another watcher holds the root, and an error
+// wrapping ErrCannotStart if it cannot start.
 func Run(cfg Config) error {
+	started := false
+	err := runWatcher(cfg, &started)
+	if err != nil && !started && !errors.Is(err, ErrRunning) {
+		return fmt.Errorf("%w: %w", ErrCannotStart, err)
+	}
+	return err
+}
+
+// runWatcher is Run; it sets *started once the watcher takes requests.
+func runWatcher(cfg Config, started *bool) error {
 	if cfg.Settle == 0 {
 		cfg.Settle = DefaultSettle
 	}
@@ -167,14 +182,14 @@ func Run(cfg Config) error {
 
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("inotify: %w", err)
+		return fmt.Errorf("inotify: %w", InotifyError(err))
 	}
 	defer fsw.Close()
 	// Watch first, then look: a request dropped in between is seen twice,
 	// which is harmless, instead of not at all.
 	for _, dir := range []string{w.spool.Spool(), exitsDir(cfg.Root), cfg.Root} {
 		if err := fsw.Add(dir); err != nil {
-			return fmt.Errorf("watch %s: %w", dir, err)
+			return fmt.Errorf("watch %s: %w", dir, InotifyError(err))
 		}
 	}
 	w.fsw = fsw
@@ -197,6 +212,7 @@ func Run(cfg Config) error {
 		fmt.Fprintln(cfg.Ready, "ready")
 		cfg.Ready.Close()
 	}
+	*started = true
 	return w.loop(fsw, sigchld)
 }
 

@@ -25,11 +25,11 @@ import (
 func waitUntil(dir string, check func() (done bool, err error)) error {
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("inotify: %w", err)
+		return fmt.Errorf("inotify: %w", watcher.InotifyError(err))
 	}
 	defer fsw.Close()
 	if err := fsw.Add(dir); err != nil {
-		return fmt.Errorf("watch %s: %w", dir, err)
+		return fmt.Errorf("watch %s: %w", dir, watcher.InotifyError(err))
 	}
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)

@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -152,16 +153,23 @@ func spawnKeeper(e *env, flags watchFlags) error {
 	if err != nil {
 		return fmt.Errorf("starting a watcher: %w", err)
 	}
-	defer cmd.Process.Release() // it outlives this command
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	readyR.SetReadDeadline(time.Now().Add(upTimeout))
 	line, _ := bufio.NewReader(readyR).ReadString('\n')
 	if strings.TrimSpace(line) == "ready" {
 		return nil
 	}
-	if running, _, _ := watcher.Probe(e.root); running {
-		return nil // another watcher won the root; it will do
-	}
-	if running, _, _ := watcher.ProbeKeeper(e.root); running {
+	// The first watcher is gone without being ready. Its keeper either
+	// gives up (it cannot start, or another watcher won the root) or
+	// restarts it, and then stays.
+	select {
+	case err := <-exited:
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == exitRefused {
+			return nil // another watcher won the root; it will do
+		}
+	case <-time.After(time.Second):
 		return nil
 	}
 	return fmt.Errorf("the watcher did not start on %s; see %s:\n%s", e.root, logPath(e.root), tail(logPath(e.root), 5))

@@ -30,6 +30,9 @@ const (
 	exitNoWatcher   = 6 // no watcher runs; the request waits in the spool
 	exitConflict    = 7 // conflict: the record moved on from --if-rev
 	exitInterrupted = 130
+	// exitCannotStart is how the hidden watcher command tells its keeper
+	// that it cannot start (watcher.ErrCannotStart); users see 1.
+	exitCannotStart = 78
 )
 
 // exitError is an error that carries the exit code it calls for.

@@ -56,7 +56,7 @@ func (c *watchCmd) Run(e *env) error {
 		args = append(args, "--ready-fd", "3")
 	}
 	code, err := watcher.Keep(watcher.KeeperConfig{
-		Root: e.root, Log: e.stderr, Ready: ready, Signals: sigs, Refused: exitRefused,
+		Root: e.root, Log: e.stderr, Ready: ready, Signals: sigs, Refused: exitRefused, CannotStart: exitCannotStart,
 		// /proc/self/exe is this very program even if its file has been
 		// replaced meanwhile, so a restarted watcher matches its keeper.
 		Path: "/proc/self/exe", Args: args,
@@ -91,8 +91,11 @@ func (c *watcherCmd) Run(e *env) error {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
 	}
 	err := watcher.Run(cfg)
-	if errors.Is(err, watcher.ErrRunning) {
+	switch {
+	case errors.Is(err, watcher.ErrRunning):
 		return exitf(exitRefused, "%v", err)
+	case errors.Is(err, watcher.ErrCannotStart):
+		return exitf(exitCannotStart, "%v", err)
 	}
 	return err
 }
