@@ -92,6 +92,10 @@ func readFile(path, name string) (File, error) {
 	}
 	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	unix.Close(pfd)
+	if errors.Is(err, unix.EACCES) {
+		return File{}, fmt.Errorf("%s: the watcher (uid %d) may not read it (mode %04o, owned by uid %d): %w",
+			name, os.Geteuid(), st.Mode&0o7777, st.Uid, err)
+	}
 	if err != nil {
 		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
