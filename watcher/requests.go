@@ -36,6 +36,24 @@ func (w *watcher) forget(name string) {
 	delete(w.pending, name)
 }
 
+// faultRetry is how often a request that a fault kept from being taken is
+// tried again. Nothing reports the end of a fault (a file system made
+// writable again, space freed), so it is polled, and only while a request
+// waits on it.
+const faultRetry = time.Second
+
+// takeLater leaves request name in the spool after a fault (a read-only
+// or full file system, ...) kept it from being taken or rejected, and
+// examines it again in a while: nothing is lost, and it is taken once the
+// fault is gone. The fault is logged once for each request.
+func (w *watcher) takeLater(name, what string, err error) {
+	if w.faulted[name] != err.Error() {
+		w.log.Printf("%s: %s: %v (it stays in the spool; retrying every %v)", spool.Printable(name), what, err, faultRetry)
+		w.faulted[name] = err.Error()
+	}
+	w.examineAfter(name, faultRetry)
+}
+
 // examineAfter examines name again after d, replacing any earlier schedule.
 func (w *watcher) examineAfter(name string, d time.Duration) {
 	p := w.pendingFor(name)
@@ -146,14 +164,18 @@ func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
 // reject moves a bad request aside with its reason and, if its name is a
 // valid request name, answers it with a rejected outcome.
 func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string) {
-	w.forget(name)
 	reason = strings.TrimPrefix(reason, name+": ") // the .error line names it already
 	if _, err := w.spool.Reject(name, reason); err != nil {
-		if !errors.Is(err, fs.ErrNotExist) {
-			w.log.Printf("%s: rejecting: %v", spool.Printable(name), err)
+		if errors.Is(err, fs.ErrNotExist) {
+			w.forget(name)
+			delete(w.faulted, name)
+			return
 		}
+		w.takeLater(name, "rejecting", err)
 		return
 	}
+	w.forget(name)
+	delete(w.faulted, name)
 	w.log.Printf("%s: rejected: %s", spool.Printable(name), reason)
 	if q := w.queued(n.ID); q != nil && nameErr == nil && n.Verb == spool.VerbStart {
 		w.queuedRequestGone(q, "its request was edited into one that is rejected: "+reason)
@@ -188,7 +210,14 @@ func (w *watcher) afterStartDecided(n spool.Name) {
 // starts the run. A run with the same ID, live or finished, makes it a
 // duplicate.
 func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
-	defer w.afterStartDecided(n)
+	// Cancels that wait for this start are answered once it is decided:
+	// taken, queued or rejected, not left for later.
+	decided := true
+	defer func() {
+		if decided {
+			w.afterStartDecided(n)
+		}
+	}()
 	if q := w.queued(n.ID); q != nil {
 		w.updateQueued(q, f, req) // edited while it waits
 		return
@@ -203,18 +232,25 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	dir := w.store.RunDir(n.ID)
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		if !errors.Is(err, fs.ErrExist) || !emptyDir(dir) {
-			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir))
-			return
-		}
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+		decided = false
+		w.takeLater(n.String(), "making its run directory", err)
+		return
+	}
+	if !emptyDir(dir) {
+		w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir))
+		return
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
 	if err != nil {
-		w.log.Printf("%s: claiming: %v", n, err)
 		os.Remove(dir)
+		if !errors.Is(err, fs.ErrNotExist) {
+			decided = false
+			w.takeLater(n.String(), "claiming", err)
+		}
 		return
 	}
+	delete(w.faulted, n.String())
 	if claimed.Ino != f.Ino { // replaced between read and claim: parse what was claimed
 		if req, err = spool.ParseStart(claimed.Body); err != nil {
 			w.rejectClaimed(n, dir, err.Error())

@@ -229,6 +229,9 @@ type watcher struct {
 	unsaved unsaved
 	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
+	// faulted holds, by file name, the fault that keeps a request from
+	// being taken or rejected, as last logged (see takeLater).
+	faulted map[string]string
 	// afterStart holds cancel requests that wait for a start request of the
 	// same ID to be decided.
 	afterStart map[string][]string
@@ -256,6 +259,7 @@ func newWatcher(cfg Config) *watcher {
 		hist:       tracker.OpenHistory(cfg.Root),
 		runs:       make(map[string]*run),
 		pending:    make(map[string]*pending),
+		faulted:    make(map[string]string),
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),

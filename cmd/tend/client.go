@@ -96,10 +96,10 @@ func submitAll(e *env, reqs []request, replace bool) ([]answer, error) {
 		// An outcome from an earlier request of the same name must not be
 		// taken for this one's.
 		if err := os.Remove(d.OutcomePath(r.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return nil, err
+			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
 		}
 		if err := d.Submit(r.name, r.body, replace); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
 		}
 	}
 	answers := make([]answer, len(reqs))

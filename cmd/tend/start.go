@@ -68,7 +68,9 @@ func (c *startCmd) Run(e *env) error {
 	n := spool.Name{ID: id, Verb: spool.VerbStart}
 	outcome, detail, err := submit(e, n, body, false)
 	if err != nil {
-		fmt.Fprintln(e.stdout, id)
+		if startWaiting(e, id) { // submitted; it waits for a watcher
+			fmt.Fprintln(e.stdout, id)
+		}
 		return err
 	}
 	if outcome != spool.Accepted {

@@ -110,8 +110,9 @@ func printStatus(e *env, s status) {
 	}
 }
 
-// fullDisk says if root's file system is (nearly) out of space or inodes:
-// the watcher then cannot record changes until space returns.
+// fullDisk says if root's file system is read-only or (nearly) out of
+// space or inodes: the watcher then cannot record changes until it is
+// writable, or space returns.
 func fullDisk(root string) string {
 	var fs unix.Statfs_t
 	if err := unix.Statfs(root, &fs); err != nil {
@@ -119,6 +120,8 @@ func fullDisk(root string) string {
 	}
 	free := int64(fs.Bavail) * fs.Bsize
 	switch {
+	case fs.Flags&unix.ST_RDONLY != 0:
+		return fmt.Sprintf("%s: its file system is read-only: no request is taken and no record written until it is writable again", root)
 	case free < 1<<20:
 		return fmt.Sprintf("%s: its file system is full (%d bytes free): records are written again once there is space", root, free)
 	case fs.Files > 0 && fs.Ffree < 100:
