@@ -55,7 +55,8 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzReadHistory$$' -fuzztime $(FUZZTIME) ./tracker
 
 # The slow and privileged end-to-end tests (cmd/tend/testdata/hardening):
-# a full disk (a tmpfs, mounted as root), exhausted file descriptors,
+# a full disk (a tmpfs, mounted as root), exhausted file descriptors and
+# inotify limits, a read-only root, an unreadable request, a clock set back,
 # 10,000 requests at once. CI runs them after make test.
 hardening:
-	TEND_HARDENING=1 $(GO) test -count=1 -timeout 30m -run '^TestHardening$$' ./cmd/tend
+	TEND_HARDENING=1 $(GO) test -count=1 -timeout 30m -run '^(TestHardening|TestClockJump)$$' ./cmd/tend

@@ -13,6 +13,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Stat is the part of /proc/<pid>/stat that tend uses.
@@ -227,4 +230,17 @@ func GroupUsage(pgids map[int]bool) (map[int]Usage, error) {
 		out[st.PGID] = u
 	}
 	return out, err
+}
+
+// Age returns how long ago a process started, given its start time in
+// clock ticks since boot (Stat.StartTime). It is measured on the boot-time
+// clock, which setting the wall clock does not move, so a watcher that
+// adopts a run measures its timeout as the one that started it did.
+func Age(startTicks uint64) time.Duration {
+	var now unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &now); err != nil {
+		return 0
+	}
+	started := time.Duration(startTicks) * (time.Second / TicksPerSecond)
+	return max(0, time.Duration(now.Nano())-started)
 }

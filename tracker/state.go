@@ -113,6 +113,10 @@ type State struct {
 	// CPUSeconds is the CPU time the run's process and the children it
 	// waited for used, recorded when it ended.
 	CPUSeconds float64 `json:"cpu_seconds,omitempty"`
+	// DurationSeconds is how long its process ran, measured on the
+	// monotonic clock (ended_at minus started_at is not, if the wall clock
+	// was set meanwhile), recorded when it ended.
+	DurationSeconds float64 `json:"duration_seconds,omitempty"`
 
 	// Sum is a checksum of every other field, set by Store.Write. A record
 	// whose Sum does not match was not written by tend: it is not trusted.

@@ -97,6 +97,14 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		return
 	}
 	r := &run{st: st, proc: h, adopted: true}
+	if st.StartedAt != nil {
+		r.started = *st.StartedAt
+	}
+	if st.ProcStart != 0 {
+		// Its age from the kernel, not from the recorded wall time, which
+		// moves if the clock is set.
+		r.started = time.Now().Add(-procfs.Age(st.ProcStart))
+	}
 	if ps, err := procfs.ReadStat(st.PID); err == nil {
 		r.kept = isKeeper(ps.PPID)
 	}
@@ -105,10 +113,11 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	w.supervise(r)
 	if st.Stop != nil {
 		// The earlier watcher may have died between recording the stop and
-		// sending SIGTERM: send it (again).
-		r.killAt, r.termSent = st.Stop.KillAt, true
+		// sending SIGTERM: send it (again), and SIGKILL at most its grace
+		// from now, whatever the wall clock did meanwhile.
+		r.killAt, r.termSent = time.Now().Add(min(time.Until(st.Stop.KillAt), st.Grace.D())), true
 		w.signalGroup(r, syscall.SIGTERM)
-		r.timers = append(r.timers, w.after(time.Until(st.Stop.KillAt), func() { w.killGroup(r) }))
+		r.timers = append(r.timers, w.after(time.Until(r.killAt), func() { w.killGroup(r) }))
 	}
 }
 

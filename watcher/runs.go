@@ -36,6 +36,9 @@ type run struct {
 	exit     *procfs.Exit // set once the leader has exited (our own leader stays unreaped until the group is empty)
 	unknown  bool         // exit holds nothing: the status was lost
 	exitedAt time.Time
+	// started is when its process started, on this watcher's monotonic
+	// clock: its timeout and duration do not move with the wall clock.
+	started time.Time
 	termSent bool      // SIGTERM went to the group
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
 	timers   []*time.Timer
@@ -72,7 +75,7 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		return
 	}
-	r.proc = h
+	r.proc, r.started = h, now
 	st.Attempt++
 	st.State, st.PID, st.PGID, st.StartedAt = tracker.Running, h.PID(), h.PID(), &now
 	if waitsForReady(st) {
@@ -129,7 +132,7 @@ func (w *watcher) scheduleTimeout(r *run) {
 	if r.st.Timeout == 0 || r.st.Stop != nil || r.st.StartedAt == nil || r.st.PausedAt != nil {
 		return
 	}
-	left := time.Until(r.st.StartedAt.Add(r.st.Timeout.D() + r.st.PausedFor.D()))
+	left := time.Until(r.started.Add(r.st.Timeout.D() + r.st.PausedFor.D()))
 	r.timeout = w.after(max(left, 0), func() {
 		if w.runs[r.st.ID] == r && r.st.Stop == nil && r.exit == nil && r.st.PausedAt == nil {
 			w.log.Printf("run %s: timed out after %s", r.st.ID, r.st.Timeout.D())
@@ -505,6 +508,9 @@ func (w *watcher) finish(r *run) {
 
 	st := r.st
 	st.EndedAt = &r.exitedAt
+	if !r.started.IsZero() {
+		st.DurationSeconds = max(0, r.exitedAt.Sub(r.started).Seconds())
+	}
 	how := describeExit(e, r.unknown)
 	if !r.unknown {
 		if e.Signal != 0 {

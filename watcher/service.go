@@ -108,7 +108,7 @@ func (w *watcher) checked(r *run, ok bool, detail string) {
 		}
 		return
 	}
-	inStartPeriod := r.st.StartedAt != nil && now.Sub(*r.st.StartedAt) < h.StartPeriod.D()
+	inStartPeriod := now.Sub(r.started) < h.StartPeriod.D()
 	if inStartPeriod {
 		return
 	}
@@ -165,15 +165,24 @@ func runCheck(h spool.Health, cwd string, env []string) (bool, string) {
 // first delay doubled for each recent restart, capped, with up to 20 %
 // jitter so that services that failed together do not return together.
 func restartDelay(st *tracker.State, recent int) time.Duration {
+	d := baseDelay(st, recent)
+	return d + time.Duration(rand.Float64()*maxJitter*float64(d))
+}
+
+// maxJitter is the most a restart delay is lengthened by, at random, so
+// that services that failed together do not restart in lockstep.
+const maxJitter = 0.2
+
+// baseDelay is st's restart delay after recent restarts, before jitter.
+func baseDelay(st *tracker.State, recent int) time.Duration {
 	d := st.Restart.Delay.D()
 	for range recent {
 		d *= 2
 		if d >= st.Restart.MaxDelay.D() {
-			d = st.Restart.MaxDelay.D()
-			break
+			return st.Restart.MaxDelay.D()
 		}
 	}
-	return d + time.Duration(rand.Float64()*0.2*float64(d))
+	return d
 }
 
 // recentRestarts counts st's attempts that ended within its restart window.
@@ -241,7 +250,11 @@ func (w *watcher) enterBackoff(st *tracker.State, how string) {
 
 func (w *watcher) scheduleBackoff(st *tracker.State) {
 	b := &backoff{st: st}
-	b.timer = w.after(time.Until(*st.NextStartAt), func() {
+	// At most its delay from now, whatever the wall clock did since a
+	// watcher before this one recorded it.
+	d := baseDelay(st, recentRestarts(st, time.Now())-1)
+	wait := min(time.Until(*st.NextStartAt), d+time.Duration(maxJitter*float64(d)))
+	b.timer = w.after(wait, func() {
 		if w.waiting[st.ID] == b {
 			w.restartNow(st)
 		}
@@ -282,7 +295,7 @@ func (w *watcher) restartNow(st *tracker.State) {
 // resetAttempt clears what belongs to one attempt.
 func resetAttempt(st *tracker.State) {
 	st.PID, st.PGID, st.ProcStart = 0, 0, 0
-	st.StartedAt, st.EndedAt, st.ExitCode, st.Signal = nil, nil, nil, ""
+	st.StartedAt, st.EndedAt, st.ExitCode, st.Signal, st.DurationSeconds = nil, nil, nil, "", 0
 	st.Stop, st.NextStartAt, st.ReadyAt, st.HealthStatus = nil, nil, nil, nil
 	st.PausedAt, st.PausedFor = nil, 0
 	st.State, st.Reason = tracker.Starting, ""

@@ -123,7 +123,7 @@ func (w *watcher) takeResume(n spool.Name, f spool.File, req spool.Cancel) {
 		return
 	}
 	w.signalGroup(r, syscall.SIGCONT)
-	st.PausedFor += spool.Duration(time.Since(*st.PausedAt))
+	st.PausedFor += spool.Duration(max(0, time.Since(*st.PausedAt)))
 	st.PausedAt = nil
 	st.State, st.Reason = tracker.Running, ""
 	if waitsForReady(st) && st.ReadyAt == nil {

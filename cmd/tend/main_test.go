@@ -48,6 +48,18 @@ func TestHardening(t *testing.T) {
 	testscript.Run(t, scriptParams("testdata/hardening"))
 }
 
+// TestClockJump runs testdata/clock (make hardening): it sets the wall
+// clock back, so it runs alone, after the others, and its scripts wait at
+// most a minute, far less than the jump: a timeout measured on the wall
+// clock would fail them.
+func TestClockJump(t *testing.T) {
+	if os.Getenv("TEND_HARDENING") == "" {
+		t.Skip("privileged: sets the clock; run by make hardening (TEND_HARDENING=1)")
+	}
+	deadline = time.Minute
+	testscript.Run(t, scriptParams("testdata/clock"))
+}
+
 func scriptParams(dir string) testscript.Params {
 	return testscript.Params{
 		Dir:                 dir,
@@ -92,6 +104,7 @@ func scriptParams(dir string) testscript.Params {
 			"readall":   cmdReadAll,
 			"mksock":    cmdMkSock,
 			"tmpfs":     cmdTmpfs,
+			"clockjump": cmdClockJump,
 			"settled":   cmdSettled,
 		},
 	}
@@ -613,4 +626,26 @@ func cmdSettled(ts *testscript.TestScript, neg bool, args []string) {
 		return ""
 	})
 	ts.Logf("states: %v", counts)
+}
+
+// clockjump duration: set the wall clock by duration (negative: back),
+// and by as much the other way when the script ends, so the machine's
+// clock is off only while the script runs.
+func cmdClockJump(ts *testscript.TestScript, neg bool, args []string) {
+	d, err := time.ParseDuration(args[0])
+	ts.Check(err)
+	shift := func(d time.Duration) error {
+		var now unix.Timespec
+		if err := unix.ClockGettime(unix.CLOCK_REALTIME, &now); err != nil {
+			return err
+		}
+		to := unix.NsecToTimespec(now.Nano() + d.Nanoseconds())
+		return unix.ClockSettime(unix.CLOCK_REALTIME, &to)
+	}
+	ts.Check(shift(d))
+	ts.Defer(func() {
+		if err := shift(-d); err != nil {
+			ts.Logf("setting the clock back by %v: %v", -d, err)
+		}
+	})
 }

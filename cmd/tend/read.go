@@ -234,10 +234,15 @@ func timeText(st *tracker.State, now time.Time) string {
 	switch {
 	case st.StartedAt == nil:
 		return "-"
+	case st.DurationSeconds > 0:
+		return time.Duration(st.DurationSeconds * float64(time.Second)).Round(time.Millisecond).String()
 	case st.EndedAt != nil:
-		return st.EndedAt.Sub(*st.StartedAt).Round(time.Millisecond).String()
+		return max(0, st.EndedAt.Sub(*st.StartedAt)).Round(time.Millisecond).String()
+	case st.ProcStart != 0 && !tracker.Final(st.State):
+		// From the kernel's start time: right even if the wall clock was set.
+		return procfs.Age(st.ProcStart).Round(time.Second).String()
 	}
-	return now.Sub(*st.StartedAt).Round(time.Second).String()
+	return max(0, now.Sub(*st.StartedAt)).Round(time.Second).String()
 }
 
 func commandText(argv []string, width int) string {
