@@ -38,7 +38,7 @@ type run struct {
 	exitedAt time.Time
 	// started is when its process started, on this watcher's monotonic
 	// clock: its timeout and duration do not move with the wall clock.
-	started time.Time
+	started  time.Time
 	termSent bool      // SIGTERM went to the group
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
 	timers   []*time.Timer
