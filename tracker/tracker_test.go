@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-func newStore(t *testing.T) (*Store, string) {
+func newStore(t testing.TB) (*Store, string) {
 	root := t.TempDir()
 	s := NewStore(root)
 	if err := s.Make(); err != nil {
