@@ -183,6 +183,22 @@ func Getenv(pid int, key string) (string, bool) {
 	return "", false
 }
 
+// ThreadChildren returns the PIDs of the children of thread tid of this
+// process: those it created, and the orphans it adopted as a subreaper's.
+func ThreadChildren(tid int) ([]int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/self/task/%d/children", tid))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, field := range bytes.Fields(b) {
+		if child, err := strconv.Atoi(string(field)); err == nil {
+			out = append(out, child)
+		}
+	}
+	return out, nil
+}
+
 // Children returns the PIDs of the children of process pid, from
 // /proc/<pid>/task/*/children: a child is listed under the thread that
 // created it, or that adopted it as a subreaper.

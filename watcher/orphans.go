@@ -27,7 +27,7 @@ type stray struct {
 // run leaders (those are reaped by their pidfd, once their group is empty).
 func (w *watcher) reapOrphans() {
 	leaders := w.ownLeaders()
-	kids, err := procfs.Children(os.Getpid())
+	kids, err := w.forker.children()
 	if err != nil {
 		w.log.Printf("listing children: %v", err)
 		return
@@ -60,6 +60,17 @@ func (w *watcher) ownLeaders() map[int]bool {
 // are ended too. One pass over /proc serves them all, and at most one
 // re-check is scheduled at a time, whoever asks.
 func (w *watcher) drain() {
+	if w.onlyLeadersLeft() {
+		left := make(map[*run][]procfs.Stat)
+		for _, r := range w.runs {
+			if r.exit != nil {
+				left[r] = nil
+			}
+		}
+		w.drainGroups(left)
+		return
+	}
+	w.scanned = true
 	all, err := procfs.All()
 	if err != nil {
 		w.log.Printf("scanning /proc: %v", err)
@@ -119,6 +130,35 @@ func (w *watcher) drain() {
 	if len(w.strays) > 0 || w.anyDraining() {
 		w.drainAgain()
 	}
+}
+
+// onlyLeadersLeft reports whether every child of this watcher leads one of
+// its own runs, and no stray is being ended. Then the group of every run
+// whose leader has exited is empty, and drain need not read all of /proc:
+// a leader's descendants are its children's, which became this watcher's
+// (a child subreaper) when it exited, before its exit was reported. Once
+// at least one full pass has been made, that is: it finds what earlier
+// watchers left, which are then the keeper's children or strays.
+func (w *watcher) onlyLeadersLeft() bool {
+	if !w.scanned || len(w.strays) > 0 {
+		return false
+	}
+	for _, r := range w.runs {
+		if r.exit != nil && r.adopted {
+			return false // its members are not this watcher's children
+		}
+	}
+	kids, err := w.forker.children()
+	if err != nil {
+		return false
+	}
+	leaders := w.ownLeaders()
+	for _, pid := range kids {
+		if !leaders[pid] {
+			return false
+		}
+	}
+	return true
 }
 
 // drainGroups finishes the runs in left that have no process left, and

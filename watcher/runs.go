@@ -181,9 +181,12 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 	}
 	argv := append([]string{"/bin/sh", "-c", script, "tend", w.startedPath(st.ID)}, st.Command...)
 	pidfd := -1
-	p, err := os.StartProcess(argv[0], argv, &os.ProcAttr{
-		Dir: st.Cwd, Env: env, Files: files,
-		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
+	var p *os.Process
+	w.forker.run(func() {
+		p, err = os.StartProcess(argv[0], argv, &os.ProcAttr{
+			Dir: st.Cwd, Env: env, Files: files,
+			Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
+		})
 	})
 	if err != nil {
 		return nil, nil, unwrapStart(err)

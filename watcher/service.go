@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -77,7 +78,7 @@ func (w *watcher) scheduleCheck(r *run, d time.Duration) {
 	h := *r.st.Health
 	env, cwd := os.Environ(), r.st.Cwd
 	r.timers = append(r.timers, time.AfterFunc(d, func() {
-		ok, detail := runCheck(h, cwd, env)
+		ok, detail := runCheck(w.forker, h, cwd, env)
 		w.do <- func() { w.checked(r, ok, detail) }
 	}))
 }
@@ -127,7 +128,7 @@ func (w *watcher) checked(r *run, ok bool, detail string) {
 }
 
 // runCheck performs one health check.
-func runCheck(h spool.Health, cwd string, env []string) (bool, string) {
+func runCheck(f *forker, h spool.Health, cwd string, env []string) (bool, string) {
 	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout.D())
 	defer cancel()
 	switch {
@@ -155,8 +156,15 @@ func runCheck(h spool.Health, cwd string, env []string) (bool, string) {
 	cmd.Dir, cmd.Env = cwd, env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return false, fmt.Sprintf("%v: %.100s", err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	var err error
+	f.run(func() { err = cmd.Start() }) // on the forker's thread: see forker
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
+		return false, fmt.Sprintf("%v: %.100s", err, out.Bytes())
 	}
 	return true, "exited 0"
 }

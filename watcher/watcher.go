@@ -238,6 +238,7 @@ type watcher struct {
 
 	keeper int // the keeper above this watcher, 0 if there is none
 	fsw    *fsnotify.Watcher
+	forker *forker // starts every child process (see forker)
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
@@ -248,6 +249,8 @@ type watcher struct {
 	// draining is true while a re-check of draining groups is scheduled,
 	// so that one chain of checks serves them all.
 	draining bool
+	// scanned is set once drain has read all of /proc (see onlyLeadersLeft).
+	scanned bool
 }
 
 func newWatcher(cfg Config) *watcher {
@@ -260,6 +263,7 @@ func newWatcher(cfg Config) *watcher {
 		runs:       make(map[string]*run),
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
+		forker:     newForker(),
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),
