@@ -258,7 +258,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		}
 	}
 	st := w.newRun(n.ID, claimed.UID, req)
-	w.save(st)
+	w.passing(st) // launch saves it at once
 	w.launch(st, req.Env)
 	w.outcome(n, spool.Accepted, "")
 }

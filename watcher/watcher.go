@@ -227,6 +227,7 @@ type watcher struct {
 	queue   []*queuedRun        // runs waiting for a slot, in arrival order
 	waiting map[string]*backoff // runs in backoff, waiting to start again
 	unsaved unsaved
+	passed  []tracker.Event // events of states passed through, for the next save (see passing)
 	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
 	// faulted holds, by file name, the fault that keeps a request from
@@ -451,13 +452,14 @@ func (w *watcher) guard(st *tracker.State) {
 func (w *watcher) save(st *tracker.State) {
 	w.guard(st)
 	st.Rev++
-	ev := tracker.EventOf(st, time.Now())
+	events := append(w.passed, tracker.EventOf(st, time.Now()))
+	w.passed = nil
 	if len(w.unsaved.events) > 0 {
-		w.unsaved.events = append(w.unsaved.events, ev) // keep the history in order
-	} else if err := w.hist.Append(ev); err != nil {
+		w.unsaved.events = append(w.unsaved.events, events...) // keep the history in order
+	} else if err := w.hist.Append(events...); err != nil {
 		w.log.Printf("run %s: history: %v (retrying)", st.ID, err)
 		if !errors.Is(err, tracker.ErrTornEnd) {
-			w.unsaved.events = append(w.unsaved.events, ev)
+			w.unsaved.events = append(w.unsaved.events, events...)
 		}
 	}
 	if err := w.store.Write(st); err != nil {
@@ -467,6 +469,17 @@ func (w *watcher) save(st *tracker.State) {
 		delete(w.unsaved.states, st.ID)
 	}
 	w.retryUnsaved()
+}
+
+// passing records that run st passes through its current state on its
+// way to the next, saved at once: the state's event goes to the history
+// with the next save's, and state.json skips it. It spares a record write
+// for starting, when a run is launched as soon as it is taken; recovery
+// needs nothing from that record (a claimed run without one is started,
+// see recoverClaimed).
+func (w *watcher) passing(st *tracker.State) {
+	st.Rev++
+	w.passed = append(w.passed, tracker.EventOf(st, time.Now()))
 }
 
 // unsaved holds what could not be written (a full or read-only disk): it
