@@ -4,7 +4,7 @@ BIN     := bin/tend
 VERSION := $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
 
-.PHONY: all build test vet unit e2e-sh install clean chaos bench fuzz hardening
+.PHONY: all build test vet unit e2e-sh install clean chaos bench bench-peers fuzz hardening
 
 all: build
 
@@ -43,6 +43,11 @@ chaos:
 # they exit 1 if a target is missed. Never part of make test.
 bench: build
 	$(GO) run ./scripts/bench $(BIN)
+
+# The same table, with task-spooler and nq measured in the same run
+# (installed with apt-get if missing).
+bench-peers: build
+	$(GO) run ./scripts/bench -peers $(BIN)
 
 # Fuzz the parsers of everything anyone can write into a root, for a while
 # each (FUZZTIME). make test replays their corpora in testdata/fuzz.
