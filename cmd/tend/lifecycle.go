@@ -29,7 +29,9 @@ type upCmd struct {
 func (c *upCmd) Help() string {
 	return `Starts a keeper and a watcher in the background, in their own session,
 logging to ROOT/watcher.log, and returns once the watcher takes requests.
-If one already runs, says so and exits 0.`
+If one already runs, says so and exits 0. Examples:
+  tend up
+  tend up --max-running 4 --max-running-per-session 2`
 }
 
 func (c *upCmd) Run(e *env) error {
@@ -191,7 +193,9 @@ type downCmd struct {
 func (c *downCmd) Help() string {
 	return `Stops the watcher: SIGTERM, which cancels every run (or, with
 --keep-runs, leaves them running), then SIGKILL if it has not exited within
---timeout.`
+--timeout. Examples:
+  tend down
+  tend down --keep-runs     # upgrade tend: the next watcher adopts the runs`
 }
 
 func (c *downCmd) Run(e *env) error {

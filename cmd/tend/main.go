@@ -53,6 +53,7 @@ type cli struct {
 	Root    string           `help:"The tend root (default: the nearest .tend/ above the current directory, else ./.tend)." env:"TEND_ROOT" placeholder:"DIR"`
 	Version kong.VersionFlag `help:"Print the version and exit."`
 	NoStart bool             `help:"Do not start a watcher when none runs (start, cancel and wait otherwise do, as tend up would). Also: TEND_NO_START=1."`
+	Color   string           `help:"Color states: auto (on a terminal, unless NO_COLOR is set), always or never. Also: TEND_COLOR." enum:"auto,always,never" default:"auto"`
 
 	Up      upCmd      `cmd:"" help:"Start the watcher in the background (once)."`
 	Down    downCmd    `cmd:"" help:"Stop the watcher (and its runs)."`
@@ -84,6 +85,7 @@ type env struct {
 	noStart bool
 	stdout  io.Writer
 	stderr  io.Writer
+	term    term
 }
 
 func main() {
@@ -114,7 +116,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitFailed
 	}
 	noStart := c.NoStart || envTrue(os.Getenv("TEND_NO_START"))
-	err = ctx.Run(&env{root: root, noStart: noStart, stdout: stdout, stderr: stderr})
+	if v := os.Getenv("TEND_COLOR"); v != "" && c.Color == "auto" {
+		if v != "auto" && v != "always" && v != "never" {
+			fmt.Fprintf(stderr, "tend: TEND_COLOR must be auto, always or never, not %q\n", v)
+			return exitUsage
+		}
+		c.Color = v
+	}
+	outFile, _ := stdout.(*os.File)
+	errFile, _ := stderr.(*os.File)
+	t := termFor(outFile, errFile, c.Color)
+	err = ctx.Run(&env{root: root, noStart: noStart, stdout: stdout, stderr: stderr, term: t})
 	var ee *exitError
 	switch {
 	case err == nil:

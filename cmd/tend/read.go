@@ -170,20 +170,44 @@ func (c *lsCmd) Run(e *env) error {
 	if c.JSON {
 		return writeJSON(e.stdout, out)
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "ID\tSTATE\tEXIT\tTIME\tINFO\tCOMMAND")
-	for _, r := range out {
-		state := r.State.State
-		if r.Position > 0 {
-			state = fmt.Sprintf("queued #%d", r.Position)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, state, exitText(r.State), timeText(r.State, now), infoText(r), commandText(r.Command, 50))
+	if err := printRuns(e, out, now); err != nil {
+		return err
 	}
-	tw.Flush()
 	if len(errs) > 0 {
 		return exitf(exitFailed, "%d run records could not be read", len(errs))
 	}
 	return nil
+}
+
+// printRuns prints ls's table: a SESSION column only if a run has one,
+// states in color for people, the command cut to the terminal's width.
+func printRuns(e *env, runs []listed, now time.Time) error {
+	sessions := slices.ContainsFunc(runs, func(r listed) bool { return r.Session != "" })
+	header := []string{"ID", "STATE", "EXIT", "TIME", "INFO", "COMMAND"}
+	if sessions {
+		header = slices.Insert(header, 2, "SESSION")
+	}
+	rows := make([][]cell, 0, len(runs))
+	for _, r := range runs {
+		state := r.State.State
+		if r.Position > 0 {
+			state = fmt.Sprintf("queued #%d", r.Position)
+		}
+		row := []cell{{text: r.ID}, {text: state, state: r.State.State}, {text: exitText(r.State)},
+			{text: timeText(r.State, now)}, {text: infoText(r)}, {text: commandText(r.Command, 0)}}
+		if sessions {
+			row = slices.Insert(row, 2, cell{text: orDash(r.Session)})
+		}
+		rows = append(rows, row)
+	}
+	return e.term.printTable(e.stdout, header, rows)
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // match reports whether st passes the filters.
@@ -251,8 +275,8 @@ func commandText(argv []string, width int) string {
 		s = argv[2]
 	}
 	s = strings.Join(strings.Fields(s), " ")
-	if len(s) > width {
-		s = s[:width-3] + "..."
+	if width > 0 {
+		s = cut(s, width)
 	}
 	return s
 }

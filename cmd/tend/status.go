@@ -20,7 +20,9 @@ func (c *statusCmd) Help() string {
 	return `Says whether a watcher runs on the root (decided by its lock, not by the
 PID file), its PID, its keeper's, uptime and version, and how many runs are
 in each state. A PID file left by a crashed watcher is reported and removed.
-Exits 0 if a watcher runs, 6 if none does.`
+Exits 0 if a watcher runs, 6 if none does. Examples:
+  tend status
+  tend status --json | jq .runs`
 }
 
 // status is what "tend status --json" prints.

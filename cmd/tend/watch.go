@@ -40,7 +40,10 @@ func (c *watchCmd) Help() string {
 runs them in the background. The keeper restarts a watcher that crashed and
 keeps the exit status of every run meanwhile; the next watcher adopts them.
 Stop it with Ctrl-C or SIGTERM: its runs are stopped first (a second one
-kills them at once). SIGUSR1 stops the watcher and leaves the runs running.`
+kills them at once). SIGUSR1 stops the watcher and leaves the runs running.
+Examples:
+  tend watch
+  tend watch --max-running 2   # in a systemd unit: see docs/recipes.md`
 }
 
 // Run makes this process the keeper; the watcher is a child of it, running
