@@ -448,7 +448,7 @@ type logLine struct {
 func (c *logsCmd) both(e *env, st *tracker.State) error {
 	store := tracker.NewStore(e.root)
 	it := store.Interleave(st.ID, c.Offset)
-	print := func(l tracker.Line) error { return c.printLine(e, l) }
+	print := func(l tracker.Line) error { return c.printLine(e, e.stdout, l) }
 	if !c.Follow {
 		var tail []tracker.Line
 		if c.Tail > 0 {
@@ -464,7 +464,7 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 			return err
 		}
 		for _, l := range tail {
-			if err := c.printLine(e, l); err != nil {
+			if err := c.printLine(e, e.stdout, l); err != nil {
 				return err
 			}
 		}
@@ -472,11 +472,16 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 		return nil
 	}
 	var final *tracker.State
+	spin := startSpinner(e, "following "+c.ID)
+	defer spin.end()
+	out := stdoutVia(e, spin)
+	print = func(l tracker.Line) error { return c.printLine(e, out, l) }
 	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
 		cur, err := store.Read(c.ID)
 		if err != nil {
 			return false, err
 		}
+		spin.set(waitingText(cur))
 		done := tracker.Final(cur.State)
 		if err := it.Read(cur, done, print); err != nil {
 			return false, err
@@ -496,15 +501,15 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 	return nil
 }
 
-func (c *logsCmd) printLine(e *env, l tracker.Line) error {
+func (c *logsCmd) printLine(e *env, w io.Writer, l tracker.Line) error {
 	if c.JSON {
-		return writeJSONLine(e, logLine{Stream: l.Stream, Offset: l.Offset, Next: l.Offset + int64(len(l.Data)), Data: string(l.Data)})
+		return writeJSONLineTo(w, logLine{Stream: l.Stream, Offset: l.Offset, Next: l.Offset + int64(len(l.Data)), Data: string(l.Data)})
 	}
 	nl := ""
 	if !bytes.HasSuffix(l.Data, []byte("\n")) {
 		nl = "\n"
 	}
-	_, err := fmt.Fprintf(e.stdout, "%s: %s%s", l.Stream, l.Data, nl)
+	_, err := fmt.Fprintf(w, "%s: %s%s", l.Stream, l.Data, nl)
 	return err
 }
 
@@ -521,12 +526,14 @@ func (c *logsCmd) stream() string {
 	return "stdout"
 }
 
-func writeJSONLine(e *env, v any) error {
+func writeJSONLine(e *env, v any) error { return writeJSONLineTo(e.stdout, v) }
+
+func writeJSONLineTo(w io.Writer, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintln(e.stdout, string(b))
+	_, err = fmt.Fprintln(w, string(b))
 	return err
 }
 
@@ -555,11 +562,15 @@ func (c *logsCmd) follow(e *env, st *tracker.State) error {
 	stream := c.stream()
 	off := c.Offset
 	var final *tracker.State
+	spin := startSpinner(e, "following "+c.ID)
+	defer spin.end()
+	out := stdoutVia(e, spin)
 	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
 		cur, err := store.Read(c.ID)
 		if err != nil {
 			return false, err
 		}
+		spin.set(waitingText(cur))
 		for {
 			sl, err := store.ReadOutput(cur, stream, off, 1<<20)
 			if err != nil {
@@ -568,7 +579,7 @@ func (c *logsCmd) follow(e *env, st *tracker.State) error {
 			if sl.Dropped > 0 {
 				fmt.Fprintf(e.stderr, "tend: %d bytes were dropped here (the output is capped)\n", sl.Dropped)
 			}
-			if _, err := e.stdout.Write(sl.Data); err != nil {
+			if _, err := out.Write(sl.Data); err != nil {
 				return false, err
 			}
 			off = sl.Next
@@ -607,7 +618,12 @@ func (c *waitCmd) Run(e *env) error {
 	if c.Ready {
 		until = func(st *tracker.State) bool { return tracker.Final(st.State) || ready(st) }
 	}
-	st, err := waitRun(e, c.ID, until)
+	spin := startSpinner(e, "waiting for "+c.ID)
+	st, err := waitRun(e, c.ID, func(st *tracker.State) bool {
+		spin.set(waitingText(st))
+		return until(st)
+	})
+	spin.end()
 	if err != nil {
 		return err
 	}
@@ -621,6 +637,18 @@ func (c *waitCmd) Run(e *env) error {
 		return exitf(code, "")
 	}
 	return nil
+}
+
+// waitingText is what the spinner says while tend waits for run st.
+func waitingText(st *tracker.State) string {
+	s := fmt.Sprintf("waiting for %s: %s", st.ID, st.State)
+	if st.StartedAt != nil && !tracker.Final(st.State) {
+		s += ", " + timeText(st, time.Now())
+	}
+	if st.Progress != "" {
+		s += ", " + st.Progress
+	}
+	return s
 }
 
 // ready reports whether a run is ready: running (or paused) and, if it
