@@ -481,7 +481,7 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 		if err != nil {
 			return false, err
 		}
-		spin.set(waitingText(cur))
+		spin.set(func() string { return waitingText(cur) })
 		done := tracker.Final(cur.State)
 		if err := it.Read(cur, done, print); err != nil {
 			return false, err
@@ -570,7 +570,7 @@ func (c *logsCmd) follow(e *env, st *tracker.State) error {
 		if err != nil {
 			return false, err
 		}
-		spin.set(waitingText(cur))
+		spin.set(func() string { return waitingText(cur) })
 		for {
 			sl, err := store.ReadOutput(cur, stream, off, 1<<20)
 			if err != nil {
@@ -620,7 +620,7 @@ func (c *waitCmd) Run(e *env) error {
 	}
 	spin := startSpinner(e, "waiting for "+c.ID)
 	st, err := waitRun(e, c.ID, func(st *tracker.State) bool {
-		spin.set(waitingText(st))
+		spin.set(func() string { return waitingText(st) })
 		return until(st)
 	})
 	spin.end()

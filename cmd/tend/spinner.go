@@ -15,7 +15,7 @@ type spinner struct {
 	mu    sync.Mutex
 	w     io.Writer // stderr
 	out   io.Writer // stdout, written through write
-	text  string
+	text  func() string // what the line says, asked at every redraw
 	shown bool
 	frame int
 	stop  chan struct{}
@@ -30,7 +30,7 @@ func startSpinner(e *env, text string) *spinner {
 	if !e.term.progress {
 		return nil
 	}
-	s := &spinner{w: e.stderr, out: e.stdout, text: text, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &spinner{w: e.stderr, out: e.stdout, text: func() string { return text }, stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -52,7 +52,7 @@ func startSpinner(e *env, text string) *spinner {
 
 // draw writes the line; s.mu is held.
 func (s *spinner) draw() {
-	fmt.Fprintf(s.w, "\r\x1b[K%s %s", spinnerFrames[s.frame%len(spinnerFrames)], s.text)
+	fmt.Fprintf(s.w, "\r\x1b[K%s %s", spinnerFrames[s.frame%len(spinnerFrames)], s.text())
 	s.shown = true
 }
 
@@ -64,8 +64,8 @@ func (s *spinner) erase() {
 	}
 }
 
-// set changes what the line says.
-func (s *spinner) set(text string) {
+// set changes what the line says: text is asked at every redraw.
+func (s *spinner) set(text func() string) {
 	if s == nil {
 		return
 	}
