@@ -77,6 +77,9 @@ type cli struct {
 	Pause   pauseCmd   `cmd:"" help:"Pause a run (SIGSTOP)."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`
 	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
+
+	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh, fish)."`
+	Complete   completeCmd   `cmd:"" name:"__complete" hidden:"" help:"Print the words that complete a command line."`
 }
 
 // env is what commands run with.

@@ -13,8 +13,8 @@ import (
 // unless stderr is a terminal, so pipes and programs never see it.
 type spinner struct {
 	mu    sync.Mutex
-	w     io.Writer // stderr
-	out   io.Writer // stdout, written through write
+	w     io.Writer     // stderr
+	out   io.Writer     // stdout, written through write
 	text  func() string // what the line says, asked at every redraw
 	shown bool
 	frame int

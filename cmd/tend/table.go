@@ -129,4 +129,3 @@ func cut(s string, n int) string {
 	r := []rune(s)
 	return string(r[:n-1]) + "…"
 }
-
