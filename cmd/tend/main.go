@@ -79,6 +79,7 @@ type cli struct {
 	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
 
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh, fish)."`
+	Mcp        mcpCmd        `cmd:"" name:"mcp" help:"Serve tend's commands to agents as MCP tools, over stdio."`
 	Complete   completeCmd   `cmd:"" name:"__complete" hidden:"" help:"Print the words that complete a command line."`
 }
 

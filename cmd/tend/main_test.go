@@ -106,6 +106,7 @@ func scriptParams(dir string) testscript.Params {
 			"tmpfs":     cmdTmpfs,
 			"clockjump": cmdClockJump,
 			"settled":   cmdSettled,
+			"mcpcall":   cmdMCPCall,
 		},
 	}
 }

@@ -284,6 +284,7 @@ func commandText(argv []string, width int) string {
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // commands are full of > and &
 	return enc.Encode(v)
 }
 
@@ -529,12 +530,9 @@ func (c *logsCmd) stream() string {
 func writeJSONLine(e *env, v any) error { return writeJSONLineTo(e.stdout, v) }
 
 func writeJSONLineTo(w io.Writer, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintln(w, string(b))
-	return err
+	enc := json.NewEncoder(w) // one line: Encode ends it with a newline
+	enc.SetEscapeHTML(false)
+	return enc.Encode(v)
 }
 
 // lastLines returns the last n lines of data.
