@@ -107,6 +107,7 @@ func scriptParams(dir string) testscript.Params {
 			"clockjump": cmdClockJump,
 			"settled":   cmdSettled,
 			"mcpcall":   cmdMCPCall,
+			"schema":    cmdSchema,
 		},
 	}
 }

@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"net/url"
 	"os/exec"
+	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rogpeppe/go-internal/testscript"
 )
@@ -55,5 +59,53 @@ func cmdMCPCall(ts *testscript.TestScript, neg bool, args []string) {
 	fmt.Fprint(ts.Stdout(), text.String())
 	if res.IsError != neg {
 		ts.Fatalf("tool %s: error %v, want %v: %s", args[0], res.IsError, neg, text.String())
+	}
+}
+
+// schema NAME [FILE]: the last command's stdout (or FILE) is valid against
+// docs/schema/NAME.schema.json: one JSON value, or JSON lines, each valid.
+func cmdSchema(ts *testscript.TestScript, neg bool, args []string) {
+	dir, err := filepath.Abs("../../docs/schema")
+	ts.Check(err)
+	load := func(name string) (*jsonschema.Schema, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			return nil, err
+		}
+		var s jsonschema.Schema
+		return &s, json.Unmarshal(b, &s)
+	}
+	root, err := load(args[0] + ".schema.json")
+	ts.Check(err)
+	rs, err := root.Resolve(&jsonschema.ResolveOptions{Loader: func(u *url.URL) (*jsonschema.Schema, error) {
+		return load(path.Base(u.Path))
+	}})
+	ts.Check(err)
+	data := ts.ReadFile("stdout")
+	if len(args) > 1 {
+		data = ts.ReadFile(args[1])
+	}
+	var values []any
+	var whole any
+	if json.Unmarshal([]byte(data), &whole) == nil {
+		values = append(values, whole)
+	} else {
+		for line := range strings.Lines(data) {
+			var v any
+			ts.Check(json.Unmarshal([]byte(line), &v))
+			values = append(values, v)
+		}
+	}
+	if len(values) == 0 {
+		ts.Fatalf("no JSON to check")
+	}
+	for _, v := range values {
+		err := rs.Validate(v)
+		if err != nil && !neg {
+			ts.Fatalf("not valid against %s: %v", args[0], err)
+		}
+		if err == nil && neg && len(values) == 1 {
+			ts.Fatalf("valid against %s, unexpectedly", args[0])
+		}
 	}
 }
