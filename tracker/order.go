@@ -153,6 +153,16 @@ func (s *Store) Interleave(id string, from int64) *Interleaver {
 	return &Interleaver{store: s, id: id, pos: [2]int64{from, from}}
 }
 
+// InterleaveTail returns an Interleaver of run st's last bytes: at most
+// tail bytes of each stream.
+func (s *Store) InterleaveTail(st *State, tail int64) *Interleaver {
+	it := &Interleaver{store: s, id: st.ID}
+	for i, name := range streams {
+		it.pos[i] = max(0, s.OutputSize(st, name)-tail)
+	}
+	return it
+}
+
 // Read passes to emit every line that can be placed now, given st, the
 // run's record as just read: those the recorded switches order, then the
 // stream being written now. The other stream's newer bytes wait for the

@@ -64,6 +64,9 @@ func scriptParams(dir string) testscript.Params {
 	return testscript.Params{
 		Dir:                 dir,
 		RequireExplicitExec: true,
+		// TEND_UPDATE_GOLDEN=1 rewrites the golden files a cmp finds different
+		// (review the diff before committing it).
+		UpdateScripts: os.Getenv("TEND_UPDATE_GOLDEN") != "",
 		Condition: func(cond string) (bool, error) {
 			if cond == "root" {
 				return os.Getuid() == 0, nil
@@ -108,6 +111,7 @@ func scriptParams(dir string) testscript.Params {
 			"settled":   cmdSettled,
 			"mcpcall":   cmdMCPCall,
 			"schema":    cmdSchema,
+			"fixture":   cmdFixture,
 		},
 	}
 }

@@ -20,7 +20,9 @@ gets tend's control surface as typed tools: start, ls, show, logs (by
 offset), cancel, wait, signal, delete. Each tool is the CLI command of the
 same name, run in this process with --json: a client of the spool like any
 other. The session is the server's TEND_SESSION, so an agent acts on its
-own runs only. Example (an MCP client's configuration):
+own runs only. Examples:
+  tend mcp                 # with TEND_SESSION=agent-1 in its environment
+in an MCP client's configuration:
   {"mcpServers": {"tend": {"command": "tend", "args": ["mcp"], "env": {"TEND_SESSION": "agent-1"}}}}`
 }
 

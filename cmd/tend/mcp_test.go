@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"net/url"
+	"os"
 	"os/exec"
 	"path"
 	"path/filepath"
@@ -15,6 +15,8 @@ import (
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 )
 
 // mcpcall TOOL [JSON]: start `tend mcp` in the script's directory, as an
@@ -107,5 +109,53 @@ func cmdSchema(ts *testscript.TestScript, neg bool, args []string) {
 		if err == nil && neg && len(values) == 1 {
 			ts.Fatalf("valid against %s, unexpectedly", args[0])
 		}
+	}
+}
+
+// fixture: write a root with finished runs whose every field is fixed
+// (times, durations, output, history), for golden files of human output.
+func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
+	root := filepath.Join(ts.Getenv("WORK"), ".tend")
+	store := tracker.NewStore(root)
+	ts.Check(os.MkdirAll(filepath.Join(root, "spool"), 0o700))
+	ts.Check(store.Make())
+	hist := tracker.OpenHistory(root)
+	t0 := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := t0.Add(d); return &t }
+	code := func(c int) *int { return &c }
+	runs := []*tracker.State{
+		{ID: "ok", State: tracker.Completed, ExitCode: code(0), Command: []string{"/bin/sh", "-c", "make test"},
+			Labels: map[string]string{"kind": "test"}, Notes: []tracker.Note{{Time: *at(2 * time.Second), Text: "looked fine"}},
+			CPUSeconds: 0.25, DurationSeconds: 1.5},
+		{ID: "bad", State: tracker.Failed, ExitCode: code(3), Reason: "exited with code 3", Command: []string{"go", "vet", "./..."},
+			Session: "agent-7", DurationSeconds: 0.042},
+		{ID: "cxl", State: tracker.Canceled, Signal: "SIGTERM", Reason: "canceled (by cxl.cancel)", Command: []string{"/bin/sh", "-c", "sleep 600"},
+			DurationSeconds: 12.3},
+		{ID: "svc", State: tracker.Canceled, Signal: "SIGTERM", Reason: "canceled (by svc.cancel)", Command: []string{"/bin/sh", "-c", "exec ./server --port 8080"},
+			Restart: &spool.Restart{Policy: "always", Limit: 5, Window: spool.Duration(time.Minute), Delay: spool.Duration(time.Second), MaxDelay: spool.Duration(30 * time.Second)},
+			Attempt: 2, Restarts: 1, Attempts: []tracker.Attempt{{Attempt: 1, StartedAt: t0, EndedAt: *at(time.Second), ExitCode: code(1), Reason: "exited with code 1"}},
+			HealthStatus: &tracker.HealthStatus{Status: "healthy", Checks: []tracker.HealthCheck{{Time: *at(3 * time.Second), OK: true, Detail: "exited 0"}}},
+			ReadyAt:      at(3 * time.Second), DurationSeconds: 60},
+	}
+	for i, st := range runs {
+		st.Rev, st.Cwd, st.Grace, st.OwnerUID = 3, "/src", spool.Duration(10*time.Second), 0
+		st.CreatedAt = t0.Add(time.Duration(i) * time.Minute)
+		st.StartedAt, st.EndedAt = at(time.Duration(i)*time.Minute+100*time.Millisecond), at(time.Duration(i)*time.Minute+2*time.Second)
+		ts.Check(os.MkdirAll(store.RunDir(st.ID), 0o755))
+		for j, state := range []string{tracker.Starting, tracker.Running, st.State} {
+			c := *st
+			c.State, c.Rev = state, int64(j+1)
+			when := *st.StartedAt
+			if j == 2 {
+				when = *st.EndedAt
+			} else {
+				c.ExitCode, c.Signal, c.Reason = nil, "", ""
+			}
+			ts.Check(hist.Append(tracker.EventOf(&c, when)))
+		}
+		ts.Check(store.Write(st))
+	}
+	for name, data := range map[string]string{"stdout": "building\nok  tend/spool\nok  tend/tracker\n", "stderr": "warning: slow test\n", tracker.OrderFile: "stdout 9\nstderr 19\n"} {
+		ts.Check(os.WriteFile(store.Path("ok", name), []byte(data), 0o644))
 	}
 }

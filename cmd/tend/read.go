@@ -359,10 +359,66 @@ func (c *showCmd) Run(e *env) error {
 	if o := st.Output; o != nil && (o.Stdout.Dropped > 0 || o.Stderr.Dropped > 0) {
 		row("dropped", fmt.Sprintf("%d bytes of stdout, %d of stderr (output capped at %s a stream)", o.Stdout.Dropped, o.Stderr.Dropped, bytesText(o.Limit)))
 	}
+	showService(st, row)
 	row("stdout", store.Path(st.ID, "stdout"))
 	row("stderr", store.Path(st.ID, "stderr"))
 	row("state file", store.Path(st.ID, "state.json"))
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return showLastLines(e, store, st, 5)
+}
+
+// showService adds a service's rows: its restarts, its attempts' ends,
+// its health.
+func showService(st *tracker.State, row func(k, v string)) {
+	if st.Restart != nil {
+		row("restart", fmt.Sprintf("%s, %d restart%s so far (attempt %d)", st.Restart.Policy, st.Restarts, plural(st.Restarts), st.Attempt))
+	}
+	for _, a := range st.Attempts {
+		row("attempt", fmt.Sprintf("%d ended %s: %s", a.Attempt, a.EndedAt.Format(time.RFC3339), a.Reason))
+	}
+	if st.NextStartAt != nil {
+		row("next start", st.NextStartAt.Format(time.RFC3339))
+	}
+	if h := st.HealthStatus; h != nil {
+		v := h.Status
+		if n := len(h.Checks); n > 0 {
+			last := h.Checks[n-1]
+			v += fmt.Sprintf(" (last check %s: ok=%v %s)", last.Time.Format(time.RFC3339), last.OK, last.Detail)
+		}
+		row("health", strings.TrimSpace(v))
+	}
+	if st.ReadyAt != nil {
+		row("ready", st.ReadyAt.Format(time.RFC3339))
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+// showLastLines prints the run's last n lines of output, both streams in
+// the order written, each marked with its stream.
+func showLastLines(e *env, store *tracker.Store, st *tracker.State, n int) error {
+	var lines []tracker.Line
+	err := store.InterleaveTail(st, 16<<10).Read(st, true, func(l tracker.Line) error {
+		if lines = append(lines, l); len(lines) > n {
+			lines = lines[1:]
+		}
+		return nil
+	})
+	if err != nil || len(lines) == 0 {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "last output (tend logs %s --both):\n", st.ID)
+	for _, l := range lines {
+		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, strings.TrimSuffix(strings.ToValidUTF8(string(l.Data), "?"), "\n"))
+	}
+	return nil
 }
 
 type logsCmd struct {
