@@ -15,6 +15,7 @@ type cancelCmd struct {
 	Session string        `help:"Act as this session: only its runs may be canceled." env:"TEND_SESSION"`
 	All     bool          `help:"Cancel every active run of --session (and nothing else)."`
 	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7)."`
+	JSON    bool          `help:"Print the outcome as a JSON line, one a run with --all (docs/schema/outcome.schema.json)."`
 }
 
 func (c *cancelCmd) Help() string {
@@ -28,6 +29,7 @@ Canceling twice is safe. Example: tend cancel web --grace 2s`
 }
 
 func (c *cancelCmd) Run(e *env) error {
+	e.json = c.JSON
 	if c.All {
 		return c.cancelAll(e)
 	}
@@ -43,7 +45,13 @@ func (c *cancelCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintln(e.stdout, outcome) // the outcome alone: scripts compare it
+	if e.json {
+		if err := printOutcome(e, n, outcome, detail, false); err != nil {
+			return err
+		}
+	} else {
+		fmt.Fprintln(e.stdout, outcome) // the outcome alone: scripts compare it
+	}
 	return exitFor(n, outcome, detail)
 }
 
@@ -87,7 +95,11 @@ func (c *cancelCmd) cancelAll(e *env) error {
 		return err
 	}
 	for i, a := range answers {
-		fmt.Fprintf(e.stdout, "%s: %s\n", reqs[i].name.ID, a.outcome)
+		if e.json {
+			printOutcome(e, reqs[i].name, a.outcome, a.detail, true)
+		} else {
+			fmt.Fprintf(e.stdout, "%s: %s\n", reqs[i].name.ID, a.outcome)
+		}
 	}
 	return nil
 }

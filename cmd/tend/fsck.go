@@ -9,6 +9,7 @@ import (
 )
 
 type fsckCmd struct {
+	JSON   bool `help:"Print {root, problems, repaired} as JSON (docs/schema/fsck.schema.json)."`
 	Repair bool `help:"Fix what can be fixed: bad history lines move to a side file, broken state files are kept aside and rebuilt, partial writes are removed. Refused while a watcher runs."`
 }
 
@@ -20,27 +21,49 @@ and exits 1 if there is any. Example: tend fsck || tend down --keep-runs && tend
 }
 
 func (c *fsckCmd) Run(e *env) error {
+	var repaired []string
 	if c.Repair {
 		if running, pid, _ := watcher.Probe(e.root); running {
 			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
 		}
-		done, err := tracker.Repair(e.root, identifyRun)
-		for _, line := range done {
-			fmt.Fprintln(e.stdout, "repaired:", line)
+		var err error
+		repaired, err = tracker.Repair(e.root, identifyRun)
+		for _, line := range repaired {
+			if !c.JSON {
+				fmt.Fprintln(e.stdout, "repaired:", line)
+			}
 		}
 		if err != nil {
 			return err
 		}
 	}
 	problems := tracker.Check(e.root, processAlive)
+	if c.JSON {
+		texts := []string{}
+		for _, p := range problems {
+			texts = append(texts, fmt.Sprint(p))
+		}
+		writeJSON(e.stdout, fsckReport{Root: e.root, Problems: texts, Repaired: repaired})
+	}
 	for _, p := range problems {
-		fmt.Fprintln(e.stdout, p)
+		if !c.JSON {
+			fmt.Fprintln(e.stdout, p)
+		}
 	}
 	if len(problems) > 0 {
 		return exitf(exitFailed, "%d problems in %s", len(problems), e.root)
 	}
-	fmt.Fprintf(e.stdout, "%s: no problems\n", e.root)
+	if !c.JSON {
+		fmt.Fprintf(e.stdout, "%s: no problems\n", e.root)
+	}
 	return nil
+}
+
+// fsckReport is what fsck --json prints.
+type fsckReport struct {
+	Root     string   `json:"root"`
+	Problems []string `json:"problems"`
+	Repaired []string `json:"repaired,omitempty"`
 }
 
 // processAlive reports whether pid is still the process that started at

@@ -24,6 +24,7 @@ const upTimeout = 60 * time.Second
 
 type upCmd struct {
 	watchFlags
+	JSON bool `help:"Print tend status --json once the watcher takes requests (docs/schema/status.schema.json)."`
 }
 
 func (c *upCmd) Help() string {
@@ -39,9 +40,12 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if started {
+	switch {
+	case c.JSON:
+		return writeJSON(e.stdout, readStatus(e.root))
+	case started:
 		fmt.Fprintf(e.stdout, "started a watcher on %s (pid %d)\n", e.root, pid)
-	} else {
+	default:
 		fmt.Fprintf(e.stdout, "a watcher is already running on %s (pid %d)\n", e.root, pid)
 	}
 	return nil
@@ -188,6 +192,7 @@ func tail(path string, n int) string {
 type downCmd struct {
 	KeepRuns bool          `help:"Stop the watcher but leave its runs running, for the next watcher to adopt (upgrades)."`
 	Timeout  time.Duration `help:"How long to wait before killing the watcher and its keeper." default:"10s"`
+	JSON     bool          `help:"Print tend status --json once the watcher is gone (docs/schema/status.schema.json)."`
 }
 
 func (c *downCmd) Help() string {
@@ -243,9 +248,12 @@ func (c *downCmd) Run(e *env) error {
 	if w.watcher != nil {
 		pid = w.watcher.PID()
 	}
-	if c.KeepRuns {
+	switch {
+	case c.JSON:
+		return writeJSON(e.stdout, readStatus(e.root))
+	case c.KeepRuns:
 		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d); its runs keep running\n", e.root, pid)
-	} else {
+	default:
 		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d) and its runs\n", e.root, pid)
 	}
 	return nil

@@ -90,6 +90,7 @@ type env struct {
 	stdout  io.Writer
 	stderr  io.Writer
 	term    term
+	json    bool // the command's --json: print JSON, not lines for people
 }
 
 func main() {

@@ -13,6 +13,7 @@ type labelCmd struct {
 	Labels  []string `arg:"" name:"label" help:"K=V sets label K; K= removes it."`
 	IfRev   int64    `help:"Change it only if its record is still at this revision (else: conflict, exit 7)."`
 	Session string   `help:"Act as this session: only its runs may be changed." env:"TEND_SESSION"`
+	JSON    bool     `help:"Print the outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
 func (c *labelCmd) Help() string {
@@ -35,6 +36,7 @@ func (c *labelCmd) Run(e *env) error {
 			body["labels"].(map[string]*string)[k] = &v
 		}
 	}
+	e.json = c.JSON
 	return submitMeta(e, spool.Name{ID: c.ID, Verb: spool.VerbLabel}, body, c.Session, c.IfRev)
 }
 
@@ -43,6 +45,7 @@ type noteCmd struct {
 	Text    []string `arg:"" help:"The note (its words are joined by spaces)."`
 	IfRev   int64    `help:"Add it only if the record is still at this revision (else: conflict, exit 7)."`
 	Session string   `help:"Act as this session: only its runs may be changed." env:"TEND_SESSION"`
+	JSON    bool     `help:"Print the outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
 func (c *noteCmd) Help() string {
@@ -51,6 +54,7 @@ func (c *noteCmd) Help() string {
 }
 
 func (c *noteCmd) Run(e *env) error {
+	e.json = c.JSON
 	return submitMeta(e, spool.Name{ID: c.ID, Verb: spool.VerbNote}, map[string]any{"text": strings.Join(c.Text, " ")}, c.Session, c.IfRev)
 }
 
@@ -79,12 +83,35 @@ func submitMeta(e *env, n spool.Name, body map[string]any, session string, ifRev
 // outcomeExit prints a control request's outcome line and turns it into
 // the command's exit code.
 func outcomeExit(e *env, n spool.Name, outcome, detail string) error {
+	if err := printOutcome(e, n, outcome, detail, false); err != nil {
+		return err
+	}
+	return exitFor(n, outcome, detail)
+}
+
+// outcomeLine is a request's outcome as --json prints it.
+type outcomeLine struct {
+	ID      string `json:"id"`
+	Verb    string `json:"verb"`
+	Outcome string `json:"outcome"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// printOutcome prints an outcome: "outcome[: detail]" (after "ID: " if
+// withID), or a JSON line with --json.
+func printOutcome(e *env, n spool.Name, outcome, detail string, withID bool) error {
+	if e.json {
+		return writeJSONLine(e, outcomeLine{ID: n.ID, Verb: n.Verb, Outcome: outcome, Detail: detail})
+	}
 	line := outcome
 	if detail != "" {
 		line += ": " + detail
 	}
-	fmt.Fprintln(e.stdout, line)
-	return exitFor(n, outcome, detail)
+	if withID {
+		line = n.ID + ": " + line
+	}
+	_, err := fmt.Fprintln(e.stdout, line)
+	return err
 }
 
 // exitFor is the exit code (and, for a refusal, the message) that a

@@ -659,6 +659,7 @@ func (c *logsCmd) follow(e *env, st *tracker.State) error {
 type waitCmd struct {
 	ID    string `arg:"" help:"The run to wait for."`
 	Ready bool   `help:"Wait until the run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when ready, or as wait does if it ends first."`
+	JSON  bool   `help:"Print the run's record when the wait is over (docs/schema/record.schema.json)."`
 }
 
 func (c *waitCmd) Help() string {
@@ -680,6 +681,11 @@ func (c *waitCmd) Run(e *env) error {
 	spin.end()
 	if err != nil {
 		return err
+	}
+	if c.JSON {
+		if err := writeJSON(e.stdout, st); err != nil {
+			return err
+		}
 	}
 	if c.Ready && ready(st) {
 		return nil

@@ -56,6 +56,7 @@ func (c *historyCmd) Run(e *env) error {
 type rmCmd struct {
 	IDs     []string `arg:"" name:"id" help:"The runs to delete."`
 	Session string   `help:"Act as this session: only its runs may be deleted." env:"TEND_SESSION"`
+	JSON    bool     `help:"Print each outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
 func (c *rmCmd) Help() string {
@@ -70,6 +71,7 @@ func (c *rmCmd) Run(e *env) error {
 			return exitf(exitUsage, "rm: %v", err)
 		}
 	}
+	e.json = c.JSON
 	return deleteRuns(e, c.IDs, c.Session)
 }
 
@@ -87,11 +89,9 @@ func deleteRuns(e *env, ids []string, session string) error {
 	}
 	code := exitOK
 	for i, a := range answers {
-		line := ids[i] + ": " + a.outcome
-		if a.detail != "" {
-			line += ": " + a.detail
+		if err := printOutcome(e, reqs[i].name, a.outcome, a.detail, true); err != nil {
+			return err
 		}
-		fmt.Fprintln(e.stdout, line)
 		switch a.outcome {
 		case spool.Deleted:
 		case spool.NotFound:
@@ -111,6 +111,7 @@ type gcCmd struct {
 	Keep      int           `help:"Keep at most this many finished runs, the newest (default: config.json's keep_finished, else 1000)." default:"-1"`
 	Session   string        `help:"Only this session's runs." env:"TEND_SESSION"`
 	DryRun    bool          `help:"Print what would be deleted, and delete nothing."`
+	JSON      bool          `help:"Print each outcome as a JSON line (docs/schema/outcome.schema.json); with --dry-run, {id, verb: delete, outcome: would_delete}."`
 }
 
 func (c *gcCmd) Help() string {
@@ -138,9 +139,14 @@ func (c *gcCmd) Run(e *env) error {
 		runs = slices.DeleteFunc(runs, func(st *tracker.State) bool { return st.Session != c.Session })
 	}
 	ids := watcher.Expired(runs, limits, time.Now())
+	e.json = c.JSON
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {
-			fmt.Fprintln(e.stdout, id)
+			if e.json {
+				writeJSONLine(e, outcomeLine{ID: id, Verb: spool.VerbDelete, Outcome: "would_delete"})
+			} else {
+				fmt.Fprintln(e.stdout, id)
+			}
 		}
 		return nil
 	}

@@ -12,6 +12,7 @@ type control struct {
 	ID      string `arg:"" help:"The run."`
 	Session string `help:"Act as this session: only its runs may be acted on." env:"TEND_SESSION"`
 	IfRev   int64  `help:"Act only if the run's record is still at this revision (else: conflict, exit 7)."`
+	JSON    bool   `help:"Print the outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
 // send submits the request and turns its outcome into an exit code.
@@ -30,6 +31,7 @@ func (c control) send(e *env, verb string, body map[string]any) error {
 		return err
 	}
 	n := spool.Name{ID: c.ID, Verb: verb}
+	e.json = c.JSON
 	outcome, detail, err := submit(e, n, b, true)
 	if err != nil {
 		return err

@@ -15,6 +15,7 @@ import (
 
 type startCmd struct {
 	ID      string        `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
+	JSON    bool          `help:"Print the run's record once it is taken, not just its ID (docs/schema/record.schema.json)."`
 	Cwd     string        `help:"Working directory (default: the current one)." placeholder:"DIR"`
 	Env     []string      `short:"e" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
 	Timeout time.Duration `help:"Stop the run (SIGTERM, then SIGKILL after the grace) if it runs longer than this."`
@@ -76,8 +77,12 @@ func (c *startCmd) Run(e *env) error {
 	if outcome != spool.Accepted {
 		return exitf(exitRefused, "start %s: %s: %s", id, outcome, detail)
 	}
-	fmt.Fprintln(e.stdout, id)
 	st, err := tracker.NewStore(e.root).Read(id)
+	if c.JSON && err == nil {
+		writeJSON(e.stdout, st)
+	} else {
+		fmt.Fprintln(e.stdout, id)
+	}
 	if err == nil && st.State == tracker.Failed && st.PID == 0 {
 		return exitf(exitFailed, "run %s: %s", id, st.Reason)
 	}

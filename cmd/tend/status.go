@@ -42,44 +42,51 @@ type status struct {
 }
 
 func (c *statusCmd) Run(e *env) error {
-	s := status{Root: e.root, Runs: map[string]int{}}
-	running, _, err := watcher.Probe(e.root)
-	if err != nil {
+	if _, _, err := watcher.Probe(e.root); err != nil {
 		return err
 	}
-	if running {
-		s.Running = true
-		if info, err := watcher.ReadInfo(e.root); err == nil {
-			s.PID, s.KeeperPID, s.Version = info.PID, info.KeeperPID, info.Version
-			s.StartedAt = &info.StartedAt
-			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
-		}
-	} else if pid, ok := removeStale(e.root); ok {
-		s.StalePID = pid
-	}
-	runs, errs := tracker.NewStore(e.root).List()
-	for _, st := range runs {
-		s.Runs[st.State]++
-	}
-	for _, err := range errs {
-		s.Problems = append(s.Problems, err.Error())
-	}
-	if err := tracker.CheckHistoryEnd(e.root); err != nil {
-		s.Problems = append(s.Problems, err.Error())
-	}
-	if msg := fullDisk(e.root); msg != "" {
-		s.Problems = append(s.Problems, msg)
-	}
+	s := readStatus(e.root)
 	if c.JSON {
 		b, _ := json.MarshalIndent(s, "", "  ")
 		fmt.Fprintln(e.stdout, string(b))
 	} else {
 		printStatus(e, s)
 	}
-	if !running {
+	if !s.Running {
 		return exitf(exitNoWatcher, "")
 	}
 	return nil
+}
+
+// readStatus finds out what status prints: whether a watcher runs (by its
+// lock), the runs per state, and problems a quick look finds.
+func readStatus(root string) status {
+	s := status{Root: root, Runs: map[string]int{}}
+	running, _, _ := watcher.Probe(root)
+	if running {
+		s.Running = true
+		if info, err := watcher.ReadInfo(root); err == nil {
+			s.PID, s.KeeperPID, s.Version = info.PID, info.KeeperPID, info.Version
+			s.StartedAt = &info.StartedAt
+			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
+		}
+	} else if pid, ok := removeStale(root); ok {
+		s.StalePID = pid
+	}
+	runs, errs := tracker.NewStore(root).List()
+	for _, st := range runs {
+		s.Runs[st.State]++
+	}
+	for _, err := range errs {
+		s.Problems = append(s.Problems, err.Error())
+	}
+	if err := tracker.CheckHistoryEnd(root); err != nil {
+		s.Problems = append(s.Problems, err.Error())
+	}
+	if msg := fullDisk(root); msg != "" {
+		s.Problems = append(s.Problems, msg)
+	}
+	return s
 }
 
 func printStatus(e *env, s status) {
