@@ -87,6 +87,7 @@ func (w *watcher) examine(name string) {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		w.forget(name) // taken, renamed away or removed
+		delete(w.faulted, name)
 		if nameErr == nil {
 			if q := w.queued(n.ID); q != nil && n.Verb == spool.VerbStart {
 				w.queuedRequestGone(q, "its request was removed from the spool while queued")
