@@ -505,11 +505,11 @@ type logLine struct {
 func (c *logsCmd) both(e *env, st *tracker.State) error {
 	store := tracker.NewStore(e.root)
 	it := store.Interleave(st.ID, c.Offset)
-	print := func(l tracker.Line) error { return c.printLine(e, e.stdout, l) }
+	emit := func(l tracker.Line) error { return c.printLine(e, e.stdout, l) }
 	if !c.Follow {
 		var tail []tracker.Line
 		if c.Tail > 0 {
-			print = func(l tracker.Line) error {
+			emit = func(l tracker.Line) error {
 				tail = append(tail, l)
 				if len(tail) > c.Tail {
 					tail = tail[1:]
@@ -517,7 +517,7 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 				return nil
 			}
 		}
-		if err := it.Read(st, true, print); err != nil {
+		if err := it.Read(st, true, emit); err != nil {
 			return err
 		}
 		for _, l := range tail {
@@ -532,7 +532,7 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 	spin := startSpinner(e, "following "+c.ID)
 	defer spin.end()
 	out := stdoutVia(e, spin)
-	print = func(l tracker.Line) error { return c.printLine(e, out, l) }
+	emit = func(l tracker.Line) error { return c.printLine(e, out, l) }
 	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
 		cur, err := store.Read(c.ID)
 		if err != nil {
@@ -540,7 +540,7 @@ func (c *logsCmd) both(e *env, st *tracker.State) error {
 		}
 		spin.set(func() string { return waitingText(cur) })
 		done := tracker.Final(cur.State)
-		if err := it.Read(cur, done, print); err != nil {
+		if err := it.Read(cur, done, emit); err != nil {
 			return false, err
 		}
 		if done {
