@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -194,29 +193,6 @@ func ThreadChildren(tid int) ([]int, error) {
 	for _, field := range bytes.Fields(b) {
 		if child, err := strconv.Atoi(string(field)); err == nil {
 			out = append(out, child)
-		}
-	}
-	return out, nil
-}
-
-// Children returns the PIDs of the children of process pid, from
-// /proc/<pid>/task/*/children: a child is listed under the thread that
-// created it, or that adopted it as a subreaper.
-func Children(pid int) ([]int, error) {
-	files, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	if err != nil {
-		return nil, err
-	}
-	var out []int
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue // the thread ended
-		}
-		for _, field := range bytes.Fields(b) {
-			if child, err := strconv.Atoi(string(field)); err == nil {
-				out = append(out, child)
-			}
 		}
 	}
 	return out, nil

@@ -42,7 +42,7 @@ func (c *upCmd) Run(e *env) error {
 	}
 	switch {
 	case c.JSON:
-		return writeJSON(e.stdout, readStatus(e.root))
+		return printStatusJSON(e)
 	case started:
 		fmt.Fprintf(e.stdout, "started a watcher on %s (pid %d)\n", e.root, pid)
 	default:
@@ -250,7 +250,7 @@ func (c *downCmd) Run(e *env) error {
 	}
 	switch {
 	case c.JSON:
-		return writeJSON(e.stdout, readStatus(e.root))
+		return printStatusJSON(e)
 	case c.KeepRuns:
 		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d); its runs keep running\n", e.root, pid)
 	default:
@@ -337,4 +337,13 @@ func liveKeeper(root string) (*procfs.Handle, int) {
 		return nil, 0
 	}
 	return h, pid
+}
+
+// printStatusJSON prints what tend status --json would (up and down --json).
+func printStatusJSON(e *env) error {
+	s, err := readStatus(e.root)
+	if err != nil {
+		return err
+	}
+	return writeJSON(e.stdout, s)
 }

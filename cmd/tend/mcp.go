@@ -125,13 +125,7 @@ func (t *tools) start(ctx context.Context, _ *mcp.CallToolRequest, in startIn) (
 	for k, v := range in.Labels {
 		args = append(args, "--label", k+"="+v)
 	}
-	var out, errs bytes.Buffer
-	argv := append([]string{"--root", t.root}, append(args, "--", in.Command)...)
-	if code := run(argv, &out, &errs); code != exitOK && code != exitNoWatcher {
-		return toolError(fmt.Sprintf("tend start: exit %d\n%s", code, errs.String()))
-	}
-	id := string(bytes.TrimSpace(out.Bytes()))
-	return t.cli("show", id, "--json")
+	return t.cli(append(args, "--json", "--", in.Command)...)
 }
 
 func (t *tools) ls(ctx context.Context, _ *mcp.CallToolRequest, in lsIn) (*mcp.CallToolResult, any, error) {

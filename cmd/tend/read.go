@@ -296,8 +296,9 @@ type showCmd struct {
 func (c *showCmd) Help() string {
 	return `Shows everything about one run: its state and why, exit, command,
 session, process, times, labels, notes, progress, live usage, how long its
-output has been quiet and its last line, what was dropped from its output,
-and where its files are. Example: tend show build; tend show build --json`
+output has been quiet, a service's restarts and health, what was dropped
+from its output, where its files are, and its last lines of output (both
+streams, in order). Example: tend show build; tend show build --json`
 }
 
 func (c *showCmd) Run(e *env) error {
@@ -354,7 +355,6 @@ func (c *showCmd) Run(e *env) error {
 	}
 	if q := quietFor(store, st, time.Now()); q != nil {
 		row("quiet", fmt.Sprintf("%.0fs since its output last grew", *q))
-		row("last line", commandText([]string{lastLine(store, st)}, 100))
 	}
 	if o := st.Output; o != nil && (o.Stdout.Dropped > 0 || o.Stderr.Dropped > 0) {
 		row("dropped", fmt.Sprintf("%d bytes of stdout, %d of stderr (output capped at %s a stream)", o.Stdout.Dropped, o.Stderr.Dropped, bytesText(o.Limit)))

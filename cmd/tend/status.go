@@ -42,10 +42,10 @@ type status struct {
 }
 
 func (c *statusCmd) Run(e *env) error {
-	if _, _, err := watcher.Probe(e.root); err != nil {
+	s, err := readStatus(e.root)
+	if err != nil {
 		return err
 	}
-	s := readStatus(e.root)
 	if c.JSON {
 		b, _ := json.MarshalIndent(s, "", "  ")
 		fmt.Fprintln(e.stdout, string(b))
@@ -60,9 +60,12 @@ func (c *statusCmd) Run(e *env) error {
 
 // readStatus finds out what status prints: whether a watcher runs (by its
 // lock), the runs per state, and problems a quick look finds.
-func readStatus(root string) status {
+func readStatus(root string) (status, error) {
 	s := status{Root: root, Runs: map[string]int{}}
-	running, _, _ := watcher.Probe(root)
+	running, _, err := watcher.Probe(root)
+	if err != nil {
+		return s, err
+	}
 	if running {
 		s.Running = true
 		if info, err := watcher.ReadInfo(root); err == nil {
@@ -86,7 +89,7 @@ func readStatus(root string) status {
 	if msg := fullDisk(root); msg != "" {
 		s.Problems = append(s.Problems, msg)
 	}
-	return s
+	return s, nil
 }
 
 func printStatus(e *env, s status) {
