@@ -8,6 +8,7 @@
 package tracker
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -180,8 +181,61 @@ func (st *State) checksum() string {
 	c := *st
 	c.Sum = ""
 	b, _ := json.Marshal(&c)
-	h := sha256.Sum256(b)
+	return sumOf(b)
+}
+
+func sumOf(compact []byte) string {
+	h := sha256.Sum256(compact)
 	return hex.EncodeToString(h[:12])
+}
+
+// sumSuffix is how the compact JSON of a record ends before its sum is
+// filled in; sum is its last field.
+const sumSuffix = `,"sum":""}`
+
+// fileSumMatches reports whether state file bytes b, as tend writes them
+// (State marshaled with indentation), carry the checksum sum. It needs no
+// marshaling: the compact form of such a file is json.Marshal's output, so
+// emptying its sum gives the checksummed bytes. A false answer only means
+// the file is not byte for byte what tend writes (checksum decides then).
+func fileSumMatches(b []byte, sum string) bool {
+	if len(sum) != 24 {
+		return false
+	}
+	c := compact(b)
+	tail := `,"sum":"` + sum + `"}`
+	if !bytes.HasSuffix(c, []byte(tail)) {
+		return false
+	}
+	c = append(c[:len(c)-len(tail)], sumSuffix...)
+	return sumOf(c) == sum
+}
+
+// compact returns valid JSON b without the white space outside its
+// strings: what json.Compact gives, without its validating scanner (the
+// caller has parsed b already).
+func compact(b []byte) []byte {
+	out := make([]byte, 0, len(b))
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == ' ' || c == '\n' || c == '\t' || c == '\r':
+			continue
+		case c == '"':
+			inString = true
+		}
+		out = append(out, c)
+	}
+	return out
 }
 
 // Stop records a decision to stop a run: why, and when SIGKILL follows the
