@@ -1,7 +1,6 @@
 package spool
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -10,9 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"syscall"
 
-	"github.com/natefinch/atomic"
 	"golang.org/x/sys/unix"
 )
 
@@ -210,7 +207,7 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 			return "", &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 		}
 		line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
-		return dst, writeAtomic(dst+".error", []byte(line))
+		return dst, Replace(dst+".error", []byte(line))
 	}
 }
 
@@ -254,13 +251,18 @@ func (d Dir) OutcomePath(n Name) string {
 	return filepath.Join(d.Outcomes(), n.String())
 }
 
-// WriteOutcome replaces the outcome of request n, atomically and durably.
+// WriteOutcome replaces the outcome of request n, atomically. It is not
+// synced: an outcome answers a client on this machine, which a crash of
+// the watcher does not take its answer from (the page cache outlives it)
+// and a power loss takes away with the answer; what the outcome reports is
+// in the run's record, which is synced first, and a start request left
+// unanswered is answered again on restart.
 func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 	line := outcome
 	if detail != "" {
 		line += ": " + oneLine(detail)
 	}
-	return writeAtomic(d.OutcomePath(n), []byte(line+"\n"))
+	return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"))
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error
@@ -297,26 +299,4 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 		os.Remove(tmp)
 	}
 	return err
-}
-
-// writeAtomic replaces path with data so that readers see the old or the
-// new content, never a mix, and the change survives a power loss.
-func writeAtomic(path string, data []byte) error {
-	if err := atomic.WriteFile(path, bytes.NewReader(data)); err != nil {
-		return fmt.Errorf("%s: %v", path, err)
-	}
-	return SyncDir(filepath.Dir(path))
-}
-
-// SyncDir fsyncs a directory, making the renames in it durable.
-func SyncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil && !errors.Is(err, syscall.EINVAL) {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }

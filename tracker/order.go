@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/natefinch/atomic"
+	"github.com/tendhq/tend/spool"
 )
 
 // A run writes stdout and stderr to two files, which do not say how the
@@ -111,7 +111,7 @@ func (s *Store) TrimSwitches(id string, keep int) (int64, error) {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	return int64(b.Len()), atomic.WriteFile(s.Path(id, OrderFile), bytes.NewReader(b.Bytes()))
+	return int64(b.Len()), spool.ReplaceUnsynced(s.Path(id, OrderFile), b.Bytes())
 }
 
 // A Line is a line of a run's output, or its last bytes if they have no

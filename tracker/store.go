@@ -1,7 +1,6 @@
 package tracker
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -14,7 +13,6 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/natefinch/atomic"
 	"github.com/tendhq/tend/spool"
 	"golang.org/x/sys/unix"
 )
@@ -62,11 +60,10 @@ func (s *Store) Write(st *State) error {
 	if err != nil {
 		return fmt.Errorf("run %s: %w", st.ID, err)
 	}
-	path := s.Path(st.ID, "state.json")
-	if err := atomic.WriteFile(path, bytes.NewReader(append(b, '\n'))); err != nil {
-		return fmt.Errorf("run %s: %v", st.ID, err) // atomic's errors are not wrappable
+	if err := spool.Replace(s.Path(st.ID, "state.json"), append(b, '\n')); err != nil {
+		return fmt.Errorf("run %s: %w", st.ID, err)
 	}
-	return spool.SyncDir(filepath.Dir(path))
+	return nil
 }
 
 // Read returns run id's state. A missing run gives an error satisfying

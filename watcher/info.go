@@ -6,10 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"time"
 
-	"github.com/natefinch/atomic"
+	"github.com/tendhq/tend/spool"
 )
 
 // Info is what a running watcher says about itself in ROOT/watcher.json,
@@ -45,10 +44,10 @@ func ReadInfo(root string) (Info, error) {
 func (w *watcher) writeInfo() error {
 	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: time.Now().UTC(), Root: w.cfg.Root}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := atomic.WriteFile(InfoPath(w.cfg.Root), strings.NewReader(string(b)+"\n")); err != nil {
+	if err := spool.Replace(InfoPath(w.cfg.Root), append(b, '\n')); err != nil {
 		return fmt.Errorf("%s: %w", InfoPath(w.cfg.Root), err)
 	}
-	if err := atomic.WriteFile(PIDPath(w.cfg.Root), strings.NewReader(strconv.Itoa(os.Getpid())+"\n")); err != nil {
+	if err := spool.Replace(PIDPath(w.cfg.Root), []byte(strconv.Itoa(os.Getpid())+"\n")); err != nil {
 		return fmt.Errorf("%s: %w", PIDPath(w.cfg.Root), err)
 	}
 	return nil

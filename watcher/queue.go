@@ -10,7 +10,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/natefinch/atomic"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
@@ -181,7 +180,7 @@ func (w *watcher) writeQueue() {
 		b.WriteString(q.st.ID)
 		b.WriteByte('\n')
 	}
-	if err := atomic.WriteFile(QueuePath(w.cfg.Root), strings.NewReader(b.String())); err != nil {
+	if err := spool.Replace(QueuePath(w.cfg.Root), []byte(b.String())); err != nil {
 		w.log.Printf("%v", err)
 	}
 }

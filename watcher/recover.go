@@ -80,9 +80,10 @@ func (w *watcher) recoverClaimed(id string) {
 
 func (w *watcher) recoverLive(st *tracker.State) {
 	// A watcher that died between launching a run and answering its start
-	// request leaves a client waiting: answer it now.
+	// request leaves a client waiting: answer it now. Outcomes are not
+	// synced, so after a power loss the answer may also be there but empty.
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
-	if _, err := os.Stat(w.spool.OutcomePath(n)); errors.Is(err, os.ErrNotExist) {
+	if fi, err := os.Stat(w.spool.OutcomePath(n)); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
 		w.outcome(n, spool.Accepted, "")
 	}
 	if st.PID == 0 || st.ProcStart == 0 {

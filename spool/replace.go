@@ -1,0 +1,117 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+)
+
+// Replace replaces the file at path with data, atomically and durably:
+// readers see the old content or the new, never a mix, and once Replace
+// returns the new content survives a crash or a power loss (the file and
+// its directory are fsynced). The new file keeps the mode of the one it
+// replaces; a new one gets 0600.
+//
+// It is what every record of a run is written with, so it is lean: raw
+// system calls, where os.File registers every file with the runtime's
+// poller (four fcntl and an epoll_ctl a file).
+func Replace(path string, data []byte) error {
+	return replace(path, data, true)
+}
+
+// ReplaceUnsynced is Replace without the fsyncs: atomic for readers and
+// across a crash of the process, but a power loss may lose the change (or
+// leave the file empty). For files that are rebuilt or answered again
+// after a restart.
+func ReplaceUnsynced(path string, data []byte) error {
+	return replace(path, data, false)
+}
+
+func replace(path string, data []byte, durable bool) error {
+	fd, tmp, err := createTemp(path)
+	if err != nil {
+		return err
+	}
+	err = writeAll(fd, data)
+	if err == nil {
+		err = keepMode(fd, path)
+	}
+	if err == nil && durable {
+		err = unix.Fsync(fd)
+	}
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = unix.Rename(tmp, path)
+	}
+	if err != nil {
+		unix.Unlink(tmp)
+		return fmt.Errorf("%s: replacing: %w", path, err)
+	}
+	if durable {
+		return SyncDir(filepath.Dir(path))
+	}
+	return nil
+}
+
+// createTemp creates a file beside path, named path followed by digits
+// (the names tend fsck knows as leftovers of an interrupted write).
+func createTemp(path string) (fd int, tmp string, err error) {
+	for range 100 {
+		tmp = path + strconv.FormatUint(uint64(rand.Uint32()), 10)
+		fd, err = unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+		if !errors.Is(err, unix.EEXIST) {
+			break
+		}
+	}
+	if err != nil {
+		return -1, "", &os.PathError{Op: "create", Path: tmp, Err: err}
+	}
+	return fd, tmp, nil
+}
+
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
+	}
+	return nil
+}
+
+// keepMode gives the new file behind fd the permission bits of the file at
+// path, if there is one and they differ from 0600.
+func keepMode(fd int, path string) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(path, &st); err != nil {
+		return nil // nothing to keep
+	}
+	if mode := st.Mode & 0o7777; mode != 0o600 {
+		return unix.Fchmod(fd, mode)
+	}
+	return nil
+}
+
+// SyncDir fsyncs a directory, making the renames in it durable.
+func SyncDir(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}

@@ -1,0 +1,56 @@
+package spool
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestReplace(t *testing.T) {
+	for _, replace := range []struct {
+		name string
+		f    func(string, []byte) error
+	}{{"Replace", Replace}, {"ReplaceUnsynced", ReplaceUnsynced}} {
+		t.Run(replace.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "f")
+			if err := replace.f(path, []byte("one\n")); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+				t.Fatalf("new file: %v, %v; want mode 0600", fi.Mode(), err)
+			}
+			os.Chmod(path, 0o644) // an operator opened it to others: kept
+			if err := replace.f(path, []byte("two\n")); err != nil {
+				t.Fatal(err)
+			}
+			b, _ := os.ReadFile(path)
+			fi, _ := os.Stat(path)
+			if string(b) != "two\n" || fi.Mode().Perm() != 0o644 {
+				t.Fatalf("replaced: %q, mode %v; want two, 0644", b, fi.Mode())
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Fatalf("left beside it: %v", ents)
+			}
+		})
+	}
+}
+
+func TestReplaceFailsNamingTheFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "missing", "f")
+	err := Replace(path, []byte("x"))
+	if err == nil || !strings.Contains(err.Error(), path) {
+		t.Fatalf("Replace into a missing directory: %v", err)
+	}
+	// A rename that fails (a directory in the way) leaves no temporary file.
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "d", "x"), nil, 0o644)
+	if err := Replace(filepath.Join(dir, "d"), []byte("x")); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "d")) {
+		t.Fatalf("Replace over a directory: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+		t.Fatalf("left behind: %v", ents)
+	}
+}
