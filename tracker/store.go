@@ -66,6 +66,24 @@ func (s *Store) Write(st *State) error {
 	return nil
 }
 
+// Stamp identifies one version of a run's state.json: replacing the file
+// or changing it in place gives it another. The zero Stamp is no file's.
+type Stamp struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+// Stamp returns the Stamp of run id's state.json as it is now.
+func (s *Store) Stamp(id string) (Stamp, error) {
+	var st unix.Stat_t
+	path := s.Path(id, "state.json")
+	if err := unix.Lstat(path, &st); err != nil {
+		return Stamp{}, &os.PathError{Op: "lstat", Path: path, Err: err}
+	}
+	return Stamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+}
+
 // Read returns run id's state. A missing run gives an error satisfying
 // errors.Is(err, ErrNotFound); a state file that does not parse gives an
 // error naming the file.

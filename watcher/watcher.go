@@ -228,6 +228,10 @@ type watcher struct {
 	waiting map[string]*backoff // runs in backoff, waiting to start again
 	unsaved unsaved
 	passed  []tracker.Event // events of states passed through, for the next save (see passing)
+	// written holds the stamp of the state.json this watcher wrote last
+	// for each run not yet ended: guard's proof, with one stat, that
+	// nobody changed it since.
+	written map[string]tracker.Stamp
 	limits  Limits
 	pending map[string]*pending // spool entries not yet taken, by file name
 	// faulted holds, by file name, the fault that keeps a request from
@@ -262,6 +266,7 @@ func newWatcher(cfg Config) *watcher {
 		store:      tracker.NewStore(cfg.Root),
 		hist:       tracker.OpenHistory(cfg.Root),
 		runs:       make(map[string]*run),
+		written:    make(map[string]tracker.Stamp),
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
 		forker:     newForker(),
@@ -427,6 +432,11 @@ func (w *watcher) guard(st *tracker.State) {
 	if st.Rev == 0 || w.unsaved.states[st.ID] != nil {
 		return // nothing written yet, or the last write failed: the file is behind
 	}
+	if stamp, ok := w.written[st.ID]; ok {
+		if now, err := w.store.Stamp(st.ID); err == nil && now == stamp {
+			return
+		}
+	}
 	path := w.store.Path(st.ID, "state.json")
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -467,8 +477,22 @@ func (w *watcher) save(st *tracker.State) {
 		w.unsaved.states[st.ID] = st
 	} else {
 		delete(w.unsaved.states, st.ID)
+		w.stamp(st)
 	}
 	w.retryUnsaved()
+}
+
+// stamp notes the stamp of the state.json just written for st, while the
+// run goes on; an ended run's record changes rarely (a label, a note) and
+// is checked the long way, so the map holds only runs not yet ended.
+func (w *watcher) stamp(st *tracker.State) {
+	delete(w.written, st.ID)
+	if tracker.Final(st.State) {
+		return
+	}
+	if stamp, err := w.store.Stamp(st.ID); err == nil {
+		w.written[st.ID] = stamp
+	}
 }
 
 // passing records that run st passes through its current state on its
@@ -507,6 +531,7 @@ func (w *watcher) retryUnsaved() {
 			if w.store.Write(st) == nil {
 				w.log.Printf("run %s: its record (%s, rev %d) is written now", id, st.State, st.Rev)
 				delete(u.states, id)
+				w.stamp(st)
 			}
 		}
 		for n, o := range u.outcomes {
