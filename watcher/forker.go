@@ -13,10 +13,10 @@ import (
 // is listed under the thread that created it (/proc/self/task/TID/
 // children), and an orphan handed to the watcher as a subreaper under its
 // first live thread, the main one (the kernel's find_new_reaper). So the
-// runs and health checks are children of the forker's thread, orphans of
-// the main thread's, and two /proc files list them all (children): the
-// watcher reads them at every exit, where reading every thread's list cost
-// more than the rest of a run's bookkeeping.
+// runs are children of the forker's thread and orphans of the main
+// thread's, and the watcher reads the main thread's list (orphans) at every
+// exit, where reading every thread's list cost more than the rest of a
+// run's bookkeeping.
 type forker struct {
 	do  chan func()
 	tid int
@@ -48,13 +48,11 @@ func (f *forker) run(fn func()) {
 	<-done
 }
 
-// children returns the PIDs of this process's children: those the forker
-// started, and the orphans it adopted.
-func (f *forker) children() ([]int, error) {
-	kids, err := procfs.ThreadChildren(f.tid)
-	if err != nil || f.tid == os.Getpid() {
-		return kids, err
-	}
-	orphans, err := procfs.ThreadChildren(os.Getpid())
-	return append(kids, orphans...), err
+// orphans returns the PIDs of the orphans handed to this process as a
+// subreaper: the main thread's children. Those the forker started are not
+// among them, unless the forker's thread is the main thread; they are all
+// run leaders, which the watcher knows, so it need not list them: a storm
+// of exits read both lists at every exit, 500 entries each time.
+func (f *forker) orphans() ([]int, error) {
+	return procfs.ThreadChildren(os.Getpid())
 }

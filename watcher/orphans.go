@@ -27,7 +27,7 @@ type stray struct {
 // run leaders (those are reaped by their pidfd, once their group is empty).
 func (w *watcher) reapOrphans() {
 	leaders := w.ownLeaders()
-	kids, err := w.forker.children()
+	kids, err := w.forker.orphans()
 	if err != nil {
 		w.log.Printf("listing children: %v", err)
 		return
@@ -133,7 +133,8 @@ func (w *watcher) drain() {
 }
 
 // onlyLeadersLeft reports whether every child of this watcher leads one of
-// its own runs, and no stray is being ended. Then the group of every run
+// its own runs (the forker's thread starts nothing else, so only the
+// orphans are read), and no stray is being ended. Then the group of every run
 // whose leader has exited is empty, and drain need not read all of /proc:
 // a leader's descendants are its children's, which became this watcher's
 // (a child subreaper) when it exited, before its exit was reported. Once
@@ -148,7 +149,7 @@ func (w *watcher) onlyLeadersLeft() bool {
 			return false // its members are not this watcher's children
 		}
 	}
-	kids, err := w.forker.children()
+	kids, err := w.forker.orphans()
 	if err != nil {
 		return false
 	}
