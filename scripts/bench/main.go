@@ -26,6 +26,7 @@ import (
 
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
+	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5), for profiling; W3 includes W4 on disk")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: bench [-peers] PATH-TO-TEND")
@@ -33,7 +34,7 @@ func main() {
 	}
 	tend, err := filepath.Abs(flag.Arg(0))
 	check(err)
-	b := &bench{tend: tend}
+	b := &bench{tend: tend, only: *only}
 	b.floor1 = floorRate(1000, 2)
 	b.floor2p50, b.floor2p99 = floorLatency()
 	b.row("floor: fork+exec /bin/true, 2 workers", "-", fmt.Sprintf("%.0f jobs/s", b.floor1), true, "")
@@ -47,14 +48,17 @@ func main() {
 	}
 	for _, base := range bases {
 		b.base = base
-		b.w1()
-		b.w2()
+		b.measure("W1", b.w1)
+		b.measure("W2", b.w2)
+		if base != "" {
+			b.measure("W4", b.w4) // on disk, W3's live runs are canceled instead
+		}
 	}
 	b.base = ""
-	b.w1cli()
-	b.w2inPlace()
-	b.w3()
-	b.w5()
+	b.measure("W1", b.w1cli)
+	b.measure("W2", b.w2inPlace)
+	b.measure("W3", b.w3)
+	b.measure("W5", b.w5)
 	if *peers {
 		b.peers()
 	}
@@ -66,6 +70,7 @@ func main() {
 
 type bench struct {
 	tend   string
+	only   string      // the workloads to measure, or "" for all
 	rows   [][4]string // workload, tend, floor, ratio and verdict
 	missed int
 	// base is where roots are made: "" for TMPDIR, or a tmpfs.
@@ -73,6 +78,13 @@ type bench struct {
 	// the floors, measured once at the start
 	floor1               float64
 	floor2p50, floor2p99 time.Duration
+}
+
+// measure runs workload w unless -only leaves it out.
+func (b *bench) measure(name string, w func()) {
+	if b.only == "" || slices.Contains(strings.Split(b.only, ","), name) {
+		w()
+	}
 }
 
 // where names b.base for a row.
@@ -369,6 +381,18 @@ func cpuTicks(pids []int) uint64 {
 }
 
 // w4 cancels the n live runs of w3 at once.
+// w4 starts 500 live runs and cancels them all at once.
+func (b *bench) w4() {
+	const n = 500
+	r := b.up()
+	defer r.down()
+	for i := range n {
+		r.drop(fmt.Sprintf("w4-%d.start", i), "exec sleep 600")
+	}
+	r.waitStates(n, tracker.Running)
+	r.w4(n)
+}
+
 func (r *root) w4(n int) {
 	start := time.Now()
 	runs, _ := tracker.NewStore(r.path).List()
@@ -380,7 +404,7 @@ func (r *root) w4(n int) {
 	r.waitStates(n, tracker.Canceled)
 	took := time.Since(start)
 	floor := floorStorm(n)
-	r.b.row("W4 cancel storm, 500 live runs", took.Round(time.Millisecond).String(), floor.Round(time.Millisecond).String(),
+	r.b.row("W4 cancel storm, 500 live runs, "+r.b.where(), took.Round(time.Millisecond).String(), floor.Round(time.Millisecond).String(),
 		took <= 2*floor, "<= 2x floor")
 }
 
