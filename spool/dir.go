@@ -5,7 +5,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -96,8 +95,7 @@ func readFile(path, name string) (File, error) {
 	if err != nil {
 		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
+	defer unix.Close(fd)
 	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino}
 	if st.Size > MaxBody {
 		return out, fmt.Errorf("%s: %d bytes: %w", name, st.Size, ErrTooLarge)
@@ -106,7 +104,7 @@ func readFile(path, name string) (File, error) {
 	if err != nil {
 		return out, fmt.Errorf("%s: %w", name, err)
 	}
-	out.Body, err = io.ReadAll(io.LimitReader(f, MaxBody+1))
+	out.Body, err = readUpTo(fd, st.Size, MaxBody+1)
 	if err != nil {
 		return out, &os.PathError{Op: "read", Path: path, Err: err}
 	}
@@ -122,6 +120,30 @@ func readFile(path, name string) (File, error) {
 	}
 	out.Settled = leased
 	return out, nil
+}
+
+// readUpTo reads fd to its end or to limit bytes, whichever comes first,
+// with raw reads into a buffer sized for the size fstat gave (a request is
+// read at every arrival: os.File would register each with the poller).
+func readUpTo(fd int, size, limit int64) ([]byte, error) {
+	buf := make([]byte, 0, min(max(size, 0), limit)+1)
+	for int64(len(buf)) < limit {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)] // grown: the file grew
+		}
+		n, err := unix.Read(fd, buf[len(buf):min(int64(cap(buf)), limit)])
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return buf, err
+		}
+		if n == 0 {
+			return buf, nil
+		}
+		buf = buf[:len(buf)+n]
+	}
+	return buf, nil
 }
 
 // takeReadLease takes a read lease on fd, which the kernel grants only when

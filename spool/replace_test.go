@@ -54,3 +54,36 @@ func TestReplaceFailsNamingTheFile(t *testing.T) {
 		t.Fatalf("left behind: %v", ents)
 	}
 }
+
+// readUpTo reads a request whole whatever size fstat said (a file that
+// grew since reads on), and no more than its limit.
+func TestReadUpTo(t *testing.T) {
+	body := strings.Repeat("abcdefgh", 1000)
+	tests := []struct {
+		name        string
+		size, limit int64
+		want        int
+	}{
+		{"size as fstat said", 8000, 9000, 8000},
+		{"grew since fstat", 10, 9000, 8000},
+		{"empty by fstat", 0, 9000, 8000},
+		{"shrank since fstat", 20000, 9000, 8000},
+		{"over the limit", 8000, 4001, 4001},
+		{"at the limit", 8000, 8000, 8000},
+	}
+	path := filepath.Join(t.TempDir(), "r")
+	os.WriteFile(path, []byte(body), 0o600)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			got, err := readUpTo(int(f.Fd()), tt.size, tt.limit)
+			if err != nil || string(got) != body[:tt.want] {
+				t.Fatalf("read %d bytes, %v; want %d", len(got), err, tt.want)
+			}
+		})
+	}
+}
