@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/gofrs/flock"
+	"golang.org/x/sys/unix"
 )
 
 // Event is one line of history.jsonl: a run reached a state.
@@ -39,7 +41,12 @@ func EventOf(st *State, at time.Time) Event {
 // under the same lock.
 type History struct {
 	root string
-	lock *flock.Flock
+	// lockFD is history.lock, opened at the first append and kept open:
+	// an append is then two flock calls, not an open and a close too. mu
+	// orders this History's own appends (a flock held through one open
+	// file is not exclusive within it).
+	mu     sync.Mutex
+	lockFD int
 	// MaxSize is the size beyond which history.jsonl is rotated before an
 	// append: it becomes history.1.jsonl, history.1.jsonl becomes
 	// history.2.jsonl, and so on; none is deleted. Zero: never.
@@ -55,7 +62,7 @@ var ErrTornEnd = errors.New("the last line is torn (no newline at the end): noth
 
 // OpenHistory returns the History of the tend root at root.
 func OpenHistory(root string) *History {
-	return &History{root: root, lock: flock.New(filepath.Join(root, "history.lock")), MaxSize: DefaultMaxHistorySize}
+	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize}
 }
 
 // HistoryPath returns the path of the current history file of root.
@@ -68,11 +75,28 @@ func rotatedPath(root string, n int) string {
 
 // Append adds events to the history, each on its own line.
 func (h *History) Append(events ...Event) error {
-	if err := h.lock.Lock(); err != nil {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lockFD < 0 {
+		fd, err := unix.Open(filepath.Join(h.root, "history.lock"), unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+		if err != nil {
+			return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
+		}
+		h.lockFD = fd
+	}
+	if err := flockRetry(h.lockFD, unix.LOCK_EX); err != nil {
 		return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
 	}
-	defer h.lock.Unlock()
+	defer flockRetry(h.lockFD, unix.LOCK_UN)
 	return h.appendLocked(events...)
+}
+
+func flockRetry(fd, how int) error {
+	for {
+		if err := unix.Flock(fd, how); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
 }
 
 // appendLocked appends events; the caller holds the history lock.
@@ -86,25 +110,68 @@ func (h *History) appendLocked(events ...Event) error {
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	size, err := checkEnd(HistoryPath(h.root))
+	path := HistoryPath(h.root)
+	fd, size, err := openEnd(path)
 	if err != nil {
 		return err
 	}
 	if h.MaxSize > 0 && size > 0 && size+int64(buf.Len()) > h.MaxSize {
+		unix.Close(fd)
 		if err := rotate(h.root); err != nil {
 			return err
 		}
+		if fd, _, err = openEnd(path); err != nil {
+			return err
+		}
 	}
-	f, err := os.OpenFile(HistoryPath(h.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(buf.Bytes())
-	if cerr := f.Close(); err == nil {
+	err = writeAll(fd, buf.Bytes())
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
-		return fmt.Errorf("%s: %w", HistoryPath(h.root), err)
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// openEnd opens the history file at path for appending, creating it, and
+// returns it with its size; ErrTornEnd if it does not end with a newline.
+// Raw system calls: it runs at every state change of every run.
+func openEnd(path string) (fd int, size int64, err error) {
+	fd, err = unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return -1, 0, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, 0, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Size == 0 {
+		return fd, 0, nil
+	}
+	var last [1]byte
+	if _, err := unix.Pread(fd, last[:], st.Size-1); err != nil {
+		unix.Close(fd)
+		return -1, 0, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if last[0] != '\n' {
+		unix.Close(fd)
+		return -1, 0, fmt.Errorf("%s: %w", path, ErrTornEnd)
+	}
+	return fd, st.Size, nil
+}
+
+func writeAll(fd int, data []byte) error {
+	for len(data) > 0 {
+		n, err := unix.Write(fd, data)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		data = data[n:]
 	}
 	return nil
 }
