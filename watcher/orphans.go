@@ -26,12 +26,15 @@ type stray struct {
 // reapOrphans reaps the watcher's children that have exited and are not
 // run leaders (those are reaped by their pidfd, once their group is empty).
 func (w *watcher) reapOrphans() {
-	leaders := w.ownLeaders()
 	kids, err := w.forker.orphans()
 	if err != nil {
 		w.log.Printf("listing children: %v", err)
 		return
 	}
+	if len(kids) == 0 {
+		return // the usual case, at every exit of a run
+	}
+	leaders := w.ownLeaders()
 	for _, pid := range kids {
 		if leaders[pid] {
 			continue

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // pending is a spool entry that has been seen but not yet taken or rejected.
@@ -300,9 +301,21 @@ func (w *watcher) cwd(dir string) string {
 	return filepath.Join(filepath.Dir(w.cfg.Root), dir)
 }
 
+// emptyDir reports whether dir holds nothing, from one getdents: the
+// directory a claim just made (os.ReadDir would cost twice the calls).
 func emptyDir(dir string) bool {
-	ents, err := os.ReadDir(dir)
-	return err == nil && len(ents) == 0
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var buf [4096]byte
+	n, err := unix.Getdents(fd, buf[:])
+	if err != nil {
+		return false
+	}
+	_, _, names := unix.ParseDirent(buf[:n], -1, nil) // without . and ..
+	return len(names) == 0
 }
 
 func (w *watcher) answer(n spool.Name, outcome, detail string) {

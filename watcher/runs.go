@@ -177,11 +177,11 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 			gate.Close()
 		}
 	}()
-	if files[0], err = os.Open(os.DevNull); err != nil {
+	if files[0], err = openPlain(os.DevNull, unix.O_RDONLY, 0); err != nil {
 		return nil, nil, err
 	}
 	for i, name := range []string{"stdout", "stderr"} {
-		if files[i+1], err = os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644); err != nil {
+		if files[i+1], err = openPlain(filepath.Join(dir, name), unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND, 0o644); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -220,6 +220,17 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 	}
 	h, err = procfs.NewHandle(pidfd, pid)
 	return h, gate, err
+}
+
+// openPlain opens a file for a child to inherit, without registering it
+// with the runtime's poller as os.OpenFile does (four fcntl and an
+// epoll_ctl that fail for a regular file, at every start).
+func openPlain(path string, flags int, mode uint32) (*os.File, error) {
+	fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 func unwrapStart(err error) error {
