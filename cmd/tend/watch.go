@@ -2,8 +2,10 @@ package main
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"time"
@@ -93,6 +95,13 @@ func (c *watcherCmd) Run(e *env) error {
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
 	}
+	if path := os.Getenv("TEND_CPUPROFILE"); path != "" {
+		stopProfile, perr := profileCPU(path)
+		if perr != nil {
+			return perr
+		}
+		defer stopProfile()
+	}
 	err := watcher.Run(cfg)
 	switch {
 	case errors.Is(err, watcher.ErrRunning):
@@ -101,4 +110,21 @@ func (c *watcherCmd) Run(e *env) error {
 		return exitf(exitCannotStart, "%v", err)
 	}
 	return err
+}
+
+// profileCPU writes the watcher's CPU profile to path until the returned
+// function is called (TEND_CPUPROFILE, for docs/performance.md's work).
+func profileCPU(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("TEND_CPUPROFILE: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("TEND_CPUPROFILE %s: %w", path, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
