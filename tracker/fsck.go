@@ -169,9 +169,9 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	return problems
 }
 
-// tempName matches what an interrupted atomic write leaves: natefinch/
-// atomic's "<name><digits>" and tend's hidden ".<name>.<random>.tmp".
-var tempName = regexp.MustCompile(`^(state\.json|watcher\.json|queue|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
+// tempName matches what an interrupted atomic write leaves: spool.Replace's
+// "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
+var tempName = regexp.MustCompile(`^(state\.json|order|watcher\.json|watcher\.pid|queue|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
 
 // leftovers finds temporary files and directories that only a crash
 // leaves behind.
