@@ -37,7 +37,7 @@ func replace(path string, data []byte, durable bool) error {
 	if err != nil {
 		return err
 	}
-	err = writeAll(fd, data)
+	err = WriteAll(fd, data)
 	if err == nil {
 		err = keepMode(fd, path)
 	}
@@ -76,7 +76,10 @@ func createTemp(path string) (fd int, tmp string, err error) {
 	return fd, tmp, nil
 }
 
-func writeAll(fd int, data []byte) error {
+// WriteAll writes data to fd whole, through short and interrupted writes,
+// with raw system calls: what records and history appends are written
+// with.
+func WriteAll(fd int, data []byte) error {
 	for len(data) > 0 {
 		n, err := unix.Write(fd, data)
 		if errors.Is(err, unix.EINTR) {

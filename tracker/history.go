@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/spool"
 	"golang.org/x/sys/unix"
 )
 
@@ -124,7 +125,7 @@ func (h *History) appendLocked(events ...Event) error {
 			return err
 		}
 	}
-	err = writeAll(fd, buf.Bytes())
+	err = spool.WriteAll(fd, buf.Bytes())
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
@@ -160,20 +161,6 @@ func openEnd(path string) (fd int, size int64, err error) {
 		return -1, 0, fmt.Errorf("%s: %w", path, ErrTornEnd)
 	}
 	return fd, st.Size, nil
-}
-
-func writeAll(fd int, data []byte) error {
-	for len(data) > 0 {
-		n, err := unix.Write(fd, data)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		data = data[n:]
-	}
-	return nil
 }
 
 // checkEnd returns the size of the history file at path, and ErrTornEnd if
