@@ -78,18 +78,37 @@ func rotatedPath(root string, n int) string {
 func (h *History) Append(events ...Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.lockFD < 0 {
-		fd, err := unix.Open(filepath.Join(h.root, "history.lock"), unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
-		if err != nil {
-			return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
-		}
-		h.lockFD = fd
-	}
-	if err := flockRetry(h.lockFD, unix.LOCK_EX); err != nil {
+	if err := h.lock(); err != nil {
 		return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
 	}
 	defer flockRetry(h.lockFD, unix.LOCK_UN)
 	return h.appendLocked(events...)
+}
+
+// lock takes the flock on history.lock through the descriptor h keeps,
+// opening it again if the file it holds is no longer history.lock (removed
+// or replaced by hand): a lock on a file nobody else opens excludes no one.
+func (h *History) lock() error {
+	path := filepath.Join(h.root, "history.lock")
+	for range 3 {
+		if h.lockFD < 0 {
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+			if err != nil {
+				return err
+			}
+			h.lockFD = fd
+		}
+		if err := flockRetry(h.lockFD, unix.LOCK_EX); err != nil {
+			return err
+		}
+		var held, now unix.Stat_t
+		if unix.Fstat(h.lockFD, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+			return nil
+		}
+		unix.Close(h.lockFD) // releases the lock
+		h.lockFD = -1
+	}
+	return errors.New("history.lock keeps changing")
 }
 
 func flockRetry(fd, how int) error {
