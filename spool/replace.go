@@ -60,6 +60,68 @@ func replace(path string, data []byte, durable bool) error {
 	return nil
 }
 
+// ReplaceAll replaces several files as Replace does each, with one round
+// of fsyncs: every new file is written first, then each synced (on a
+// journaling file system the first sync commits what the others need),
+// then renamed, then each directory synced. errs[i] is paths[i]'s error;
+// a file whose error is nil is replaced and durable.
+func ReplaceAll(paths []string, data [][]byte) (errs []error) {
+	errs = make([]error, len(paths))
+	fds := make([]int, len(paths))
+	tmps := make([]string, len(paths))
+	fail := func(i int, err error) {
+		if fds[i] >= 0 {
+			unix.Close(fds[i])
+			fds[i] = -1
+		}
+		if tmps[i] != "" {
+			unix.Unlink(tmps[i])
+		}
+		errs[i] = fmt.Errorf("%s: replacing: %w", paths[i], err)
+	}
+	for i, path := range paths {
+		var err error
+		if fds[i], tmps[i], err = createTemp(path); err != nil {
+			fds[i], tmps[i] = -1, ""
+			errs[i] = err
+			continue
+		}
+		if err := WriteAll(fds[i], data[i]); err != nil {
+			fail(i, err)
+		} else if err := keepMode(fds[i], path); err != nil {
+			fail(i, err)
+		}
+	}
+	for i := range paths {
+		if errs[i] != nil {
+			continue
+		}
+		err := unix.Fsync(fds[i])
+		if cerr := unix.Close(fds[i]); err == nil {
+			err = cerr
+		}
+		fds[i] = -1
+		if err == nil {
+			err = unix.Rename(tmps[i], paths[i])
+		}
+		if err != nil {
+			fail(i, err)
+		}
+	}
+	synced := make(map[string]error)
+	for i, path := range paths {
+		if errs[i] != nil {
+			continue
+		}
+		dir := filepath.Dir(path)
+		if _, done := synced[dir]; !done {
+			synced[dir] = SyncDir(dir)
+		}
+		errs[i] = synced[dir]
+	}
+	return errs
+}
+
 // createTemp creates a file beside path, named path followed by digits
 // (the names tend fsck knows as leftovers of an interrupted write).
 func createTemp(path string) (fd int, tmp string, err error) {

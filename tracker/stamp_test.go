@@ -30,3 +30,27 @@ func TestStamp(t *testing.T) {
 		t.Fatalf("stamps do not change: %v %v %v", first, second, third)
 	}
 }
+
+// WriteAll writes records Read reads, as Write does.
+func TestWriteAll(t *testing.T) {
+	s, _ := newStore(t)
+	var states []*State
+	for _, id := range []string{"a", "b", "c"} {
+		os.Mkdir(s.RunDir(id), 0o755)
+		states = append(states, &State{ID: id, State: Completed, Rev: 2, CreatedAt: time.Now()})
+	}
+	os.RemoveAll(s.RunDir("b")) // b's directory is gone: only b fails
+	errs := s.WriteAll(states)
+	for i, st := range states {
+		got, err := s.Read(st.ID)
+		if st.ID == "b" {
+			if errs[i] == nil {
+				t.Errorf("b: no error")
+			}
+			continue
+		}
+		if errs[i] != nil || err != nil || got.Sum != st.Sum || got.State != Completed {
+			t.Errorf("%s: %v, %v, %+v", st.ID, errs[i], err, got)
+		}
+	}
+}

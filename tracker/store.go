@@ -66,6 +66,31 @@ func (s *Store) Write(st *State) error {
 	return nil
 }
 
+// WriteAll writes the records of several runs as Write does each, with one
+// round of fsyncs for them all (spool.ReplaceAll): what a storm of runs
+// ending at once costs the disk. errs[i] is states[i]'s error.
+func (s *Store) WriteAll(states []*State) (errs []error) {
+	errs = make([]error, len(states))
+	var paths []string
+	var data [][]byte
+	var which []int // the index in states of each path
+	for i, st := range states {
+		st.Sum = st.checksum()
+		b, err := json.MarshalIndent(st, "", "  ")
+		if err != nil {
+			errs[i] = fmt.Errorf("run %s: %w", st.ID, err)
+			continue
+		}
+		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, append(b, '\n')), append(which, i)
+	}
+	for j, err := range spool.ReplaceAll(paths, data) {
+		if err != nil {
+			errs[which[j]] = fmt.Errorf("run %s: %w", states[which[j]].ID, err)
+		}
+	}
+	return errs
+}
+
 // Stamp identifies one version of a run's state.json: replacing the file
 // or changing it in place gives it another. The zero Stamp is no file's.
 type Stamp struct {
