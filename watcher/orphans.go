@@ -169,9 +169,10 @@ func (w *watcher) onlyLeadersLeft() bool {
 // signals the group of each other one.
 func (w *watcher) drainGroups(left map[*run][]procfs.Stat) {
 	now := time.Now()
+	var done []*run
 	for r, procs := range left {
 		if len(procs) == 0 {
-			w.finish(r)
+			done = append(done, r)
 			continue
 		}
 		if !r.termSent {
@@ -183,6 +184,12 @@ func (w *watcher) drainGroups(left map[*run][]procfs.Stat) {
 			w.signalLeft(r, procs, syscall.SIGKILL)
 		}
 	}
+	// Runs that end together are recorded together (see batch).
+	w.batched(func() {
+		for _, r := range done {
+			w.finish(r)
+		}
+	})
 }
 
 func (w *watcher) signalLeft(r *run, procs []procfs.Stat, sig syscall.Signal) {

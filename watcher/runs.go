@@ -66,6 +66,7 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 // runs/ID/started, then execs the command; so a run whose process ended
 // without that file never ran and can be started again (see recover.go).
 func (w *watcher) launch(st *tracker.State, env map[string]string) {
+	defer w.unbatch()()
 	r := &run{st: st}
 	h, gate, err := w.startProcess(st, env)
 	now := time.Now()
@@ -508,7 +509,7 @@ func (w *watcher) exitRecorded(name string) {
 func (w *watcher) finish(r *run) {
 	e := *r.exit
 	pid, start := r.st.PID, r.st.ProcStart
-	defer func() {
+	defer w.afterSaved(func() {
 		if !r.adopted {
 			if _, err := r.proc.Reap(); err != nil {
 				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
@@ -521,7 +522,7 @@ func (w *watcher) finish(r *run) {
 		if r.proc != nil {
 			r.proc.Close()
 		}
-	}()
+	})
 	for _, t := range r.timers {
 		t.Stop()
 	}
@@ -558,7 +559,7 @@ func (w *watcher) finish(r *run) {
 		}
 		if !restartLimitReached(st) {
 			w.enterBackoff(st, how)
-			w.dequeue()
+			w.afterSaved(w.dequeue)
 			return
 		}
 		st.State = tracker.Failed
@@ -566,7 +567,7 @@ func (w *watcher) finish(r *run) {
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		w.answerStop(st, st.State)
-		w.dequeue()
+		w.afterSaved(w.dequeue)
 		return
 	}
 	switch {
@@ -586,7 +587,7 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, st.State)
-	w.dequeue() // its slot is free
+	w.afterSaved(w.dequeue) // its slot is free, once its end is recorded
 }
 
 // answerStop answers the cancel requests that wait on st's stop, if any:

@@ -228,6 +228,7 @@ type watcher struct {
 	waiting map[string]*backoff // runs in backoff, waiting to start again
 	unsaved unsaved
 	passed  []tracker.Event // events of states passed through, for the next save (see passing)
+	batch   batch           // saves held back while runs end together (see batched)
 	// written holds the stamp of the state.json this watcher wrote last
 	// for each run not yet ended: guard's proof, with one stat, that
 	// nobody changed it since.
@@ -429,8 +430,8 @@ func (w *watcher) shutdown(sig os.Signal) {
 // one it wrote last. One changed by hand is not trusted: it is kept aside
 // as state.json.edited, reported, and replaced by the watcher's record.
 func (w *watcher) guard(st *tracker.State) {
-	if st.Rev == 0 || w.unsaved.states[st.ID] != nil {
-		return // nothing written yet, or the last write failed: the file is behind
+	if st.Rev == 0 || w.unsaved.states[st.ID] != nil || w.held(st) {
+		return // nothing written yet, the last write failed or is held back: the file is behind
 	}
 	if stamp, ok := w.written[st.ID]; ok {
 		if now, err := w.store.Stamp(st.ID); err == nil && now == stamp {
@@ -464,21 +465,12 @@ func (w *watcher) save(st *tracker.State) {
 	st.Rev++
 	events := append(w.passed, tracker.EventOf(st, time.Now()))
 	w.passed = nil
-	if len(w.unsaved.events) > 0 {
-		w.unsaved.events = append(w.unsaved.events, events...) // keep the history in order
-	} else if err := w.hist.Append(events...); err != nil {
-		w.log.Printf("run %s: history: %v (retrying)", st.ID, err)
-		if !errors.Is(err, tracker.ErrTornEnd) {
-			w.unsaved.events = append(w.unsaved.events, events...)
-		}
+	if w.batch.active {
+		w.hold(st, events)
+		return
 	}
-	if err := w.store.Write(st); err != nil {
-		w.log.Printf("run %s: recording %s: %v (retrying; the last record written stays as it was)", st.ID, st.State, err)
-		w.unsaved.states[st.ID] = st
-	} else {
-		delete(w.unsaved.states, st.ID)
-		w.stamp(st)
-	}
+	w.appendHistory(events)
+	w.recorded(st, w.store.Write(st))
 	w.retryUnsaved()
 }
 
