@@ -21,7 +21,7 @@ import (
 // system calls, where os.File registers every file with the runtime's
 // poller (four fcntl and an epoll_ctl a file).
 func Replace(path string, data []byte) error {
-	return replace(path, data, true)
+	return ReplaceAll([]string{path}, [][]byte{data})[0]
 }
 
 // ReplaceUnsynced is Replace without the fsyncs: atomic for readers and
@@ -29,10 +29,6 @@ func Replace(path string, data []byte) error {
 // leave the file empty). For files that are rebuilt or answered again
 // after a restart.
 func ReplaceUnsynced(path string, data []byte) error {
-	return replace(path, data, false)
-}
-
-func replace(path string, data []byte, durable bool) error {
 	fd, tmp, err := createTemp(path)
 	if err != nil {
 		return err
@@ -40,9 +36,6 @@ func replace(path string, data []byte, durable bool) error {
 	err = WriteAll(fd, data)
 	if err == nil {
 		err = keepMode(fd, path)
-	}
-	if err == nil && durable {
-		err = unix.Fsync(fd)
 	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -53,9 +46,6 @@ func replace(path string, data []byte, durable bool) error {
 	if err != nil {
 		unix.Unlink(tmp)
 		return fmt.Errorf("%s: replacing: %w", path, err)
-	}
-	if durable {
-		return SyncDir(filepath.Dir(path))
 	}
 	return nil
 }

@@ -55,15 +55,7 @@ func (s *Store) Make() error {
 // file, never a mix, and once Write returns the change survives a crash or
 // a power loss (the file and its directory are fsynced).
 func (s *Store) Write(st *State) error {
-	st.Sum = st.checksum()
-	b, err := json.MarshalIndent(st, "", "  ")
-	if err != nil {
-		return fmt.Errorf("run %s: %w", st.ID, err)
-	}
-	if err := spool.Replace(s.Path(st.ID, "state.json"), append(b, '\n')); err != nil {
-		return fmt.Errorf("run %s: %w", st.ID, err)
-	}
-	return nil
+	return s.WriteAll([]*State{st})[0]
 }
 
 // WriteAll writes the records of several runs as Write does each, with one
