@@ -150,11 +150,6 @@ func startWaiting(e *env, id string) bool {
 	return err == nil
 }
 
-// waitFinal blocks until run id reaches a final state and returns it.
-func waitFinal(e *env, id string) (*tracker.State, error) {
-	return waitRun(e, id, func(st *tracker.State) bool { return tracker.Final(st.State) })
-}
-
 // waitRun blocks until run id's record satisfies until, and returns it.
 // While its start request waits in the spool (no watcher yet, or one still
 // busy), it waits for the request to be taken or rejected.
