@@ -89,10 +89,10 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 	// Watched before it writes, so that the order of its output is seen
 	// from its first byte.
 	w.watchRunDir(r)
-	if _, err := gate.Write([]byte("go\n")); err != nil {
+	if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 		w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 	}
-	gate.Close()
+	unix.Close(gate)
 	w.log.Printf("run %s: %s (pid %d, attempt %d)", st.ID, st.State, st.PID, st.Attempt)
 	w.supervise(r)
 }
@@ -165,30 +165,39 @@ func (w *watcher) scheduleTimeout(r *run) {
 	r.timers = append(r.timers, r.timeout)
 }
 
-func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h *procfs.Handle, gate *os.File, err error) {
+// startProcess starts st's process, held at its gate, and returns a handle
+// on it and the write end of its gate. Every file is a raw descriptor and
+// the fork is syscall.ForkExec's: os.StartProcess and os.File would make
+// about a dozen fcntl and epoll_ctl calls a start to set up and undo the
+// runtime poller, for files that only the child uses.
+func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h *procfs.Handle, gate int, err error) {
 	dir := w.store.RunDir(st.ID)
-	files := make([]*os.File, 4)
+	fds := []int{-1, -1, -1, -1} // stdin, stdout, stderr, the gate's read end
+	pipe := []int{-1, -1}
 	defer func() {
-		for _, f := range files {
-			if f != nil {
-				f.Close()
+		for _, fd := range append(fds, pipe[0]) {
+			if fd >= 0 {
+				unix.Close(fd)
 			}
 		}
-		if err != nil && gate != nil {
-			gate.Close()
+		if err != nil && pipe[1] >= 0 {
+			unix.Close(pipe[1])
 		}
 	}()
-	if files[0], err = openPlain(os.DevNull, unix.O_RDONLY, 0); err != nil {
-		return nil, nil, err
-	}
-	for i, name := range []string{"stdout", "stderr"} {
-		if files[i+1], err = openPlain(filepath.Join(dir, name), unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND, 0o644); err != nil {
-			return nil, nil, err
+	files := []string{os.DevNull, filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")}
+	for i, path := range files {
+		flags := unix.O_WRONLY | unix.O_CREAT | unix.O_APPEND
+		if i == 0 {
+			flags = unix.O_RDONLY
+		}
+		if fds[i], err = unix.Open(path, flags|unix.O_CLOEXEC, 0o644); err != nil {
+			return nil, -1, &os.PathError{Op: "open", Path: path, Err: err}
 		}
 	}
-	if files[3], gate, err = os.Pipe(); err != nil {
-		return nil, nil, err
+	if err = unix.Pipe2(pipe, unix.O_CLOEXEC); err != nil {
+		return nil, -1, fmt.Errorf("pipe: %w", err)
 	}
+	fds[3], pipe[0] = pipe[0], -1
 	env := childEnv(os.Environ(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
@@ -196,53 +205,41 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	if _, err := lookPath(st.Command[0], st.Cwd, env); err != nil {
-		return nil, nil, err
+		return nil, -1, err
 	}
 	argv := gateArgv(st, w.startedPath(st.ID))
-	pidfd := -1
-	var p *os.Process
+	pidfd, pid := -1, 0
 	w.forker.run(func() {
-		p, err = os.StartProcess(argv[0], argv, &os.ProcAttr{
-			Dir: st.Cwd, Env: env, Files: files,
+		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
+			Dir: st.Cwd, Env: env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2]), uintptr(fds[3])},
 			Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
 		})
 	})
 	if err != nil {
-		return nil, nil, unwrapStart(err)
+		return nil, -1, startError(err, st.Cwd)
 	}
-	pid := p.Pid
-	p.Release() // the Handle, not os.Process, reaps this child
 	if pidfd < 0 {
 		// No CLONE_PIDFD: the child is ours and unreaped, so its PID cannot
 		// have been reused yet.
 		if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
-			return nil, nil, fmt.Errorf("pidfd_open: %w", err)
+			return nil, -1, fmt.Errorf("pidfd_open: %w", err)
 		}
 	}
 	h, err = procfs.NewHandle(pidfd, pid)
-	return h, gate, err
+	return h, pipe[1], err
 }
 
-// openPlain opens a file for a child to inherit, without registering it
-// with the runtime's poller as os.OpenFile does (four fcntl and an
-// epoll_ctl that fail for a regular file, at every start).
-func openPlain(path string, flags int, mode uint32) (*os.File, error) {
-	fd, err := unix.Open(path, flags|unix.O_CLOEXEC, mode)
-	if err != nil {
-		return nil, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return os.NewFile(uintptr(fd), path), nil
-}
-
-func unwrapStart(err error) error {
-	var pe *os.PathError
-	if errors.As(err, &pe) {
-		if errors.Is(pe.Err, syscall.ENOENT) && pe.Op == "chdir" {
-			return fmt.Errorf("working directory %s does not exist", pe.Path)
+// startError says why a process could not be started. The child reports
+// only an errno, from its chdir or its exec of /bin/sh.
+func startError(err error, cwd string) error {
+	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EACCES) {
+		if fi, serr := os.Stat(cwd); serr != nil {
+			return fmt.Errorf("working directory %s: %v", cwd, serr.(*os.PathError).Err)
+		} else if !fi.IsDir() {
+			return fmt.Errorf("working directory %s is not a directory", cwd)
 		}
-		return fmt.Errorf("%s %s: %v", pe.Op, pe.Path, pe.Err)
 	}
-	return err
+	return fmt.Errorf("fork/exec /bin/sh: %w", err)
 }
 
 // childEnv builds a child's environment: base, then extra, then tend's own
