@@ -29,6 +29,7 @@ import (
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
 	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5), for profiling; W3 includes W4 on disk")
+	disk := flag.String("dir", ".bench", "the directory on disk to make roots in (removed at the end if it was made here)")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: bench [-peers] PATH-TO-TEND")
@@ -36,15 +37,16 @@ func main() {
 	}
 	tend, err := filepath.Abs(flag.Arg(0))
 	check(err)
-	b := &bench{tend: tend, only: *only}
+	b := &bench{tend: tend, only: *only, disk: scratch(*disk)}
+	defer b.clean()
 	b.floor1 = floorRate(1000, 2)
-	b.floor2p50, b.floor2p99 = floorLatency()
+	b.floor2p50, b.floor2p99 = floorLatency(b.tempDir(b.disk.path, "tend-bench-stamp-"))
 	b.row("floor: fork+exec /bin/true, 2 workers", "-", fmt.Sprintf("%.0f jobs/s", b.floor1), true, "")
 	b.row("floor: sh -c date, spawn to first instruction", "-", fmt.Sprintf("p50 %v p99 %v", ms(b.floor2p50), ms(b.floor2p99)), true, "")
-	// The root on the disk (TMPDIR), as users have it, and on tmpfs, where
-	// file system calls cost next to nothing: the difference is what the
-	// disk's file system costs tend, the rest is tend's own.
-	bases := []string{""}
+	// The root on the disk, as users have it, and on tmpfs, where file
+	// system calls cost next to nothing: the difference is what the disk's
+	// file system costs tend, the rest is tend's own.
+	bases := []string{b.disk.path}
 	if fi, err := os.Stat("/dev/shm"); err == nil && fi.IsDir() {
 		bases = append(bases, "/dev/shm")
 	}
@@ -52,11 +54,11 @@ func main() {
 		b.base = base
 		b.measure("W1", b.w1)
 		b.measure("W2", b.w2)
-		if base != "" {
+		if base != b.disk.path {
 			b.measure("W4", b.w4) // on disk, W3's live runs are canceled instead
 		}
 	}
-	b.base = ""
+	b.base = b.disk.path
 	b.measure("W1", b.w1cli)
 	b.measure("W2", b.w2inPlace)
 	b.measure("W3", b.w3)
@@ -66,6 +68,7 @@ func main() {
 	}
 	b.print()
 	if b.missed > 0 {
+		b.clean()
 		os.Exit(1)
 	}
 }
@@ -75,8 +78,13 @@ type bench struct {
 	only   string      // the workloads to measure, or "" for all
 	rows   [][4]string // workload, tend, floor, ratio and verdict
 	missed int
-	// base is where roots are made: "" for TMPDIR, or a tmpfs.
+	// base is where roots are made: disk's path, or a tmpfs.
 	base string
+	disk scratchDir
+	// made is every directory made for a measurement: removed only at the
+	// end (clean), because removing files slows the creation of the next
+	// ones (see docs/performance.md, "The disk").
+	made []string
 	// the floors, measured once at the start
 	floor1               float64
 	floor2p50, floor2p99 time.Duration
@@ -91,7 +99,7 @@ func (b *bench) measure(name string, w func()) {
 
 // where names b.base for a row.
 func (b *bench) where() string {
-	if b.base == "" {
+	if b.base == b.disk.path {
 		return "root on disk"
 	}
 	return "root on tmpfs"
@@ -125,8 +133,7 @@ type root struct {
 }
 
 func (b *bench) up() *root {
-	dir, err := os.MkdirTemp(b.base, "tend-bench-")
-	check(err)
+	dir := b.tempDir(b.base, "tend-bench-")
 	r := &root{dir: dir, path: filepath.Join(dir, ".tend"), b: b}
 	r.tend("up")
 	return r
@@ -144,7 +151,6 @@ func (r *root) tend(args ...string) []byte {
 
 func (r *root) down() {
 	r.tend("down", "--timeout", "30s")
-	os.RemoveAll(r.dir)
 }
 
 // drop writes request name with body into the spool the safe way.
@@ -195,7 +201,7 @@ func (b *bench) w1() {
 	rate := n / time.Since(start).Seconds()
 	b.row("W1 burst: 1,000 `true` as files, "+b.where(), fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", b.floor1),
 		rate >= b.floor1/2, fmt.Sprintf(">= 50%% of floor; is %.0f%%", 100*rate/b.floor1))
-	files := fileFloor(b.base, n)
+	files := fileFloor(b.tempDir(b.base, "tend-bench-files-"), n)
 	b.row("  the same runs' files alone, no process, "+b.where(), fmt.Sprintf("%.0f%% of it", 100*rate/files), fmt.Sprintf("%.0f runs/s", files), true, "")
 }
 
@@ -245,10 +251,7 @@ func floorRate(n, workers int) float64 {
 // replaced and synced twice (running, then ended), its outcome and its
 // started marker. tend cannot go faster than this without writing fewer
 // files, which the protocol promises.
-func fileFloor(base string, n int) float64 {
-	dir, err := os.MkdirTemp(base, "tend-bench-files-")
-	check(err)
-	defer os.RemoveAll(dir)
+func fileFloor(dir string, n int) float64 {
 	outcomes := filepath.Join(dir, "outcomes")
 	check(os.Mkdir(outcomes, 0o755))
 	start := time.Now()
@@ -283,11 +286,8 @@ func create(path string) {
 }
 
 // floorLatency times n spawns of the stamp job, to its first instruction.
-func floorLatency() (p50, p99 time.Duration) {
+func floorLatency(dir string) (p50, p99 time.Duration) {
 	const n = 100
-	dir, err := os.MkdirTemp("", "tend-bench-stamp-")
-	check(err)
-	defer os.RemoveAll(dir)
 	var got []time.Duration
 	for i := range n {
 		stamp := filepath.Join(dir, fmt.Sprintf("f%d", i))
@@ -474,10 +474,7 @@ func floorStorm(n int) time.Duration {
 
 // w5: tend ls over 10,000 finished runs, against ls -R of the same tree.
 func (b *bench) w5() {
-	dir, err := os.MkdirTemp("", "tend-bench-ls-")
-	check(err)
-	defer os.RemoveAll(dir)
-	path := filepath.Join(dir, ".tend")
+	path := filepath.Join(b.tempDir(b.disk.path, "tend-bench-ls-"), ".tend")
 	store := tracker.NewStore(path)
 	check(os.MkdirAll(store.Dir(), 0o755))
 	now := time.Now()
@@ -507,6 +504,41 @@ func (b *bench) w5() {
 	})
 	b.row("W5 tend ls --all, 10,000 finished runs", tendLs.Round(time.Millisecond).String(), "ls -R "+lsR.Round(time.Millisecond).String(),
 		tendLs < 100*time.Millisecond, fmt.Sprintf("< 100 ms; %.1fx ls -R", float64(tendLs)/float64(lsR)))
+}
+
+// scratchDir is the directory the roots on disk are made in.
+type scratchDir struct {
+	path string
+	made bool // by this run, so removed at its end
+}
+
+func scratch(path string) scratchDir {
+	abs, err := filepath.Abs(path)
+	check(err)
+	err = os.Mkdir(abs, 0o755)
+	if err != nil && !os.IsExist(err) {
+		check(err)
+	}
+	return scratchDir{path: abs, made: err == nil}
+}
+
+// tempDir makes a new directory in base, which clean removes.
+func (b *bench) tempDir(base, prefix string) string {
+	dir, err := os.MkdirTemp(base, prefix)
+	check(err)
+	b.made = append(b.made, dir)
+	return dir
+}
+
+// clean removes what the measurements made, once they are all done.
+func (b *bench) clean() {
+	for _, dir := range b.made {
+		os.RemoveAll(dir)
+	}
+	b.made = nil
+	if b.disk.made {
+		os.Remove(b.disk.path)
+	}
 }
 
 func check(err error) {

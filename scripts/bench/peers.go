@@ -36,9 +36,8 @@ type peer struct {
 	env []string
 }
 
-func newPeer(env func(dir string) []string) *peer {
-	dir, err := os.MkdirTemp("", "tend-bench-peer-")
-	check(err)
+func (b *bench) newPeer(env func(dir string) []string) *peer {
+	dir := b.tempDir(b.disk.path, "tend-bench-peer-")
 	return &peer{dir: dir, env: append(os.Environ(), env(dir)...)}
 }
 
@@ -54,10 +53,9 @@ func (p *peer) run(name string, args ...string) string {
 
 // taskSpooler: a server with 2 slots, jobs submitted with tsp.
 func (b *bench) taskSpooler() {
-	p := newPeer(func(dir string) []string {
+	p := b.newPeer(func(dir string) []string {
 		return []string{"TS_SOCKET=" + filepath.Join(dir, "socket"), "TMPDIR=" + dir, "TS_MAXFINISHED=5000", "TS_SAVELIST="}
 	})
-	defer os.RemoveAll(p.dir)
 	defer p.run("tsp", "-K")
 	p.run("tsp", "-S", "2")
 	const n = 1000
@@ -76,8 +74,7 @@ func (b *bench) taskSpooler() {
 
 // nq: one queue directory, jobs submitted with nq, run one at a time.
 func (b *bench) nq() {
-	p := newPeer(func(dir string) []string { return []string{"NQDIR=" + dir} })
-	defer os.RemoveAll(p.dir)
+	p := b.newPeer(func(dir string) []string { return []string{"NQDIR=" + dir} })
 	const n = 1000
 	start := time.Now()
 	for range n {
