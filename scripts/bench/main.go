@@ -32,7 +32,7 @@ func main() {
 	disk := flag.String("dir", ".bench", "the directory on disk to make roots in (removed at the end if it was made here)")
 	flag.Parse()
 	if flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: bench [-peers] PATH-TO-TEND")
+		fmt.Fprintln(os.Stderr, "usage: bench [-peers] [-only W1,...] [-dir DIR] PATH-TO-TEND")
 		os.Exit(2)
 	}
 	tend, err := filepath.Abs(flag.Arg(0))
