@@ -234,9 +234,11 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 func startError(err error, cwd string) error {
 	if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EACCES) {
 		if fi, serr := os.Stat(cwd); serr != nil {
-			return fmt.Errorf("working directory %s: %v", cwd, serr.(*os.PathError).Err)
+			return fmt.Errorf("working directory %s: %w", cwd, errors.Unwrap(serr))
 		} else if !fi.IsDir() {
 			return fmt.Errorf("working directory %s is not a directory", cwd)
+		} else if unix.Access(cwd, unix.X_OK) != nil {
+			return fmt.Errorf("working directory %s: %w", cwd, syscall.EACCES)
 		}
 	}
 	return fmt.Errorf("fork/exec /bin/sh: %w", err)
