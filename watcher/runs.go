@@ -184,14 +184,13 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 			unix.Close(pipe[1])
 		}
 	}()
-	files := []string{os.DevNull, filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")}
-	for i, path := range files {
-		flags := unix.O_WRONLY | unix.O_CREAT | unix.O_APPEND
-		if i == 0 {
-			flags = unix.O_RDONLY
-		}
-		if fds[i], err = unix.Open(path, flags|unix.O_CLOEXEC, 0o644); err != nil {
-			return nil, -1, &os.PathError{Op: "open", Path: path, Err: err}
+	output := unix.O_WRONLY | unix.O_CREAT | unix.O_APPEND
+	for i, f := range []struct {
+		path  string
+		flags int
+	}{{os.DevNull, unix.O_RDONLY}, {filepath.Join(dir, "stdout"), output}, {filepath.Join(dir, "stderr"), output}} {
+		if fds[i], err = unix.Open(f.path, f.flags|unix.O_CLOEXEC, 0o644); err != nil {
+			return nil, -1, &os.PathError{Op: "open", Path: f.path, Err: err}
 		}
 	}
 	if err = unix.Pipe2(pipe, unix.O_CLOEXEC); err != nil {
