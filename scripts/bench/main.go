@@ -8,8 +8,10 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -164,14 +166,19 @@ func (r *root) drop(name, body string) {
 // It reads only what was appended since it last looked, so the waiting
 // costs next to nothing on the CPUs tend is measured on.
 func (r *root) waitStates(n int, state string) {
+	end := time.Now().Add(10 * time.Minute)
 	f, err := os.Open(filepath.Join(r.path, "history.jsonl"))
+	for errors.Is(err, fs.ErrNotExist) && time.Now().Before(end) { // made by the first record
+		time.Sleep(5 * time.Millisecond)
+		f, err = os.Open(filepath.Join(r.path, "history.jsonl"))
+	}
 	check(err)
 	defer f.Close()
 	mark := []byte(`"state":"` + state + `"`)
 	got := 0
 	var partial []byte
 	buf := make([]byte, 1<<16)
-	for end := time.Now().Add(10 * time.Minute); time.Now().Before(end); {
+	for time.Now().Before(end) {
 		k, _ := f.Read(buf)
 		if k == 0 {
 			time.Sleep(5 * time.Millisecond)
@@ -185,7 +192,7 @@ func (r *root) waitStates(n int, state string) {
 			return
 		}
 	}
-	panic(fmt.Sprintf("timed out waiting for %d runs %s", n, state))
+	panic(fmt.Sprintf("timed out waiting for %d runs %s (%d are, in %s)", n, state, got, r.path))
 }
 
 // w1: 1,000 one-shot `true` jobs, submitted to all finished.
@@ -365,14 +372,17 @@ func (b *bench) w3() {
 	r := b.up()
 	defer r.down()
 	procs := r.daemons()
+	var ids []string
 	for i := range n / 2 {
-		r.drop(fmt.Sprintf("w3a-%d.start", i), "exec sleep 600")
+		ids = append(ids, fmt.Sprintf("w3a-%d", i))
+		r.drop(ids[len(ids)-1]+".start", "exec sleep 600")
 	}
 	r.waitStates(n/2, tracker.Running)
 	time.Sleep(time.Second)
 	half := pss(procs)
 	for i := range n / 2 {
-		r.drop(fmt.Sprintf("w3b-%d.start", i), "exec sleep 600")
+		ids = append(ids, fmt.Sprintf("w3b-%d", i))
+		r.drop(ids[len(ids)-1]+".start", "exec sleep 600")
 	}
 	r.waitStates(n, tracker.Running)
 	time.Sleep(time.Second)
@@ -383,7 +393,7 @@ func (b *bench) w3() {
 	time.Sleep(20 * time.Second)
 	ticks := cpuTicks(procs) - before
 	b.row("W3 idle CPU, 500 live runs, 20 s", fmt.Sprintf("%d ticks", ticks), "-", ticks == 0, "0 ticks")
-	r.w4(n)
+	r.w4(ids)
 }
 
 // daemons returns the PIDs of the root's keeper and watcher.
@@ -432,20 +442,21 @@ func (b *bench) w4() {
 	const n = 500
 	r := b.up()
 	defer r.down()
+	var ids []string
 	for i := range n {
-		r.drop(fmt.Sprintf("w4-%d.start", i), "exec sleep 600")
+		ids = append(ids, fmt.Sprintf("w4-%d", i))
+		r.drop(ids[i]+".start", "exec sleep 600")
 	}
 	r.waitStates(n, tracker.Running)
-	r.w4(n)
+	r.w4(ids)
 }
 
-func (r *root) w4(n int) {
+// w4 cancels the live runs ids at once and times them to all canceled.
+func (r *root) w4(ids []string) {
+	n := len(ids)
 	start := time.Now()
-	runs, _ := tracker.NewStore(r.path).List()
-	for _, st := range runs {
-		if st.State == tracker.Running {
-			r.drop(st.ID+".cancel", "")
-		}
+	for _, id := range ids {
+		r.drop(id+".cancel", "")
 	}
 	r.waitStates(n, tracker.Canceled)
 	took := time.Since(start)
