@@ -7,14 +7,13 @@ import (
 	"github.com/tendhq/tend/tracker"
 )
 
-// A batch holds back the record writes of runs that end together (a storm
-// of exits, which drain finds in one pass) to write them at once: their
-// history events in one append, their records with one round of fsyncs
-// (Store.WriteAll). What must follow a durable record (its outcome, the
-// reaping of its leader, starting queued runs in its slot) waits in after,
-// and runs once the records are written, in order. A launch never waits:
-// it writes what is held back first, and its own record at once (its gate
-// opens only after it).
+// A batch holds back the record writes of changes that come together (the
+// exits drain finds in one pass, the requests of the spool events queued
+// at once) to write them at once: their history events in one append,
+// their records with one round of fsyncs (Store.WriteAll). What must
+// follow a durable record (a launched run's gate, a stopped run's SIGTERM,
+// an outcome, the reaping of a leader, starting queued runs in its slot)
+// waits in after, and runs once the records are written, in order.
 type batch struct {
 	active bool
 	states []*tracker.State // in the order of their first save in the batch
@@ -23,7 +22,12 @@ type batch struct {
 }
 
 // batched runs f with the records it saves held back, then writes them.
+// Inside another batch, f's saves join that one.
 func (w *watcher) batched(f func()) {
+	if w.batch.active {
+		f()
+		return
+	}
 	w.batch.active = true
 	defer func() {
 		w.batch.active = false
@@ -72,16 +76,15 @@ func (w *watcher) flush() {
 	}
 }
 
-// unbatch writes what the batch holds and stops holding saves back until
-// the returned function is called: for a launch, whose record must be
-// written before its gate opens.
-func (w *watcher) unbatch() (resume func()) {
-	if !w.batch.active {
-		return func() {}
+// heldState returns the record of run id whose save is held back, if
+// there is one: newer than the file on disk.
+func (w *watcher) heldState(id string) *tracker.State {
+	for _, st := range w.batch.states {
+		if st.ID == id {
+			return st
+		}
 	}
-	w.flush()
-	w.batch.active = false
-	return func() { w.batch.active = true }
+	return nil
 }
 
 // appendHistory appends events to the history, or keeps them to retry.

@@ -10,8 +10,8 @@ import (
 )
 
 // A batch holds saves back and writes them at its end; what waits on them
-// runs after they are on disk, and a launch's unbatch writes what is held
-// and lets its own saves through at once.
+// runs after they are on disk, a batch inside it joins it, and lookups see
+// the held record, not the older file.
 func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 	root := t.TempDir()
 	w := newWatcher(Config{Root: root, Log: io.Discard})
@@ -26,42 +26,40 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 		got, err := w.store.Read(st.ID)
 		return err == nil && got.Rev == st.Rev
 	}
-	held, launched, after := run("held"), run("launched"), run("after")
+	first, inner, after := run("first"), run("inner"), run("after")
 	var order []string
 	w.batched(func() {
-		w.save(held)
-		if onDisk(held) {
+		w.save(first)
+		if onDisk(first) {
 			t.Error("a save in a batch was written at once")
 		}
+		if got, err := w.lookup("first"); err != nil || got != first {
+			t.Errorf("lookup of a held run gave %v, %v; want the held record", got, err)
+		}
 		w.afterSaved(func() {
-			if !onDisk(held) {
+			if !onDisk(first) || !onDisk(inner) {
 				t.Error("what waits on a save ran before it was written")
 			}
-			order = append(order, "after held")
+			order = append(order, "after first")
 		})
-		resume := w.unbatch() // as a launch does
-		if !onDisk(held) || len(order) != 1 {
-			t.Errorf("unbatch did not write what was held first (order %v)", order)
+		w.batched(func() { w.save(inner) }) // as drain does inside a batch of requests
+		if onDisk(inner) || len(order) != 0 {
+			t.Errorf("a batch inside a batch flushed on its own (order %v)", order)
 		}
-		w.save(launched)
-		if !onDisk(launched) {
-			t.Error("a save between unbatch and resume was held")
-		}
-		resume()
 		w.save(after)
 		w.save(after) // twice: one record, the second revision
 		if onDisk(after) {
-			t.Error("a save after resume was written at once")
+			t.Error("a save in a batch was written at once")
 		}
 	})
-	if !onDisk(after) || after.Rev != 2 {
-		t.Errorf("the batch's end did not write its last save (rev %d)", after.Rev)
+	if !onDisk(after) || after.Rev != 2 || len(order) != 1 {
+		t.Errorf("the batch's end did not write its saves and run what waited (rev %d, order %v)", after.Rev, order)
 	}
 	events, err := tracker.ReadHistory(tracker.HistoryPath(root))
 	if err != nil || len(events) != 4 {
 		t.Fatalf("history: %d events, %v; want 4, in save order", len(events), err)
 	}
-	for i, want := range []string{"held", "launched", "after", "after"} {
+	for i, want := range []string{"first", "inner", "after", "after"} {
 		if events[i].ID != want {
 			t.Errorf("event %d is %s's, want %s's", i, events[i].ID, want)
 		}

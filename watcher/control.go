@@ -65,10 +65,14 @@ func permitted(uid int, session string, st *tracker.State) (bool, string) {
 }
 
 // lookup returns the record of run id: the live one if the watcher
-// supervises or queues it, else the one on disk.
+// supervises or queues it, or has a save of it held back, else the one on
+// disk.
 func (w *watcher) lookup(id string) (*tracker.State, error) {
 	if r := w.runs[id]; r != nil {
 		return r.st, nil
+	}
+	if st := w.heldState(id); st != nil {
+		return st, nil
 	}
 	if q := w.queued(id); q != nil {
 		return q.st, nil
@@ -135,6 +139,9 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 		w.answer(n, spool.StillActive, "run is "+st.State)
 		return
 	}
+	if w.held(st) {
+		w.flush() // its record is written before it is deleted
+	}
 	by := "an operator"
 	if req.Session != "" {
 		by = "session " + req.Session
@@ -166,7 +173,9 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	if !claimed {
 		return nil, nil, false
 	}
-	done = func() { os.Remove(taken) }
+	// Removed once what it did is recorded: until then it is what the next
+	// watcher would take again.
+	done = func() { w.afterSaved(func() { os.Remove(taken) }) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):

@@ -66,7 +66,6 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 // runs/ID/started, then execs the command; so a run whose process ended
 // without that file never ran and can be started again (see recover.go).
 func (w *watcher) launch(st *tracker.State, env map[string]string) {
-	defer w.unbatch()()
 	r := &run{st: st}
 	h, gate, err := w.startProcess(st, env)
 	now := time.Now()
@@ -89,12 +88,16 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 	// Watched before it writes, so that the order of its output is seen
 	// from its first byte.
 	w.watchRunDir(r)
-	if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
-		w.log.Printf("run %s: opening its gate: %v", st.ID, err)
-	}
-	unix.Close(gate)
-	w.log.Printf("run %s: %s (pid %d, attempt %d)", st.ID, st.State, st.PID, st.Attempt)
 	w.supervise(r)
+	// Runs launched together in a batch wait at their gates while their
+	// records are written with one round of fsyncs.
+	w.afterSaved(func() {
+		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
+			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
+		}
+		unix.Close(gate)
+		w.log.Printf("run %s: %s (pid %d, attempt %d)", st.ID, st.State, st.PID, st.Attempt)
+	})
 }
 
 // gateScript holds a run at the gate: it waits for a line on fd 3 and
@@ -336,9 +339,15 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, reques
 	r.st.Reason = reason
 	r.killAt = killAt
 	w.save(r.st)
-	w.signalGroup(r, syscall.SIGTERM)
 	r.termSent = true
 	r.timers = append(r.timers, w.after(grace, func() { w.killGroup(r) }))
+	// Runs stopped together in a batch get SIGTERM once all their stopping
+	// records are written.
+	w.afterSaved(func() {
+		if w.runs[r.st.ID] == r {
+			w.signalGroup(r, syscall.SIGTERM)
+		}
+	})
 }
 
 // killGroup sends SIGKILL to r's group if its time has come and it is

@@ -180,7 +180,7 @@ func runWatcher(cfg Config, started *bool) error {
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	defer signal.Stop(sigchld)
 
-	fsw, err := fsnotify.NewWatcher()
+	fsw, err := fsnotify.NewBufferedWatcher(eventBatch)
 	if err != nil {
 		return fmt.Errorf("inotify: %w", InotifyError(err))
 	}
@@ -294,7 +294,7 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			if !ok {
 				return errors.New("inotify closed")
 			}
-			if err := w.fsEvent(ev); err != nil {
+			if err := w.fsEvents(ev, fsw.Events); err != nil {
 				return err
 			}
 		case err, ok := <-fsw.Errors:
@@ -335,6 +335,42 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 // after runs f on the loop after d.
 func (w *watcher) after(d time.Duration, f func()) *time.Timer {
 	return time.AfterFunc(d, func() { w.do <- f })
+}
+
+// eventBatch is the most events handled in one turn of the loop; fsnotify
+// queues as many while the loop is busy.
+const eventBatch = 1024
+
+// flushEvery is how many records a batch of requests holds before it
+// writes them: enough for the disk to sync them together, few enough that
+// the first runs pass their gates, or get their signals, while the loop
+// takes the next requests.
+const flushEvery = 32
+
+// fsEvents handles ev and the events queued behind it as one batch: the
+// requests dropped together (a burst of starts, a storm of cancels) are
+// recorded with rounds of fsyncs before their runs pass their gates or
+// get their signals. A request written with a temporary name brings the
+// events of that name along; they cost nothing here.
+func (w *watcher) fsEvents(ev fsnotify.Event, queued <-chan fsnotify.Event) (err error) {
+	w.batched(func() {
+		err = w.fsEvent(ev)
+		for n := 1; n < eventBatch && err == nil; n++ {
+			if len(w.batch.states) >= flushEvery {
+				w.flush()
+			}
+			select {
+			case ev, ok := <-queued:
+				if !ok {
+					return // the loop's next receive reports it
+				}
+				err = w.fsEvent(ev)
+			default:
+				return
+			}
+		}
+	})
+	return err
 }
 
 func (w *watcher) fsEvent(ev fsnotify.Event) error {
