@@ -100,21 +100,18 @@ func ReplaceAll(paths []string, data [][]byte) (errs []error) {
 		}
 	})
 	var dirs []string
-	synced := make(map[string]error)
+	slot := make(map[string]int) // the index in dirs of each directory
 	for i, path := range paths {
-		if _, seen := synced[filepath.Dir(path)]; errs[i] == nil && !seen {
-			synced[filepath.Dir(path)] = nil
+		if _, seen := slot[filepath.Dir(path)]; errs[i] == nil && !seen {
+			slot[filepath.Dir(path)] = len(dirs)
 			dirs = append(dirs, filepath.Dir(path))
 		}
 	}
 	dirErrs := make([]error, len(dirs))
 	inParallel(len(dirs), func(i int) { dirErrs[i] = SyncDir(dirs[i]) })
-	for i, dir := range dirs {
-		synced[dir] = dirErrs[i]
-	}
 	for i, path := range paths {
 		if errs[i] == nil {
-			errs[i] = synced[filepath.Dir(path)]
+			errs[i] = dirErrs[slot[filepath.Dir(path)]]
 		}
 	}
 	return errs

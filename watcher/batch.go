@@ -76,6 +76,20 @@ func (w *watcher) flush() {
 	}
 }
 
+// flushEvery is how many records a batch of requests holds before it
+// writes them: enough for the disk to sync them together, few enough that
+// the first runs pass their gates, or get their signals, while the loop
+// takes the next requests.
+const flushEvery = 32
+
+// flushIfFull writes what the batch holds once it holds flushEvery
+// records, and goes on holding.
+func (w *watcher) flushIfFull() {
+	if len(w.batch.states) >= flushEvery {
+		w.flush()
+	}
+}
+
 // heldState returns the record of run id whose save is held back, if
 // there is one: newer than the file on disk.
 func (w *watcher) heldState(id string) *tracker.State {

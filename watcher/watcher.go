@@ -341,12 +341,6 @@ func (w *watcher) after(d time.Duration, f func()) *time.Timer {
 // queues as many while the loop is busy.
 const eventBatch = 1024
 
-// flushEvery is how many records a batch of requests holds before it
-// writes them: enough for the disk to sync them together, few enough that
-// the first runs pass their gates, or get their signals, while the loop
-// takes the next requests.
-const flushEvery = 32
-
 // fsEvents handles ev and the events queued behind it as one batch: the
 // requests dropped together (a burst of starts, a storm of cancels) are
 // recorded with rounds of fsyncs before their runs pass their gates or
@@ -356,9 +350,7 @@ func (w *watcher) fsEvents(ev fsnotify.Event, queued <-chan fsnotify.Event) (err
 	w.batched(func() {
 		err = w.fsEvent(ev)
 		for n := 1; n < eventBatch && err == nil; n++ {
-			if len(w.batch.states) >= flushEvery {
-				w.flush()
-			}
+			w.flushIfFull()
 			select {
 			case ev, ok := <-queued:
 				if !ok {
