@@ -108,18 +108,24 @@ func (s *Store) Read(id string) (*State, error) {
 	if err := spool.ValidID(id); err != nil {
 		return nil, fmt.Errorf("run %q: %w: %v", id, ErrNotFound, err)
 	}
-	return s.readAt(unix.AT_FDCWD, id)
+	return s.readAt(unix.AT_FDCWD, id, make([]byte, smallRecord))
 }
+
+// smallRecord is the size of the buffer a record is read into: nearly
+// every record fits.
+const smallRecord = 2048
 
 // readAt reads run id's record, opening it relative to dirfd when that is
 // the runs/ directory's (List, which opens thousands), else by its path.
-func (s *Store) readAt(dirfd int, id string) (*State, error) {
+// buf is reused by the caller for the next record: nothing returned
+// refers to it.
+func (s *Store) readAt(dirfd int, id string, buf []byte) (*State, error) {
 	path := s.Path(id, "state.json")
 	name := path
 	if dirfd != unix.AT_FDCWD {
 		name = id + "/state.json"
 	}
-	b, err := readSmall(dirfd, name, path)
+	b, err := readSmall(dirfd, name, path, buf)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
@@ -137,17 +143,16 @@ func (s *Store) readAt(dirfd int, id string) (*State, error) {
 	return st, err
 }
 
-// readSmall reads a file that is almost always smaller than its buffer
-// with three system calls (open, read, close), where os.ReadFile makes
-// six: tend ls reads thousands of records. name is opened relative to
-// dirfd; path names the file in errors.
-func readSmall(dirfd int, name, path string) ([]byte, error) {
+// readSmall reads a file that is almost always smaller than buf with
+// three system calls (open, read, close), where os.ReadFile makes six:
+// tend ls reads thousands of records. name is opened relative to dirfd;
+// path names the file in errors.
+func readSmall(dirfd int, name, path string, buf []byte) ([]byte, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	buf := make([]byte, 2048)
 	n, err := unix.Read(fd, buf)
 	if err != nil {
 		return nil, &os.PathError{Op: "read", Path: path, Err: err}
@@ -209,8 +214,9 @@ func (s *Store) List() ([]*State, []error) {
 	workers := min(runtime.GOMAXPROCS(0), len(ids)/64+1)
 	for w := range workers {
 		wg.Go(func() {
+			buf := make([]byte, smallRecord)
 			for i := w; i < len(ids); i += workers {
-				states[i], readErrs[i] = s.readAt(dirfd, ids[i])
+				states[i], readErrs[i] = s.readAt(dirfd, ids[i], buf)
 			}
 		})
 	}
