@@ -103,6 +103,7 @@ func scriptParams(dir string) testscript.Params {
 			"pstate":    cmdPState,
 			"holds":     cmdHolds,
 			"filesize":  cmdFileSize,
+			"dropall":   cmdDropAll,
 			"dropped":   cmdDropped,
 			"readall":   cmdReadAll,
 			"mksock":    cmdMkSock,
@@ -522,6 +523,25 @@ func httpServer() {
 	}))
 	fmt.Fprintln(os.Stderr, err)
 	os.Exit(1)
+}
+
+// dropall from to [name...]: renames the named files of directory from
+// (all of them, in name order, if none is named) into directory to, back to
+// back, so that the watcher sees them together. mv cannot do it: it stats
+// each file it moved, which the watcher may have taken already.
+func cmdDropAll(ts *testscript.TestScript, neg bool, args []string) {
+	from, to := ts.MkAbs(args[0]), ts.MkAbs(args[1])
+	names := args[2:]
+	if len(names) == 0 {
+		ents, err := os.ReadDir(from)
+		ts.Check(err)
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+	}
+	for _, name := range names {
+		ts.Check(os.Rename(filepath.Join(from, name), filepath.Join(to, name)))
+	}
 }
 
 // filesize path max: the file is at most max bytes long.
