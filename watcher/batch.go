@@ -30,6 +30,7 @@ func (w *watcher) batched(f func()) {
 	}
 	w.batch.active = true
 	defer func() {
+		w.settleSpawns() // their records join the batch
 		w.batch.active = false
 		w.flush()
 	}()
@@ -63,6 +64,7 @@ func (w *watcher) held(st *tracker.State) bool {
 // flush writes what the batch holds, then runs what waited for it, with
 // saves written at once meanwhile.
 func (w *watcher) flush() {
+	w.settleSpawns()
 	b := w.batch
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
@@ -83,9 +85,9 @@ func (w *watcher) flush() {
 const flushEvery = 32
 
 // flushIfFull writes what the batch holds once it holds flushEvery
-// records, and goes on holding.
+// records (counting those of the runs being forked), and goes on holding.
 func (w *watcher) flushIfFull() {
-	if len(w.batch.states) >= flushEvery {
+	if len(w.batch.states)+len(w.spawning) >= flushEvery {
 		w.flush()
 	}
 }

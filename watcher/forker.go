@@ -22,8 +22,12 @@ type forker struct {
 	tid int
 }
 
+// forkQueue is how many forks may wait for the forker's thread while the
+// loop goes on: more than a batch's flush takes (see flushEvery).
+const forkQueue = 64
+
 func newForker() *forker {
-	f := &forker{do: make(chan func())}
+	f := &forker{do: make(chan func(), forkQueue)}
 	tid := make(chan int)
 	go func() {
 		// Never unlocked: the thread lives as long as the watcher, and its
@@ -40,12 +44,18 @@ func newForker() *forker {
 
 // run calls fn on the forker's thread and returns when it has returned.
 func (f *forker) run(fn func()) {
+	<-f.start(fn)
+}
+
+// start has fn called on the forker's thread, after the calls started
+// before it, and returns at once; the channel is closed once fn returned.
+func (f *forker) start(fn func()) <-chan struct{} {
 	done := make(chan struct{})
 	f.do <- func() {
 		defer close(done)
 		fn()
 	}
-	<-done
+	return done
 }
 
 // orphans returns the PIDs of the orphans handed to this process as a

@@ -63,6 +63,9 @@ func (w *watcher) ownLeaders() map[int]bool {
 // are ended too. One pass over /proc serves them all, and at most one
 // re-check is scheduled at a time, whoever asks.
 func (w *watcher) drain() {
+	// A run being forked would be a stray: its process is the watcher's
+	// child, named by its environment, in no run.
+	w.settleSpawns()
 	if w.onlyLeadersLeft() {
 		left := make(map[*run][]procfs.Stat)
 		for _, r := range w.runs {

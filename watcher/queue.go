@@ -41,15 +41,25 @@ func (w *watcher) queued(id string) *queuedRun {
 	return nil
 }
 
+// runsStarted counts the runs with a process: supervised, or being forked.
+func (w *watcher) runsStarted() int {
+	return len(w.runs) + len(w.spawning)
+}
+
 // slotFor reports whether a run of session may start now.
 func (w *watcher) slotFor(session string) bool {
-	if w.limits.MaxRunning > 0 && len(w.runs) >= w.limits.MaxRunning {
+	if w.limits.MaxRunning > 0 && w.runsStarted() >= w.limits.MaxRunning {
 		return false
 	}
 	if w.limits.MaxPerSession > 0 && session != "" {
 		n := 0
 		for _, r := range w.runs {
 			if r.st.Session == session {
+				n++
+			}
+		}
+		for _, sp := range w.spawning {
+			if sp.st.Session == session {
 				n++
 			}
 		}
@@ -101,7 +111,7 @@ func (w *watcher) dequeue() {
 	}
 	changed := false
 	for _, q := range slices.Clone(w.queue) {
-		if w.limits.MaxRunning > 0 && len(w.runs) >= w.limits.MaxRunning {
+		if w.limits.MaxRunning > 0 && w.runsStarted() >= w.limits.MaxRunning {
 			break
 		}
 		if !w.slotFor(q.st.Session) || !w.startQueued(q) {

@@ -127,6 +127,9 @@ func (w *watcher) examine(name string) {
 		return
 	}
 	w.forget(name)
+	if n.Verb != spool.VerbStart {
+		w.settleSpawns() // the run it is about may be one being forked
+	}
 	take()
 }
 

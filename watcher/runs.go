@@ -65,17 +65,48 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 // recorded running has the PID to find it by. Past the gate it creates
 // runs/ID/started, then execs the command; so a run whose process ended
 // without that file never ran and can be started again (see recover.go).
+//
+// Inside a batch the fork is left to the forker's thread while the loop
+// takes the next requests (it waits there until the child has exec'd,
+// half of what a short run costs the loop); the batch settles it before
+// it writes its records (see settleSpawns).
 func (w *watcher) launch(st *tracker.State, env map[string]string) {
-	r := &run{st: st}
-	h, gate, err := w.startProcess(st, env)
-	now := time.Now()
+	sp, err := w.prepareStart(st, env)
 	if err != nil {
-		st.State, st.Reason, st.EndedAt = tracker.Failed, "could not start: "+err.Error(), &now
-		w.save(st)
-		w.log.Printf("run %s: %s", st.ID, st.Reason)
+		w.notStarted(st, err)
 		return
 	}
-	r.proc, r.started = h, now
+	sp.done = w.forker.start(sp.fork)
+	if w.batch.active {
+		w.spawning = append(w.spawning, sp)
+		return
+	}
+	w.spawned(sp)
+}
+
+// settleSpawns finishes the launches whose forks are under way, in the
+// order they were launched. Whatever looks at the runs settles them
+// first: until then they are in no list but w.spawning.
+func (w *watcher) settleSpawns() {
+	for len(w.spawning) > 0 {
+		sp := w.spawning[0]
+		w.spawning = w.spawning[1:]
+		w.spawned(sp)
+	}
+}
+
+// spawned finishes launching sp once its fork is done: it records the run
+// running, supervises it, and opens its gate once the record is durable.
+func (w *watcher) spawned(sp *spawn) {
+	<-sp.done
+	st := sp.st
+	h, err := sp.handle()
+	if err != nil {
+		w.notStarted(st, err)
+		return
+	}
+	now := time.Now()
+	r := &run{st: st, proc: h, started: now}
 	st.Attempt++
 	st.State, st.PID, st.PGID, st.StartedAt = tracker.Running, h.PID(), h.PID(), &now
 	if waitsForReady(st) {
@@ -91,6 +122,7 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 	w.supervise(r)
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
+	gate := sp.gate
 	w.afterSaved(func() {
 		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
@@ -98,6 +130,14 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		unix.Close(gate)
 		w.log.Printf("run %s: %s (pid %d, attempt %d)", st.ID, st.State, st.PID, st.Attempt)
 	})
+}
+
+// notStarted records st failed: its process could not be started.
+func (w *watcher) notStarted(st *tracker.State, err error) {
+	now := time.Now()
+	st.State, st.Reason, st.EndedAt = tracker.Failed, "could not start: "+err.Error(), &now
+	w.save(st)
+	w.log.Printf("run %s: %s", st.ID, st.Reason)
 }
 
 // gateScript holds a run at the gate: it waits for a line on fd 3 and
@@ -168,23 +208,35 @@ func (w *watcher) scheduleTimeout(r *run) {
 	r.timers = append(r.timers, r.timeout)
 }
 
-// startProcess starts st's process, held at its gate, and returns a handle
-// on it and the write end of its gate. Every file is a raw descriptor and
-// the fork is syscall.ForkExec's: os.StartProcess and os.File would make
-// about a dozen fcntl and epoll_ctl calls a start to set up and undo the
-// runtime poller, for files that only the child uses.
-func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h *procfs.Handle, gate int, err error) {
+// A spawn is a run's process being started: prepared on the loop, forked
+// on the forker's thread (see launch).
+type spawn struct {
+	st   *tracker.State
+	argv []string
+	env  []string
+	// files are the child's stdin, stdout, stderr and the gate's read end,
+	// closed in the watcher once it is forked; gate is the write end.
+	files [4]int
+	gate  int
+	done  <-chan struct{} // closed once fork has returned
+
+	pid, pidfd int
+	err        error
+}
+
+// prepareStart opens what st's process is started with. Every file is a
+// raw descriptor and the fork is syscall.ForkExec's: os.StartProcess and
+// os.File would make about a dozen fcntl and epoll_ctl calls a start to
+// set up and undo the runtime poller, for files that only the child uses.
+func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_ *spawn, err error) {
 	dir := w.store.RunDir(st.ID)
-	fds := []int{-1, -1, -1, -1} // stdin, stdout, stderr, the gate's read end
-	pipe := []int{-1, -1}
+	sp := &spawn{st: st, files: [4]int{-1, -1, -1, -1}, gate: -1, pidfd: -1}
 	defer func() {
-		for _, fd := range append(fds, pipe[0]) {
-			if fd >= 0 {
-				unix.Close(fd)
+		if err != nil {
+			sp.closeFiles()
+			if sp.gate >= 0 {
+				unix.Close(sp.gate)
 			}
-		}
-		if err != nil && pipe[1] >= 0 {
-			unix.Close(pipe[1])
 		}
 	}()
 	output := unix.O_WRONLY | unix.O_CREAT | unix.O_APPEND
@@ -192,43 +244,65 @@ func (w *watcher) startProcess(st *tracker.State, extraEnv map[string]string) (h
 		path  string
 		flags int
 	}{{os.DevNull, unix.O_RDONLY}, {filepath.Join(dir, "stdout"), output}, {filepath.Join(dir, "stderr"), output}} {
-		if fds[i], err = unix.Open(f.path, f.flags|unix.O_CLOEXEC, 0o644); err != nil {
-			return nil, -1, &os.PathError{Op: "open", Path: f.path, Err: err}
+		if sp.files[i], err = unix.Open(f.path, f.flags|unix.O_CLOEXEC, 0o644); err != nil {
+			return nil, &os.PathError{Op: "open", Path: f.path, Err: err}
 		}
 	}
+	pipe := []int{-1, -1}
 	if err = unix.Pipe2(pipe, unix.O_CLOEXEC); err != nil {
-		return nil, -1, fmt.Errorf("pipe: %w", err)
+		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	fds[3], pipe[0] = pipe[0], -1
-	env := childEnv(os.Environ(), extraEnv, map[string]string{
+	sp.files[3], sp.gate = pipe[0], pipe[1]
+	sp.env = childEnv(os.Environ(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
 		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
-	if _, err := lookPath(st.Command[0], st.Cwd, env); err != nil {
-		return nil, -1, err
+	if _, err := lookPath(st.Command[0], st.Cwd, sp.env); err != nil {
+		return nil, err
 	}
-	argv := gateArgv(st, w.startedPath(st.ID))
-	pidfd, pid := -1, 0
-	w.forker.run(func() {
-		pid, err = syscall.ForkExec(argv[0], argv, &syscall.ProcAttr{
-			Dir: st.Cwd, Env: env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2]), uintptr(fds[3])},
-			Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &pidfd},
-		})
+	sp.argv = gateArgv(st, w.startedPath(st.ID))
+	return sp, nil
+}
+
+// fork starts sp's process, held at its gate; it runs on the forker's
+// thread.
+func (sp *spawn) fork() {
+	f := sp.files
+	sp.pid, sp.err = syscall.ForkExec(sp.argv[0], sp.argv, &syscall.ProcAttr{
+		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(f[0]), uintptr(f[1]), uintptr(f[2]), uintptr(f[3])},
+		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &sp.pidfd},
 	})
-	if err != nil {
-		return nil, -1, startError(err, st.Cwd)
-	}
-	if pidfd < 0 {
-		// No CLONE_PIDFD: the child is ours and unreaped, so its PID cannot
-		// have been reused yet.
-		if pidfd, err = unix.PidfdOpen(pid, 0); err != nil {
-			return nil, -1, fmt.Errorf("pidfd_open: %w", err)
+	sp.closeFiles()
+}
+
+func (sp *spawn) closeFiles() {
+	for _, fd := range sp.files {
+		if fd >= 0 {
+			unix.Close(fd)
 		}
 	}
-	h, err = procfs.NewHandle(pidfd, pid)
-	return h, pipe[1], err
+}
+
+// handle returns a handle on sp's forked process, or why it did not start.
+func (sp *spawn) handle() (h *procfs.Handle, err error) {
+	defer func() {
+		if err != nil {
+			unix.Close(sp.gate)
+		}
+	}()
+	if sp.err != nil {
+		return nil, startError(sp.err, sp.st.Cwd)
+	}
+	if sp.pidfd < 0 {
+		// No CLONE_PIDFD: the child is ours and unreaped, so its PID cannot
+		// have been reused yet.
+		if sp.pidfd, err = unix.PidfdOpen(sp.pid, 0); err != nil {
+			return nil, fmt.Errorf("pidfd_open: %w", err)
+		}
+	}
+	return procfs.NewHandle(sp.pidfd, sp.pid)
 }
 
 // startError says why a process could not be started. The child reports

@@ -292,10 +292,11 @@ func (w *watcher) restartNow(st *tracker.State) {
 	resetAttempt(st)
 	os.Remove(w.startedPath(st.ID)) // the new attempt passes its own gate
 	os.Remove(w.readyPath(st.ID))
+	attempt := st.Attempt + 1 // counted once forked (see launch)
 	w.launch(st, req.Env)
 	for _, name := range requests {
 		if n, err := spool.ParseName(name); err == nil {
-			w.outcome(n, spool.Restarted, fmt.Sprintf("attempt %d", st.Attempt))
+			w.outcome(n, spool.Restarted, fmt.Sprintf("attempt %d", attempt))
 		}
 	}
 }

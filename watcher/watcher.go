@@ -229,6 +229,9 @@ type watcher struct {
 	unsaved unsaved
 	passed  []tracker.Event // events of states passed through, for the next save (see passing)
 	batch   batch           // saves held back while runs end together (see batched)
+	// spawning are the runs launched in this batch whose forks are under
+	// way, in no other list until settleSpawns.
+	spawning []*spawn
 	// written holds the stamp of the state.json this watcher wrote last
 	// for each run not yet ended: guard's proof, with one stat, that
 	// nobody changed it since.
@@ -374,11 +377,13 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		return nil
 	}
 	if dir := filepath.Dir(ev.Name); filepath.Dir(dir) == w.store.Dir() {
+		w.settleSpawns()
 		w.runDirEvent(filepath.Base(dir), filepath.Base(ev.Name))
 		return nil
 	}
 	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {
 		if ev.Has(fsnotify.Create) {
+			w.settleSpawns()
 			w.exitRecorded(filepath.Base(ev.Name))
 		}
 		return nil
