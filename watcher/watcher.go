@@ -377,13 +377,11 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		return nil
 	}
 	if dir := filepath.Dir(ev.Name); filepath.Dir(dir) == w.store.Dir() {
-		w.settleSpawns()
 		w.runDirEvent(filepath.Base(dir), filepath.Base(ev.Name))
 		return nil
 	}
 	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {
 		if ev.Has(fsnotify.Create) {
-			w.settleSpawns()
 			w.exitRecorded(filepath.Base(ev.Name))
 		}
 		return nil
