@@ -239,12 +239,14 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	dir := w.store.RunDir(n.ID)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	err := os.Mkdir(dir, 0o755)
+	if err != nil && !errors.Is(err, fs.ErrExist) {
 		decided = false
 		w.takeLater(n.String(), "making its run directory", err)
 		return
 	}
-	if !emptyDir(dir) {
+	// A directory just made is empty: only one that was there is looked into.
+	if err != nil && !emptyDir(dir) {
 		w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir))
 		return
 	}

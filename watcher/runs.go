@@ -214,9 +214,11 @@ type spawn struct {
 	st   *tracker.State
 	argv []string
 	env  []string
-	// files are the child's stdin, stdout, stderr and the gate's read end,
-	// closed in the watcher once it is forked; gate is the write end.
-	files [4]int
+	// stdin is the watcher's /dev/null; files are the child's stdout,
+	// stderr and the gate's read end, closed in the watcher once it is
+	// forked; gate is the write end.
+	stdin int
+	files [3]int
 	gate  int
 	done  <-chan struct{} // closed once fork has returned
 
@@ -230,7 +232,10 @@ type spawn struct {
 // set up and undo the runtime poller, for files that only the child uses.
 func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_ *spawn, err error) {
 	dir := w.store.RunDir(st.ID)
-	sp := &spawn{st: st, files: [4]int{-1, -1, -1, -1}, gate: -1, pidfd: -1}
+	sp := &spawn{st: st, files: [3]int{-1, -1, -1}, gate: -1, pidfd: -1}
+	if sp.stdin, err = w.devNull(); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil {
 			sp.closeFiles()
@@ -243,7 +248,7 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	for i, f := range []struct {
 		path  string
 		flags int
-	}{{os.DevNull, unix.O_RDONLY}, {filepath.Join(dir, "stdout"), output}, {filepath.Join(dir, "stderr"), output}} {
+	}{{filepath.Join(dir, "stdout"), output}, {filepath.Join(dir, "stderr"), output}} {
 		if sp.files[i], err = unix.Open(f.path, f.flags|unix.O_CLOEXEC, 0o644); err != nil {
 			return nil, &os.PathError{Op: "open", Path: f.path, Err: err}
 		}
@@ -252,7 +257,7 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	if err = unix.Pipe2(pipe, unix.O_CLOEXEC); err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	sp.files[3], sp.gate = pipe[0], pipe[1]
+	sp.files[2], sp.gate = pipe[0], pipe[1]
 	sp.env = childEnv(os.Environ(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
@@ -266,12 +271,26 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	return sp, nil
 }
 
+// devNull returns the watcher's descriptor of /dev/null, every run's
+// stdin, opened on first use and kept (close-on-exec: each child gets it
+// only as its fd 0).
+func (w *watcher) devNull() (int, error) {
+	if w.stdin < 0 {
+		fd, err := unix.Open(os.DevNull, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return -1, &os.PathError{Op: "open", Path: os.DevNull, Err: err}
+		}
+		w.stdin = fd
+	}
+	return w.stdin, nil
+}
+
 // fork starts sp's process, held at its gate; it runs on the forker's
 // thread.
 func (sp *spawn) fork() {
 	f := sp.files
 	sp.pid, sp.err = syscall.ForkExec(sp.argv[0], sp.argv, &syscall.ProcAttr{
-		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(f[0]), uintptr(f[1]), uintptr(f[2]), uintptr(f[3])},
+		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(sp.stdin), uintptr(f[0]), uintptr(f[1]), uintptr(f[2])},
 		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &sp.pidfd},
 	})
 	sp.closeFiles()

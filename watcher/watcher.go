@@ -248,6 +248,7 @@ type watcher struct {
 	keeper int // the keeper above this watcher, 0 if there is none
 	fsw    *fsnotify.Watcher
 	forker *forker // starts every child process (see forker)
+	stdin  int     // /dev/null, every run's stdin (see devNull); -1 until opened
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
@@ -274,6 +275,7 @@ func newWatcher(cfg Config) *watcher {
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
 		forker:     newForker(),
+		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),
