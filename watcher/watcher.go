@@ -145,6 +145,11 @@ func runWatcher(cfg Config, started *bool) error {
 		cfg.Log = io.Discard
 	}
 	w := newWatcher(cfg)
+	defer func() {
+		if w.stdin >= 0 {
+			unix.Close(w.stdin) // no fork is under way once the loop has returned
+		}
+	}()
 	if err := w.spool.Make(); err != nil {
 		return err
 	}
