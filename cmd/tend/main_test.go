@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -138,19 +139,30 @@ func poll(ts *testscript.TestScript, cond func() string) {
 	}
 }
 
-// waitfile path...: wait until every path exists; a path may be a glob
-// pattern (for tagged request names), which must match.
+// waitfile path...: wait until every path exists and holds something (a
+// file is created before it is written); a path may be a glob pattern
+// (for tagged request names), which must match.
 func cmdWaitFile(ts *testscript.TestScript, neg bool, args []string) {
 	for _, a := range args {
 		path := ts.MkAbs(a)
 		poll(ts, func() string {
 			matches, _ := filepath.Glob(path)
-			if (len(matches) > 0) == neg {
+			if neg == (len(matches) > 0) {
 				return fmt.Sprintf("%s: exists=%v, want %v", a, len(matches) > 0, !neg)
+			}
+			if !neg && !slices.ContainsFunc(matches, written) {
+				return fmt.Sprintf("%s: exists but is empty", a)
 			}
 			return ""
 		})
 	}
+}
+
+// written reports whether the file at path holds something: `echo $$ >
+// x.pid` creates the file before it writes the line.
+func written(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.Size() > 0
 }
 
 // waitstate id state: wait until run id's state.json says state.
