@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 	"testing"
@@ -196,7 +197,7 @@ func TestExitedWhileRunning(t *testing.T) {
 
 func TestGetenv(t *testing.T) {
 	h := startChild(t, "exec sleep 100")
-	_ = h
+	waitEnviron(t, h.PID())
 	t.Setenv("TEND_PROCFS_TEST", "x=y")
 	// A process's environ is the one it started with: the child's, not ours now.
 	if v, ok := Getenv(h.PID(), "TEND_PROCFS_TEST"); ok {
@@ -207,6 +208,7 @@ func TestGetenv(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { p.Kill(); p.Wait() }()
+	waitEnviron(t, p.Pid)
 	tests := []struct {
 		key, want string
 		ok        bool
@@ -214,6 +216,21 @@ func TestGetenv(t *testing.T) {
 	for _, tt := range tests {
 		if v, ok := Getenv(p.Pid, tt.key); v != tt.want || ok != tt.ok {
 			t.Errorf("Getenv(%s) = %q, %v; want %q, %v", tt.key, v, ok, tt.want, tt.ok)
+		}
+	}
+}
+
+// waitEnviron waits until process pid shows an environment: os.StartProcess
+// returns once exec has begun, before the kernel has laid the new one out.
+func waitEnviron(t *testing.T, pid int) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+		if err == nil && len(b) > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %d shows no environment after 10s (%v)", pid, err)
 		}
 	}
 }

@@ -195,7 +195,9 @@ func GroupMembers(pgids map[int]bool) (map[int][]Stat, error) {
 
 // Getenv returns the value of key in the environment that process pid was
 // started with (or last exec'd with), as /proc/<pid>/environ shows it. A
-// zombie, a kernel thread or another user's process shows none.
+// zombie, a kernel thread or another user's process shows none, and so may a
+// process in the middle of exec: its parent can see the exec succeed a moment
+// before the kernel has laid out the new environment.
 func Getenv(pid int, key string) (string, bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {
