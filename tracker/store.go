@@ -19,11 +19,40 @@ import (
 
 // Store is the runs/ directory of a tend root.
 type Store struct {
-	dir string
+	dir        string
+	durability Durability // "" is PowerLoss
 }
 
-// NewStore returns the Store of the tend root at root.
+// Durability is what a record survives once Write has returned.
+type Durability string
+
+const (
+	// PowerLoss, the default: the record and its directory are fsynced,
+	// so it survives a crash of the writer, of the system, or a power
+	// loss.
+	PowerLoss Durability = "power_loss"
+	// WatcherCrash: the record is replaced atomically but not fsynced. It
+	// survives a crash of the writer; a crash of the system or a power
+	// loss may leave an older record, or an empty file, in its place.
+	WatcherCrash Durability = "watcher_crash"
+)
+
+// ParseDurability returns the Durability named s.
+func ParseDurability(s string) (Durability, error) {
+	switch d := Durability(s); d {
+	case PowerLoss, WatcherCrash:
+		return d, nil
+	}
+	return "", fmt.Errorf("%q is neither %q nor %q", s, PowerLoss, WatcherCrash)
+}
+
+// NewStore returns the Store of the tend root at root, whose records are
+// written durable against a power loss.
 func NewStore(root string) *Store { return &Store{dir: filepath.Join(root, "runs")} }
+
+// SetDurability makes the records written from now on survive what d
+// says.
+func (s *Store) SetDurability(d Durability) { s.durability = d }
 
 // ErrNotFound means there is no run with the ID asked for.
 var ErrNotFound = errors.New("no such run")
@@ -52,8 +81,9 @@ func (s *Store) Make() error {
 }
 
 // Write replaces run st.ID's state.json: readers see the old or the new
-// file, never a mix, and once Write returns the change survives a crash or
-// a power loss (the file and its directory are fsynced).
+// file, never a mix, and once Write returns the change survives what the
+// store's Durability says: by default a crash or a power loss (the file
+// and its directory are fsynced).
 func (s *Store) Write(st *State) error {
 	return s.WriteAll([]*State{st})[0]
 }
@@ -75,10 +105,22 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 		}
 		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, append(b, '\n')), append(which, i)
 	}
-	for j, err := range spool.ReplaceAll(paths, data) {
+	for j, err := range s.replace(paths, data) {
 		if err != nil {
 			errs[which[j]] = fmt.Errorf("run %s: %w", states[which[j]].ID, err)
 		}
+	}
+	return errs
+}
+
+// replace replaces the files at paths as the store's Durability asks.
+func (s *Store) replace(paths []string, data [][]byte) []error {
+	if s.durability != WatcherCrash {
+		return spool.ReplaceAll(paths, data)
+	}
+	errs := make([]error, len(paths))
+	for i := range paths {
+		errs[i] = spool.ReplaceUnsynced(paths[i], data[i])
 	}
 	return errs
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -286,5 +287,76 @@ func TestAppendRefusesAfterTornEnd(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(HistoryPath(root)); string(b) != good+`{"time":"2026` {
 		t.Fatalf("the history changed: %q", b)
+	}
+}
+
+// TestHelperWriter is not a test: TestDurabilityFsyncs runs the test binary
+// through it, under strace, to write records.
+func TestHelperWriter(t *testing.T) {
+	root, durability, ok := strings.Cut(os.Getenv("TEND_TEST_WRITE"), ":")
+	if !ok {
+		t.Skip("a helper process for TestDurabilityFsyncs")
+	}
+	s := NewStore(root)
+	if durability != "" {
+		d, err := ParseDurability(durability)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.SetDurability(d)
+	}
+	states := []*State{{ID: "a", State: Running, Rev: 1}, {ID: "b", State: Running, Rev: 1}}
+	if err := s.Write(states[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, err := range s.WriteAll(states) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// syncCall matches a sync call's start in strace's output (not its
+// "<... fsync resumed>").
+var syncCall = regexp.MustCompile(`\bf?(data)?sync(fs|_file_range)?\(`)
+
+// TestDurabilityFsyncs counts, with strace, the fsyncs of one record
+// written alone and two in a batch: each written power_loss is fsynced
+// with its directory; written watcher_crash, none is.
+func TestDurabilityFsyncs(t *testing.T) {
+	strace, err := exec.LookPath("strace")
+	if err != nil {
+		t.Skip("needs strace")
+	}
+	for _, tt := range []struct {
+		durability string
+		want       int
+	}{{"", 6}, {"power_loss", 6}, {"watcher_crash", 0}} {
+		s, root := newStore(t)
+		for _, id := range []string{"a", "b"} {
+			os.Mkdir(s.RunDir(id), 0o755)
+		}
+		trace := filepath.Join(root, "trace")
+		cmd := exec.Command(strace, "-f", "-qq", "-o", trace, "-e", "trace=fsync,fdatasync,sync,syncfs,sync_file_range",
+			os.Args[0], "-test.run=^TestHelperWriter$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "TEND_TEST_WRITE="+root+":"+tt.durability)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			if strings.Contains(string(out), "Operation not permitted") {
+				t.Skipf("strace cannot trace here: %s", out)
+			}
+			t.Fatalf("%v: %v\n%s", cmd, err, out)
+		}
+		b, err := os.ReadFile(trace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := len(syncCall.FindAll(b, -1)); got != tt.want {
+			t.Errorf("durability %q: %d syncs, want %d:\n%s", tt.durability, got, tt.want, b)
+		}
+		for _, id := range []string{"a", "b"} {
+			if st, err := s.Read(id); err != nil || st.State != Running {
+				t.Errorf("durability %q: Read(%s) = %+v, %v", tt.durability, id, st, err)
+			}
+		}
 	}
 }

@@ -14,9 +14,9 @@ import (
 	"github.com/tendhq/tend/tracker"
 )
 
-// Limits are the watcher's settings that ROOT/config.json may change while
-// it runs.
-type Limits struct {
+// Settings are the watcher's settings that ROOT/config.json may change
+// while it runs.
+type Settings struct {
 	// MaxRunning is how many runs may be live at once (0: no limit); the
 	// others wait, queued, in arrival order.
 	MaxRunning int
@@ -27,12 +27,15 @@ type Limits struct {
 	// (0: no bound).
 	KeepFinishedFor time.Duration
 	KeepFinished    int
+	// Durability is what every run record survives once written, and so
+	// once anyone may have seen it or acted on it.
+	Durability tracker.Durability
 }
 
-// DefaultLimits are the limits when neither flags nor config.json say
-// otherwise: no cap on runs, and finished records kept for a week, at
-// most 1,000 of them.
-var DefaultLimits = Limits{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000}
+// DefaultSettings are the settings when neither flags nor config.json say
+// otherwise: no cap on runs, finished records kept for a week, at most
+// 1,000 of them, and every record durable against a power loss.
+var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss}
 
 // ConfigPath returns the path of root's config.json.
 func ConfigPath(root string) string { return filepath.Join(root, "config.json") }
@@ -43,12 +46,13 @@ type configFile struct {
 	MaxRunningPerSession *int            `json:"max_running_per_session"`
 	KeepFinishedFor      *spool.Duration `json:"keep_finished_for"`
 	KeepFinished         *int            `json:"keep_finished"`
+	Durability           *string         `json:"durability"`
 }
 
-// LoadLimits returns base with what root's config.json sets on top. A
+// LoadSettings returns base with what root's config.json sets on top. A
 // missing file changes nothing; a bad one is an error naming the file and
 // the field, and changes nothing either.
-func LoadLimits(root string, base Limits) (Limits, error) {
+func LoadSettings(root string, base Settings) (Settings, error) {
 	b, err := os.ReadFile(ConfigPath(root))
 	if errors.Is(err, os.ErrNotExist) {
 		return base, nil
@@ -83,13 +87,20 @@ func LoadLimits(root string, base Limits) (Limits, error) {
 	if c.KeepFinishedFor != nil {
 		l.KeepFinishedFor = c.KeepFinishedFor.D()
 	}
+	if c.Durability != nil {
+		d, err := tracker.ParseDurability(*c.Durability)
+		if err != nil {
+			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "durability", err)
+		}
+		l.Durability = d
+	}
 	return l, nil
 }
 
 // Expired returns the IDs of the finished runs among runs that limits do
 // not keep: those that ended longer than KeepFinishedFor before now, and
 // those beyond the newest KeepFinished. Active runs are never among them.
-func Expired(runs []*tracker.State, limits Limits, now time.Time) []string {
+func Expired(runs []*tracker.State, limits Settings, now time.Time) []string {
 	var done []*tracker.State
 	for _, st := range runs {
 		if tracker.Final(st.State) && st.EndedAt != nil {

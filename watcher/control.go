@@ -313,7 +313,7 @@ func (w *watcher) collectGarbage() {
 	for _, st := range runs {
 		byID[st.ID] = st
 	}
-	for _, id := range Expired(runs, w.limits, time.Now()) {
+	for _, id := range Expired(runs, w.settings, time.Now()) {
 		if w.runs[id] != nil || w.queued(id) != nil {
 			continue
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 )
 
 // Info is what a running watcher says about itself in ROOT/watcher.json,
@@ -21,6 +22,9 @@ type Info struct {
 	Version   string    `json:"version"`
 	StartedAt time.Time `json:"started_at"`
 	Root      string    `json:"root"`
+	// Durability is what the run records written now survive (it follows
+	// config.json).
+	Durability tracker.Durability `json:"durability"`
 }
 
 // InfoPath returns the path of root's watcher.json.
@@ -42,7 +46,7 @@ func ReadInfo(root string) (Info, error) {
 // writeInfo writes watcher.json and watcher.pid (the PID alone, for
 // shells), each replaced atomically.
 func (w *watcher) writeInfo() error {
-	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: time.Now().UTC(), Root: w.cfg.Root}
+	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root, Durability: w.settings.Durability}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := spool.Replace(InfoPath(w.cfg.Root), append(b, '\n')); err != nil {
 		return fmt.Errorf("%s: %w", InfoPath(w.cfg.Root), err)

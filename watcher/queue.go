@@ -48,10 +48,10 @@ func (w *watcher) runsStarted() int {
 
 // slotFor reports whether a run of session may start now.
 func (w *watcher) slotFor(session string) bool {
-	if w.limits.MaxRunning > 0 && w.runsStarted() >= w.limits.MaxRunning {
+	if w.settings.MaxRunning > 0 && w.runsStarted() >= w.settings.MaxRunning {
 		return false
 	}
-	if w.limits.MaxPerSession > 0 && session != "" {
+	if w.settings.MaxPerSession > 0 && session != "" {
 		n := 0
 		for _, r := range w.runs {
 			if r.st.Session == session {
@@ -63,7 +63,7 @@ func (w *watcher) slotFor(session string) bool {
 				n++
 			}
 		}
-		if n >= w.limits.MaxPerSession {
+		if n >= w.settings.MaxPerSession {
 			return false
 		}
 	}
@@ -111,7 +111,7 @@ func (w *watcher) dequeue() {
 	}
 	changed := false
 	for _, q := range slices.Clone(w.queue) {
-		if w.limits.MaxRunning > 0 && w.runsStarted() >= w.limits.MaxRunning {
+		if w.settings.MaxRunning > 0 && w.runsStarted() >= w.settings.MaxRunning {
 			break
 		}
 		if !w.slotFor(q.st.Session) || !w.startQueued(q) {

@@ -48,9 +48,9 @@ type Config struct {
 	Ready *os.File
 	// Version is written to watcher.json, for "tend status".
 	Version string
-	// Limits are the watcher's own limits; ROOT/config.json may change
-	// them, at start and whenever it changes.
-	Limits Limits
+	// Settings are the watcher's own settings; ROOT/config.json may
+	// change them, at start and whenever it changes.
+	Settings Settings
 	// BecomeKeeper, if set, is the command line (run as /proc/self/exe)
 	// that turns this process into a keeper, should its own keeper die:
 	// the runs are this process's children, so only this PID can keep them.
@@ -153,11 +153,12 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.spool.Make(); err != nil {
 		return err
 	}
-	limits, err := LoadLimits(cfg.Root, cfg.Limits)
+	settings, err := LoadSettings(cfg.Root, cfg.Settings)
 	if err != nil {
 		return err
 	}
-	w.limits = limits
+	w.settings = settings
+	w.store.SetDurability(settings.Durability)
 	if err := w.store.Make(); err != nil {
 		return err
 	}
@@ -207,12 +208,13 @@ func runWatcher(cfg Config, started *bool) error {
 	w.dequeue()
 	w.drain()
 	w.collectGarbage()
+	w.startedAt = time.Now().UTC()
 	if err := w.writeInfo(); err != nil {
 		return err
 	}
 	defer os.Remove(PIDPath(cfg.Root))
 	defer os.Remove(InfoPath(cfg.Root))
-	w.log.Printf("watching %s (pid %d, keeper %d)", cfg.Root, os.Getpid(), w.keeper)
+	w.log.Printf("watching %s (pid %d, keeper %d), durability %s", cfg.Root, os.Getpid(), w.keeper, w.settings.Durability)
 	if cfg.Ready != nil {
 		fmt.Fprintln(cfg.Ready, "ready")
 		cfg.Ready.Close()
@@ -240,9 +242,9 @@ type watcher struct {
 	// written holds the stamp of the state.json this watcher wrote last
 	// for each run not yet ended: guard's proof, with one stat, that
 	// nobody changed it since.
-	written map[string]tracker.Stamp
-	limits  Limits
-	pending map[string]*pending // spool entries not yet taken, by file name
+	written  map[string]tracker.Stamp
+	settings Settings
+	pending  map[string]*pending // spool entries not yet taken, by file name
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
@@ -251,9 +253,11 @@ type watcher struct {
 	afterStart map[string][]string
 
 	keeper int // the keeper above this watcher, 0 if there is none
-	fsw    *fsnotify.Watcher
-	forker *forker // starts every child process (see forker)
-	stdin  int     // /dev/null, every run's stdin (see devNull); -1 until opened
+	// startedAt is when this watcher started taking requests.
+	startedAt time.Time
+	fsw       *fsnotify.Watcher
+	forker    *forker // starts every child process (see forker)
+	stdin     int     // /dev/null, every run's stdin (see devNull); -1 until opened
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
@@ -380,7 +384,7 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		return fmt.Errorf("the spool %s was removed", ev.Name)
 	}
 	if ev.Name == ConfigPath(w.cfg.Root) {
-		w.reloadLimits()
+		w.reloadSettings()
 		return nil
 	}
 	if dir := filepath.Dir(ev.Name); filepath.Dir(dir) == w.store.Dir() {
@@ -405,18 +409,25 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 	return nil
 }
 
-// reloadLimits applies a changed config.json. A bad one is reported and
-// the limits stay as they were.
-func (w *watcher) reloadLimits() {
-	l, err := LoadLimits(w.cfg.Root, w.cfg.Limits)
+// reloadSettings applies a changed config.json. A bad one is reported and
+// the settings stay as they were.
+func (w *watcher) reloadSettings() {
+	l, err := LoadSettings(w.cfg.Root, w.cfg.Settings)
 	if err != nil {
-		w.log.Printf("config: %v (keeping the limits in force)", err)
+		w.log.Printf("config: %v (keeping the settings in force)", err)
 		return
 	}
-	if l != w.limits {
-		w.limits = l
-		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v",
-			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor)
+	if l != w.settings {
+		durabilityChanged := l.Durability != w.settings.Durability
+		w.settings = l
+		w.store.SetDurability(l.Durability)
+		if durabilityChanged {
+			if err := w.writeInfo(); err != nil { // for tend status
+				w.log.Printf("%v", err)
+			}
+		}
+		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s",
+			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor, l.Durability)
 		w.dequeue()
 	}
 }

@@ -180,32 +180,35 @@ func TestPermitted(t *testing.T) {
 	}
 }
 
-func TestLoadLimits(t *testing.T) {
+func TestLoadSettings(t *testing.T) {
 	tests := []struct {
 		config  string
-		want    Limits
+		want    Settings
 		wantErr string
 	}{
-		{"", DefaultLimits, ""}, // no file
-		{`{"max_running": 2, "max_running_per_session": 1}`, Limits{MaxRunning: 2, MaxPerSession: 1, KeepFinishedFor: DefaultLimits.KeepFinishedFor, KeepFinished: 1000}, ""},
-		{`{"keep_finished_for": "24h", "keep_finished": 0}`, Limits{KeepFinishedFor: 24 * time.Hour}, ""},
-		{`{"keep_finished_for": 60}`, Limits{KeepFinishedFor: time.Minute, KeepFinished: 1000}, ""},
-		{`{"max_runing": 2}`, DefaultLimits, `unknown field "max_runing"`},
-		{`{"max_running": -1}`, DefaultLimits, `"max_running": -1 is negative`},
-		{`{"max_running": `, DefaultLimits, "config.json"},
+		{"", DefaultSettings, ""}, // no file
+		{`{"max_running": 2, "max_running_per_session": 1}`, Settings{MaxRunning: 2, MaxPerSession: 1, KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
+		{`{"keep_finished_for": "24h", "keep_finished": 0}`, Settings{KeepFinishedFor: 24 * time.Hour, Durability: tracker.PowerLoss}, ""},
+		{`{"keep_finished_for": 60}`, Settings{KeepFinishedFor: time.Minute, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
+		{`{"durability": "watcher_crash"}`, Settings{KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.WatcherCrash}, ""},
+		{`{"durability": "power_loss"}`, DefaultSettings, ""},
+		{`{"durability": "none"}`, DefaultSettings, `config.json: "durability": "none" is neither "power_loss" nor "watcher_crash"`},
+		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing"`},
+		{`{"max_running": -1}`, DefaultSettings, `"max_running": -1 is negative`},
+		{`{"max_running": `, DefaultSettings, "config.json"},
 	}
 	for _, tt := range tests {
 		root := t.TempDir()
 		if tt.config != "" {
 			os.WriteFile(ConfigPath(root), []byte(tt.config), 0o644)
 		}
-		got, err := LoadLimits(root, DefaultLimits)
+		got, err := LoadSettings(root, DefaultSettings)
 		if tt.wantErr != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("LoadLimits(%s) err = %v, want %q", tt.config, err, tt.wantErr)
+				t.Errorf("LoadSettings(%s) err = %v, want %q", tt.config, err, tt.wantErr)
 			}
 		} else if err != nil || got != tt.want {
-			t.Errorf("LoadLimits(%s) = %+v, %v; want %+v", tt.config, got, err, tt.want)
+			t.Errorf("LoadSettings(%s) = %+v, %v; want %+v", tt.config, got, err, tt.want)
 		}
 	}
 }
@@ -221,13 +224,13 @@ func TestExpired(t *testing.T) {
 		{ID: "waiting", State: tracker.Queued},
 	}
 	tests := []struct {
-		limits Limits
+		limits Settings
 		want   string
 	}{
-		{Limits{KeepFinishedFor: 24 * time.Hour}, "old"},
-		{Limits{KeepFinished: 1}, "mid old"},
-		{Limits{KeepFinished: 2, KeepFinishedFor: 30 * time.Second}, "new mid old"},
-		{Limits{}, ""},
+		{Settings{KeepFinishedFor: 24 * time.Hour}, "old"},
+		{Settings{KeepFinished: 1}, "mid old"},
+		{Settings{KeepFinished: 2, KeepFinishedFor: 30 * time.Second}, "new mid old"},
+		{Settings{}, ""},
 	}
 	for _, tt := range tests {
 		if got := strings.Join(Expired(runs, tt.limits, now), " "); got != tt.want {

@@ -121,7 +121,7 @@ every 10 minutes. Example: tend gc --older-than 24h`
 }
 
 func (c *gcCmd) Run(e *env) error {
-	limits, err := watcher.LoadLimits(e.root, watcher.DefaultLimits)
+	limits, err := watcher.LoadSettings(e.root, watcher.DefaultSettings)
 	if err != nil {
 		return err
 	}

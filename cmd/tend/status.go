@@ -27,15 +27,17 @@ Exits 0 if a watcher runs, 6 if none does. Examples:
 
 // status is what "tend status --json" prints.
 type status struct {
-	Root      string         `json:"root"`
-	Running   bool           `json:"running"`
-	PID       int            `json:"pid,omitempty"`
-	KeeperPID int            `json:"keeper_pid,omitempty"`
-	StartedAt *time.Time     `json:"started_at,omitempty"`
-	UptimeSec int64          `json:"uptime_seconds,omitempty"`
-	Version   string         `json:"version,omitempty"`
-	StalePID  int            `json:"stale_pid,omitempty"`
-	Runs      map[string]int `json:"runs"`
+	Root      string     `json:"root"`
+	Running   bool       `json:"running"`
+	PID       int        `json:"pid,omitempty"`
+	KeeperPID int        `json:"keeper_pid,omitempty"`
+	StartedAt *time.Time `json:"started_at,omitempty"`
+	UptimeSec int64      `json:"uptime_seconds,omitempty"`
+	Version   string     `json:"version,omitempty"`
+	// Durability is what the running watcher's records survive.
+	Durability string         `json:"durability,omitempty"`
+	StalePID   int            `json:"stale_pid,omitempty"`
+	Runs       map[string]int `json:"runs"`
 	// Problems are what a quick check of the history's end and the state
 	// files found; tend fsck says more.
 	Problems []string `json:"problems,omitempty"`
@@ -69,7 +71,7 @@ func readStatus(root string) (status, error) {
 	if running {
 		s.Running = true
 		if info, err := watcher.ReadInfo(root); err == nil {
-			s.PID, s.KeeperPID, s.Version = info.PID, info.KeeperPID, info.Version
+			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, string(info.Durability)
 			s.StartedAt = &info.StartedAt
 			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
 		}
@@ -101,6 +103,9 @@ func printStatus(e *env, s status) {
 			s.Root, s.PID, s.KeeperPID, time.Duration(s.UptimeSec)*time.Second, s.Version)
 	default:
 		fmt.Fprintf(e.stdout, "watcher: not running on %s\n", s.Root)
+	}
+	if s.Durability == string(tracker.WatcherCrash) {
+		fmt.Fprintf(e.stdout, "durability: %s: records are not fsynced; a power loss or a system crash may take back the last changes\n", s.Durability)
 	}
 	if s.StalePID != 0 {
 		fmt.Fprintf(e.stdout, "removed a stale PID file: pid %d is no watcher of this root\n", s.StalePID)

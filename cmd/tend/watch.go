@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -25,16 +26,18 @@ type watchFlags struct {
 	Settle        time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
 	MaxRunning    int           `help:"How many runs may be live at once; more wait, queued (0: no limit). ROOT/config.json's max_running overrides it." default:"0"`
 	MaxPerSession int           `name:"max-running-per-session" help:"How many live runs one session may hold (0: no limit). config.json: max_running_per_session." default:"0"`
+	Durability    string        `enum:"power_loss,watcher_crash" default:"power_loss" help:"What a run's record survives once written: power_loss (fsynced) or watcher_crash (not fsynced: faster on disk, but a power loss may take records back). config.json: durability."`
 }
 
 // args renders the flags for a watcher's command line.
 func (f watchFlags) args() []string {
-	return []string{"--settle", f.Settle.String(), "--max-running", strconv.Itoa(f.MaxRunning), "--max-running-per-session", strconv.Itoa(f.MaxPerSession)}
+	return []string{"--settle", f.Settle.String(), "--max-running", strconv.Itoa(f.MaxRunning), "--max-running-per-session", strconv.Itoa(f.MaxPerSession), "--durability", f.Durability}
 }
 
-func (f watchFlags) limits() watcher.Limits {
-	l := watcher.DefaultLimits
+func (f watchFlags) settings() watcher.Settings {
+	l := watcher.DefaultSettings
 	l.MaxRunning, l.MaxPerSession = f.MaxRunning, f.MaxPerSession
+	l.Durability = tracker.Durability(f.Durability) // kong checked it is one of the two
 	return l
 }
 
@@ -92,7 +95,7 @@ func (c *watcherCmd) Run(e *env) error {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(stop)
 	cfg := watcher.Config{
-		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Limits: c.limits(),
+		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Settings: c.settings(),
 		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch"}, c.args()...),
 	}
 	if c.ReadyFD >= 0 {
