@@ -190,7 +190,7 @@ func (w *watcher) writeQueue() {
 		b.WriteString(q.st.ID)
 		b.WriteByte('\n')
 	}
-	if err := spool.Replace(QueuePath(w.cfg.Root), []byte(b.String())); err != nil {
+	if err := spool.ReplaceUnsynced(QueuePath(w.cfg.Root), []byte(b.String())); err != nil {
 		w.log.Printf("%v", err)
 	}
 }
