@@ -60,7 +60,12 @@ func main() {
 			b.measure("W4", b.w4) // on disk, W3's live runs are canceled instead
 		}
 	}
-	b.base = b.disk.path
+	// The opt-in mode without fsyncs, on disk, where they cost.
+	b.base, b.durability = b.disk.path, "watcher_crash"
+	b.measure("W1", b.w1)
+	b.measure("W2", b.w2)
+	b.measure("W4", b.w4)
+	b.durability = ""
 	b.measure("W1", b.w1cli)
 	b.measure("W2", b.w2inPlace)
 	b.measure("W3", b.w3)
@@ -82,6 +87,8 @@ type bench struct {
 	missed int
 	// base is where roots are made: disk's path, or a tmpfs.
 	base string
+	// durability is the watchers' --durability ("": the default).
+	durability string
 	disk scratchDir
 	// made is every directory made for a measurement: removed only at the
 	// end (clean), because removing files slows the creation of the next
@@ -101,10 +108,14 @@ func (b *bench) measure(name string, w func()) {
 
 // where names b.base for a row.
 func (b *bench) where() string {
+	where := "root on tmpfs"
 	if b.base == b.disk.path {
-		return "root on disk"
+		where = "root on disk"
 	}
-	return "root on tmpfs"
+	if b.durability != "" {
+		where += ", " + b.durability
+	}
+	return where
 }
 
 func (b *bench) row(name, tend, floor string, ok bool, target string) {
@@ -137,7 +148,11 @@ type root struct {
 func (b *bench) up() *root {
 	dir := b.tempDir(b.base, "tend-bench-")
 	r := &root{dir: dir, path: filepath.Join(dir, ".tend"), b: b}
-	r.tend("up")
+	if b.durability != "" {
+		r.tend("up", "--durability", b.durability)
+	} else {
+		r.tend("up")
+	}
 	return r
 }
 
