@@ -31,13 +31,19 @@ type watchFlags struct {
 
 // args renders the flags for a watcher's command line.
 func (f watchFlags) args() []string {
-	return []string{"--settle", f.Settle.String(), "--max-running", strconv.Itoa(f.MaxRunning), "--max-running-per-session", strconv.Itoa(f.MaxPerSession), "--durability", f.Durability}
+	args := []string{"--settle", f.Settle.String(), "--max-running", strconv.Itoa(f.MaxRunning), "--max-running-per-session", strconv.Itoa(f.MaxPerSession)}
+	if f.Durability != "" { // unset when a client starts the watcher: the default
+		args = append(args, "--durability", f.Durability)
+	}
+	return args
 }
 
 func (f watchFlags) settings() watcher.Settings {
 	l := watcher.DefaultSettings
 	l.MaxRunning, l.MaxPerSession = f.MaxRunning, f.MaxPerSession
-	l.Durability = tracker.Durability(f.Durability) // kong checked it is one of the two
+	if f.Durability != "" {
+		l.Durability = tracker.Durability(f.Durability) // kong checked it is one of the two
+	}
 	return l
 }
 
