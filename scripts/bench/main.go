@@ -89,7 +89,7 @@ type bench struct {
 	base string
 	// durability is the watchers' --durability ("": the default).
 	durability string
-	disk scratchDir
+	disk       scratchDir
 	// made is every directory made for a measurement: removed only at the
 	// end (clean), because removing files slows the creation of the next
 	// ones (see docs/performance.md, "The disk").
