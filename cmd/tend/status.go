@@ -35,9 +35,9 @@ type status struct {
 	UptimeSec int64      `json:"uptime_seconds,omitempty"`
 	Version   string     `json:"version,omitempty"`
 	// Durability is what the running watcher's records survive.
-	Durability string         `json:"durability,omitempty"`
-	StalePID   int            `json:"stale_pid,omitempty"`
-	Runs       map[string]int `json:"runs"`
+	Durability tracker.Durability `json:"durability,omitempty"`
+	StalePID   int                `json:"stale_pid,omitempty"`
+	Runs       map[string]int     `json:"runs"`
 	// Problems are what a quick check of the history's end and the state
 	// files found; tend fsck says more.
 	Problems []string `json:"problems,omitempty"`
@@ -71,7 +71,7 @@ func readStatus(root string) (status, error) {
 	if running {
 		s.Running = true
 		if info, err := watcher.ReadInfo(root); err == nil {
-			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, string(info.Durability)
+			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, info.Durability
 			s.StartedAt = &info.StartedAt
 			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
 		}
@@ -104,7 +104,7 @@ func printStatus(e *env, s status) {
 	default:
 		fmt.Fprintf(e.stdout, "watcher: not running on %s\n", s.Root)
 	}
-	if s.Durability == string(tracker.WatcherCrash) {
+	if s.Durability == tracker.WatcherCrash {
 		fmt.Fprintf(e.stdout, "durability: %s: records are not fsynced; a power loss or a system crash may take back the last changes\n", s.Durability)
 	}
 	if s.StalePID != 0 {

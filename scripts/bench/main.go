@@ -148,11 +148,11 @@ type root struct {
 func (b *bench) up() *root {
 	dir := b.tempDir(b.base, "tend-bench-")
 	r := &root{dir: dir, path: filepath.Join(dir, ".tend"), b: b}
+	args := []string{"up"}
 	if b.durability != "" {
-		r.tend("up", "--durability", b.durability)
-	} else {
-		r.tend("up")
+		args = append(args, "--durability", b.durability)
 	}
+	r.tend(args...)
 	return r
 }
 
