@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -117,6 +118,10 @@ type Exit struct {
 	Code   int            // exit code, if the process exited
 	Signal syscall.Signal // the signal that killed it, if one did (Code is then -1)
 	Core   bool
+	// CPU is the CPU time (user and system) the process and the children
+	// it waited for used, as the kernel reports it to the waiting parent
+	// (Peek and Reap; zero where the exit came from elsewhere).
+	CPU time.Duration
 }
 
 // sigchldInfo is the kernel's siginfo_t as filled in for a child's end:
@@ -169,10 +174,11 @@ func (h *Handle) waitid(options int) (Exit, bool, error) {
 		return Exit{}, false, err
 	}
 	var info unix.Siginfo
+	var usage unix.Rusage // filled in with WNOWAIT too, so Peek has it
 	var werr error
 	err = conn.Control(func(fd uintptr) {
 		for {
-			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, options, nil)
+			werr = unix.Waitid(unix.P_PIDFD, int(fd), &info, options, &usage)
 			if werr != unix.EINTR {
 				return
 			}
@@ -187,7 +193,9 @@ func (h *Handle) waitid(options int) (Exit, bool, error) {
 	if werr != nil {
 		return Exit{}, false, fmt.Errorf("waitid pid %d: %w", h.pid, werr)
 	}
-	return decodeExit(&info)
+	e, ok, err := decodeExit(&info)
+	e.CPU = time.Duration(usage.Utime.Nano() + usage.Stime.Nano())
+	return e, ok, err
 }
 
 // Close releases the pidfd. It does not signal or reap the process.

@@ -76,13 +76,14 @@ func startChild(t *testing.T, script string) *Handle {
 }
 
 func TestHandleExitCodeAndPeekKeepsPID(t *testing.T) {
-	h := startChild(t, "exit 3")
+	// The loop burns some CPU, which Peek and Reap report.
+	h := startChild(t, "i=0; while [ $i -lt 30000 ]; do i=$((i+1)); done; exit 3")
 	if err := h.WaitExited(); err != nil {
 		t.Fatal(err)
 	}
 	e, ok, err := h.Peek()
-	if err != nil || !ok || e.Code != 3 || e.Signal != 0 {
-		t.Fatalf("Peek = %+v, %v, %v; want code 3", e, ok, err)
+	if err != nil || !ok || e.Code != 3 || e.Signal != 0 || e.CPU <= 0 {
+		t.Fatalf("Peek = %+v, %v, %v; want code 3 and the CPU it used", e, ok, err)
 	}
 	// Not reaped: the zombie still holds its PID and group.
 	if st, err := ReadStat(h.PID()); err != nil || st.State != 'Z' {
@@ -91,8 +92,8 @@ func TestHandleExitCodeAndPeekKeepsPID(t *testing.T) {
 	if err := unix.Kill(-h.PID(), 0); err != nil {
 		t.Fatalf("group of unreaped zombie: %v", err)
 	}
-	if e, err := h.Reap(); err != nil || e.Code != 3 {
-		t.Fatalf("Reap = %+v, %v", e, err)
+	if r, err := h.Reap(); err != nil || r != e {
+		t.Fatalf("Reap = %+v, %v; want what Peek said, %+v", r, err, e)
 	}
 	if _, err := ReadStat(h.PID()); !errors.Is(err, ErrNoProcess) {
 		t.Fatalf("after Reap, stat err = %v", err)

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
@@ -199,14 +198,4 @@ func (w *watcher) readProgress(r *run) {
 	now := time.Now()
 	r.st.Progress, r.st.ProgressAt = p, &now
 	w.save(r.st)
-}
-
-// recordCPU records the CPU time of r's leader and the children it waited
-// for, read from its unreaped zombie.
-func recordCPU(r *run) {
-	ps, err := procfs.ReadStat(r.st.PID)
-	if err != nil || ps.StartTime != r.st.ProcStart {
-		return
-	}
-	r.st.CPUSeconds = float64(ps.CPU+ps.CPUChildren) / procfs.TicksPerSecond
 }

@@ -629,7 +629,8 @@ func (w *watcher) finish(r *run) {
 	delete(w.runs, r.st.ID)
 	w.unwatchRunDir(r.st.ID)
 	if r.proc != nil && !r.adopted {
-		recordCPU(r)
+		// As the kernel told Peek: no read of the zombie's /proc/PID/stat.
+		r.st.CPUSeconds = e.CPU.Seconds()
 	}
 	w.capOutput(r)
 	if r.adopted {
