@@ -12,6 +12,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -182,6 +183,30 @@ func (st *State) checksum() string {
 	c.Sum = ""
 	b, _ := json.Marshal(&c)
 	return sumOf(b)
+}
+
+// encode sets st's Sum and returns its state file: indented JSON and a
+// newline. It marshals st once: the compact form with the sum empty is
+// what the sum is of, and indenting it (with the sum put in) gives what
+// json.MarshalIndent would.
+func (st *State) encode() ([]byte, error) {
+	st.Sum = ""
+	c, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.HasSuffix(c, []byte(sumSuffix)) {
+		return nil, errors.New("its compact JSON does not end with its sum field")
+	}
+	st.Sum = sumOf(c)
+	c = append(c[:len(c)-len(sumSuffix)], `,"sum":"`+st.Sum+`"}`...)
+	var b bytes.Buffer
+	b.Grow(len(c) + len(c)/2)
+	if err := json.Indent(&b, c, "", "  "); err != nil {
+		return nil, err
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
 }
 
 func sumOf(compact []byte) string {

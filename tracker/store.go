@@ -97,13 +97,12 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 	var data [][]byte
 	var which []int // the index in states of each path
 	for i, st := range states {
-		st.Sum = st.checksum()
-		b, err := json.MarshalIndent(st, "", "  ")
+		b, err := st.encode()
 		if err != nil {
 			errs[i] = fmt.Errorf("run %s: %w", st.ID, err)
 			continue
 		}
-		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, append(b, '\n')), append(which, i)
+		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, b), append(which, i)
 	}
 	for j, err := range s.replace(paths, data) {
 		if err != nil {

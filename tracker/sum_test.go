@@ -59,6 +59,41 @@ func TestChecksumOfFiles(t *testing.T) {
 	}
 }
 
+// encode marshals once what checksum and json.MarshalIndent made by
+// marshaling twice: the same bytes, the same sum.
+func TestEncodeIsMarshalIndent(t *testing.T) {
+	now := time.Date(2026, 11, 21, 10, 0, 0, 123456789, time.UTC)
+	code := 7
+	tests := []*State{
+		{ID: "min", State: Queued, Rev: 1},
+		{ID: "a", State: Failed, Rev: 9, Session: "s", Command: []string{"/bin/sh", "-c", "echo \"a  b\" \\ <&> \u00e9\u2028\t"},
+			Labels: map[string]string{"k": "v w", "a": "}\"{"}, CreatedAt: now, StartedAt: &now, EndedAt: &now,
+			ExitCode: &code, Reason: `exited with code 7, "sum":""}`, CPUSeconds: 0.25},
+	}
+	for _, st := range tests {
+		t.Run(st.ID, func(t *testing.T) {
+			st.Sum = "stale"
+			got, err := st.encode()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := *st
+			want.Sum = ""
+			want.Sum = want.checksum()
+			b, err := json.MarshalIndent(&want, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Sum != want.Sum || string(got) != string(b)+"\n" {
+				t.Errorf("encode: sum %s, file\n%s\nwant sum %s, file\n%s", st.Sum, got, want.Sum, b)
+			}
+			if _, err := ParseState("state.json", got); err != nil {
+				t.Errorf("ParseState of what encode wrote: %v", err)
+			}
+		})
+	}
+}
+
 func mustCompact(t *testing.T, b []byte) []byte {
 	var c bytes.Buffer
 	if err := json.Compact(&c, b); err != nil {
