@@ -42,6 +42,20 @@ func BenchmarkEncode(b *testing.B) {
 	}
 }
 
+// BenchmarkParseState is a record's decoding and checksum check, without
+// the file: the CPU tend ls spends on each run.
+func BenchmarkParseState(b *testing.B) {
+	file, err := benchState("r").encode()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := ParseState("state.json", file); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
 // BenchmarkRead is one record read, its checksum checked.
 func BenchmarkRead(b *testing.B) {
 	s, _ := newStore(b)

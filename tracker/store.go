@@ -3,7 +3,6 @@ package tracker
 import (
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/tendhq/tend/spool"
 	"golang.org/x/sys/unix"
 )
@@ -205,9 +205,17 @@ func readSmall(dirfd int, name, path string, buf []byte) ([]byte, error) {
 }
 
 // ParseState parses a state file's bytes; path is used in errors.
+//
+// It decodes with encoding/json's v2 (go-json-experiment/json until the
+// standard library's leaves GOEXPERIMENT): twice as fast as v1 on a record,
+// and tend ls decodes thousands. Records are written by v1 and read the
+// same by both (TestParseStateReadsWhatV1Reads); what v2 is stricter about
+// (a member named twice, in another case, bytes that are not UTF-8) is
+// never in a file tend wrote, and makes an edited file invalid rather than
+// untrusted.
 func ParseState(path string, b []byte) (*State, error) {
 	var st State
-	if err := json.Unmarshal(b, &st); err != nil {
+	if err := jsonv2.Unmarshal(b, &st); err != nil {
 		return nil, fmt.Errorf("%s: not a valid state file: %v", path, err)
 	}
 	if st.ID == "" || st.State == "" || st.Rev < 1 {

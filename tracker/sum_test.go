@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/spool"
 )
 
 // The checksum is checked without marshaling when the file is byte for
@@ -128,5 +131,62 @@ func TestListReadsWhatReadReads(t *testing.T) {
 		if err != nil || one.Sum != st.Sum {
 			t.Errorf("Read(%s) = %v, %v; List gave %v", st.ID, one, err, st)
 		}
+	}
+}
+
+// ParseState decodes with encoding/json's v2; a record tend wrote must read
+// back exactly as v1 reads it. Every field is set, so a field v2 would
+// read differently (a tag, a custom type) fails here.
+func TestParseStateReadsWhatV1Reads(t *testing.T) {
+	st := fullState(time.FixedZone("", 5*3600+1800))
+	v := reflect.ValueOf(*st)
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() && v.Type().Field(i).Name != "Sum" {
+			t.Fatalf("fullState leaves %s unset: set it, so this test reads it", v.Type().Field(i).Name)
+		}
+	}
+	file, err := st.encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ParseState("state.json", file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want State
+	if err := json.Unmarshal(file, &want); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, &want) {
+		gotJSON, _ := json.Marshal(got)
+		t.Errorf("ParseState read\n%s\nencoding/json reads\n%s", gotJSON, file)
+	}
+}
+
+// fullState returns a record with every field set, its times in zone.
+func fullState(zone *time.Location) *State {
+	t := time.Date(2026, 11, 21, 10, 0, 0, 123456789, zone)
+	i64 := func(n int64) *int64 { return &n }
+	d := spool.Duration(90 * time.Second)
+	code := 3
+	return &State{
+		ID: "a@b", State: Failed, Rev: 12, Session: "s", OwnerUID: 1000,
+		Command: []string{"/bin/sh", "-c", "echo \"é <&>\" \\ \u2028"}, Cwd: "/w", Labels: map[string]string{"k": "v"},
+		Timeout: spool.Duration(time.Hour), Grace: spool.Duration(1500 * time.Millisecond),
+		PID: 10, PGID: 10, ProcStart: 12345,
+		CreatedAt: t, StartedAt: &t, EndedAt: &t, ExitCode: &code, Signal: "SIGTERM", Reason: "exited with code 3",
+		Stop:      &Stop{Cause: Canceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},
+		Notes:     []Note{{Time: t, Text: "n"}},
+		Restart:   &spool.Restart{Policy: "on-failure", Limit: 5, Window: d, Delay: d, MaxDelay: d},
+		Health:    &spool.Health{HTTP: "http://x/", Interval: d, Timeout: d, Retries: 2, StartPeriod: d},
+		ReadyFile: true,
+		Limits:    &spool.Rlimits{NoFile: i64(64), NProc: i64(10), CPU: &d, Core: i64(0), AS: i64(1 << 30)},
+		Attempt:   3, Restarts: 2,
+		Attempts:    []Attempt{{Attempt: 1, StartedAt: t, EndedAt: t, ExitCode: &code, Signal: "SIGKILL", Reason: "r"}},
+		NextStartAt: &t, ReadyAt: &t,
+		HealthStatus: &HealthStatus{Status: "healthy", Failures: 1, Checks: []HealthCheck{{Time: t, OK: true, Detail: "200"}}},
+		PausedAt:     &t, PausedFor: d,
+		Output:   &Output{Limit: 100, Stdout: Stream{Dropped: 5, Base: 5}, Stderr: Stream{Dropped: 1}},
+		Progress: "50", ProgressAt: &t, CPUSeconds: 0.25, DurationSeconds: 1.5,
 	}
 }
