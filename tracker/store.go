@@ -209,10 +209,10 @@ func readSmall(dirfd int, name, path string, buf []byte) ([]byte, error) {
 // It decodes with encoding/json's v2 (go-json-experiment/json until the
 // standard library's leaves GOEXPERIMENT): twice as fast as v1 on a record,
 // and tend ls decodes thousands. Records are written by v1 and read the
-// same by both (TestParseStateReadsWhatV1Reads); what v2 is stricter about
-// (a member named twice, in another case, bytes that are not UTF-8) is
-// never in a file tend wrote, and makes an edited file invalid rather than
-// untrusted.
+// same by both (TestParseStateReadsWhatV1Reads). What v2 is stricter about
+// (a member named twice or spelled in another case, bytes that are not
+// UTF-8) is never in a file tend wrote; in an edited file it makes the
+// record invalid rather than untrusted.
 func ParseState(path string, b []byte) (*State, error) {
 	var st State
 	if err := jsonv2.Unmarshal(b, &st); err != nil {
