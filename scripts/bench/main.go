@@ -451,7 +451,6 @@ func cpuTicks(pids []int) uint64 {
 	return total
 }
 
-// w4 cancels the n live runs of w3 at once.
 // w4 starts 500 live runs and cancels them all at once.
 func (b *bench) w4() {
 	const n = 500
