@@ -55,6 +55,10 @@ type Config struct {
 	// that turns this process into a keeper, should its own keeper die:
 	// the runs are this process's children, so only this PID can keep them.
 	BecomeKeeper []string
+	// ForkProcs, if above GOMAXPROCS, is GOMAXPROCS while the watcher
+	// forks: a fork holds its thread's P until the child has exec'd, and
+	// a watcher on one P does nothing else meanwhile.
+	ForkProcs int
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -283,7 +287,7 @@ func newWatcher(cfg Config) *watcher {
 		written:    make(map[string]tracker.Stamp),
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
-		forker:     newForker(),
+		forker:     newForker(cfg.ForkProcs),
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),

@@ -96,13 +96,17 @@ type watcherCmd struct {
 }
 
 func (c *watcherCmd) Run(e *env) error {
-	oneProc()
+	forkProcs := 0
+	if oneProc() {
+		forkProcs = 2 // docs/performance.md, round 10
+	}
 	stop := make(chan os.Signal, 2)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(stop)
 	cfg := watcher.Config{
 		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Settings: c.settings(),
 		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch"}, c.args()...),
+		ForkProcs:    forkProcs,
 	}
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
@@ -125,17 +129,20 @@ func (c *watcherCmd) Run(e *env) error {
 }
 
 // oneProc runs this process's goroutines on one P, unless GOMAXPROCS says
-// otherwise. The watcher and the keeper are each one event loop: a second
-// P only spins looking for work and hands goroutines across threads (futex
-// and epoll calls at every event), and that CPU is taken from the runs on
-// the same cores. Measured with make bench on 2 cores: W1 on tmpfs about
-// 8 % more jobs a second, W4 about 15 % faster. Blocking system calls still
-// run beside the loop: the runtime gives the P to another thread while one
-// waits in the kernel.
-func oneProc() {
-	if os.Getenv("GOMAXPROCS") == "" {
-		runtime.GOMAXPROCS(1)
+// otherwise, and reports whether it did. The watcher and the keeper are
+// each one event loop: a second P only spins looking for work and hands
+// goroutines across threads (futex and epoll calls at every event), and
+// that CPU is taken from the runs on the same cores. Measured with make
+// bench on 2 cores: W1 on tmpfs about 8 % more jobs a second, W4 about
+// 15 % faster. Blocking system calls still run beside the loop: the
+// runtime gives the P to another thread while one waits in the kernel. A
+// fork is not such a call (see watcher.Config.ForkProcs).
+func oneProc() bool {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return false
 	}
+	runtime.GOMAXPROCS(1)
+	return true
 }
 
 // profileCPU writes the watcher's CPU profile to path until the returned
