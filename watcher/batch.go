@@ -13,11 +13,13 @@ import (
 // their records with one round of fsyncs (Store.WriteAll). What must
 // follow a durable record (a launched run's gate, a stopped run's SIGTERM,
 // an outcome, the reaping of a leader, starting queued runs in its slot)
-// waits in after, and runs once the records are written, in order.
+// waits in after, and runs once the records are written, in order; the
+// launched runs' gates open before the rest of it.
 type batch struct {
 	active bool
 	states []*tracker.State // in the order of their first save in the batch
 	events []tracker.Event
+	gates  []func()
 	after  []func()
 }
 
@@ -47,6 +49,17 @@ func (w *watcher) afterSaved(f func()) {
 	f()
 }
 
+// gateAfterSaved opens a launched run's gate (open) once the records saved
+// so far are durable, before whatever else waits for them: the run waits
+// on it, and the outcomes (a file each) are written while it starts.
+func (w *watcher) gateAfterSaved(open func()) {
+	if w.batch.active {
+		w.batch.gates = append(w.batch.gates, open)
+		return
+	}
+	open()
+}
+
 // hold takes a save into the batch.
 func (w *watcher) hold(st *tracker.State, events []tracker.Event) {
 	w.batch.events = append(w.batch.events, events...)
@@ -73,7 +86,7 @@ func (w *watcher) flush() {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
-	for _, f := range b.after {
+	for _, f := range slices.Concat(b.gates, b.after) {
 		f()
 	}
 }

@@ -3,6 +3,7 @@ package watcher
 import (
 	"io"
 	"os"
+	"slices"
 	"testing"
 	"time"
 
@@ -63,5 +64,39 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 		if events[i].ID != want {
 			t.Errorf("event %d is %s's, want %s's", i, events[i].ID, want)
 		}
+	}
+}
+
+// A launched run's gate opens as soon as the batch's records are written,
+// before what else waited for them (the outcomes, a file each), even what
+// waited from earlier in the batch.
+func TestBatchOpensGatesFirst(t *testing.T) {
+	root := t.TempDir()
+	w := newWatcher(Config{Root: root, Log: io.Discard})
+	if err := w.store.Make(); err != nil {
+		t.Fatal(err)
+	}
+	st := &tracker.State{ID: "a", State: tracker.Running, CreatedAt: time.Now()}
+	os.Mkdir(w.store.RunDir(st.ID), 0o755)
+	var order []string
+	w.batched(func() {
+		w.afterSaved(func() { order = append(order, "outcome") })
+		w.save(st)
+		w.gateAfterSaved(func() {
+			if got, err := w.store.Read(st.ID); err != nil || got.Rev != st.Rev {
+				t.Errorf("the gate opened before the record was written (%v)", err)
+			}
+			order = append(order, "gate")
+		})
+		if len(order) != 0 {
+			t.Errorf("%v ran inside the batch", order)
+		}
+	})
+	if want := []string{"gate", "outcome"}; !slices.Equal(order, want) {
+		t.Errorf("order %v, want %v", order, want)
+	}
+	w.gateAfterSaved(func() { order = append(order, "gate outside a batch") })
+	if len(order) != 3 {
+		t.Errorf("a gate outside a batch did not open at once (order %v)", order)
 	}
 }

@@ -123,7 +123,7 @@ func (w *watcher) spawned(sp *spawn) {
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
 	gate := sp.gate
-	w.afterSaved(func() {
+	w.gateAfterSaved(func() {
 		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
