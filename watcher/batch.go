@@ -19,8 +19,15 @@ type batch struct {
 	active bool
 	states []*tracker.State // in the order of their first save in the batch
 	events []tracker.Event
-	gates  []func()
-	after  []func()
+	gates  []waiter
+	after  []waiter
+}
+
+// A waiter is what must wait for run id's record to be durable (or for
+// the flush only, if id is empty).
+type waiter struct {
+	id string
+	f  func()
 }
 
 // batched runs f with the records it saves held back, then writes them.
@@ -39,25 +46,46 @@ func (w *watcher) batched(f func()) {
 	f()
 }
 
-// afterSaved runs f once the records saved so far are durable: at once
-// outside a batch, after its flush inside one.
-func (w *watcher) afterSaved(f func()) {
+// afterSaved runs f once the records saved so far have been written, or
+// have failed to be (see afterRecorded): at once outside a batch, after its
+// flush inside one.
+func (w *watcher) afterSaved(f func()) { w.afterRecorded("", f) }
+
+// afterRecorded runs f as afterSaved does, but only once run id's record
+// is on disk: if it could not be written (a full disk), f waits until it
+// is, retried every second (see whenWritten).
+func (w *watcher) afterRecorded(id string, f func()) {
 	if w.batch.active {
-		w.batch.after = append(w.batch.after, f)
+		w.batch.after = append(w.batch.after, waiter{id, f})
+		return
+	}
+	w.whenWritten(id, f)
+}
+
+// whenWritten runs f now, or, if run id's record is one that could not be
+// written, once it is. So a run does not pass its gate nor lose its
+// unreaped leader, and a request about it is not answered nor its claimed
+// file removed, before the record that says so is on disk; a watcher that
+// dies meanwhile leaves the next one what it needs. Only that run's wait:
+// a record that cannot be written (its directory made immutable) holds up
+// no other run.
+func (w *watcher) whenWritten(id string, f func()) {
+	if _, unwritten := w.unsaved.states[id]; unwritten {
+		w.unsaved.waiting[id] = append(w.unsaved.waiting[id], f)
 		return
 	}
 	f()
 }
 
-// gateAfterSaved opens a launched run's gate (open) once the records saved
-// so far are durable, before whatever else waits for them: the run waits
-// on it, and the outcomes (a file each) are written while it starts.
-func (w *watcher) gateAfterSaved(open func()) {
+// gateAfterRecorded opens run id's gate (open) as afterRecorded would, but
+// before whatever else waits for the same flush: the run waits on it, and
+// the outcomes (a file each) are written while it starts.
+func (w *watcher) gateAfterRecorded(id string, open func()) {
 	if w.batch.active {
-		w.batch.gates = append(w.batch.gates, open)
+		w.batch.gates = append(w.batch.gates, waiter{id, open})
 		return
 	}
-	open()
+	w.whenWritten(id, open)
 }
 
 // hold takes a save into the batch.
@@ -86,8 +114,8 @@ func (w *watcher) flush() {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
-	for _, f := range slices.Concat(b.gates, b.after) {
-		f()
+	for _, a := range slices.Concat(b.gates, b.after) {
+		w.whenWritten(a.id, a.f)
 	}
 }
 
@@ -140,4 +168,14 @@ func (w *watcher) recorded(st *tracker.State, err error) {
 	}
 	delete(w.unsaved.states, st.ID)
 	w.stamp(st)
+	w.runWaiting(st.ID)
+}
+
+// runWaiting runs what waited for run id's record, now written.
+func (w *watcher) runWaiting(id string) {
+	fs := w.unsaved.waiting[id]
+	delete(w.unsaved.waiting, id)
+	for _, f := range fs {
+		f()
+	}
 }

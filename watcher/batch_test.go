@@ -80,9 +80,9 @@ func TestBatchOpensGatesFirst(t *testing.T) {
 	os.Mkdir(w.store.RunDir(st.ID), 0o755)
 	var order []string
 	w.batched(func() {
-		w.afterSaved(func() { order = append(order, "outcome") })
+		w.afterRecorded("b", func() { order = append(order, "outcome") })
 		w.save(st)
-		w.gateAfterSaved(func() {
+		w.gateAfterRecorded(st.ID, func() {
 			if got, err := w.store.Read(st.ID); err != nil || got.Rev != st.Rev {
 				t.Errorf("the gate opened before the record was written (%v)", err)
 			}
@@ -95,8 +95,42 @@ func TestBatchOpensGatesFirst(t *testing.T) {
 	if want := []string{"gate", "outcome"}; !slices.Equal(order, want) {
 		t.Errorf("order %v, want %v", order, want)
 	}
-	w.gateAfterSaved(func() { order = append(order, "gate outside a batch") })
+	w.gateAfterRecorded(st.ID, func() { order = append(order, "gate outside a batch") })
 	if len(order) != 3 {
 		t.Errorf("a gate outside a batch did not open at once (order %v)", order)
+	}
+}
+
+// What waits for a record that could not be written waits until it is,
+// and only that run's: another run's gate in the same flush opens.
+func TestBatchHoldsWhatWaitsOnAnUnwrittenRecord(t *testing.T) {
+	root := t.TempDir()
+	w := newWatcher(Config{Root: root, Log: io.Discard})
+	if err := w.store.Make(); err != nil {
+		t.Fatal(err)
+	}
+	ok := &tracker.State{ID: "ok", State: tracker.Running, CreatedAt: time.Now()}
+	lost := &tracker.State{ID: "lost", State: tracker.Running, CreatedAt: time.Now()}
+	os.Mkdir(w.store.RunDir(ok.ID), 0o755) // lost has no directory: its write fails
+	var ran []string
+	w.batched(func() {
+		w.save(ok)
+		w.save(lost)
+		w.gateAfterRecorded(ok.ID, func() { ran = append(ran, "ok's gate") })
+		w.gateAfterRecorded(lost.ID, func() { ran = append(ran, "lost's gate") })
+		w.afterRecorded(lost.ID, func() { ran = append(ran, "lost's outcome") })
+		w.afterSaved(func() { ran = append(ran, "lost's SIGTERM") }) // waits for the flush only
+	})
+	if want := []string{"ok's gate", "lost's SIGTERM"}; !slices.Equal(ran, want) {
+		t.Fatalf("after a flush where lost's record failed, ran %v; want %v", ran, want)
+	}
+	w.afterRecorded(lost.ID, func() { ran = append(ran, "lost's reaping") }) // outside a batch
+	if len(ran) != 2 {
+		t.Fatalf("ran %v while lost's record is unwritten", ran)
+	}
+	os.Mkdir(w.store.RunDir(lost.ID), 0o755)
+	w.save(lost) // as the retry, or the run's next change, would
+	if want := []string{"ok's gate", "lost's SIGTERM", "lost's gate", "lost's outcome", "lost's reaping"}; !slices.Equal(ran, want) {
+		t.Errorf("once lost's record is written, ran %v; want %v", ran, want)
 	}
 }

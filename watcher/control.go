@@ -175,7 +175,7 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	}
 	// Removed once what it did is recorded: until then it is what the next
 	// watcher would take again.
-	done = func() { w.afterSaved(func() { os.Remove(taken) }) }
+	done = func() { w.afterRecorded(n.ID, func() { os.Remove(taken) }) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):

@@ -123,7 +123,7 @@ func (w *watcher) spawned(sp *spawn) {
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
 	gate := sp.gate
-	w.gateAfterSaved(func() {
+	w.gateAfterRecorded(st.ID, func() {
 		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
@@ -435,7 +435,8 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, reques
 	r.termSent = true
 	r.timers = append(r.timers, w.after(grace, func() { w.killGroup(r) }))
 	// Runs stopped together in a batch get SIGTERM once all their stopping
-	// records are written.
+	// records are written; or could not be: a run that fills the disk must
+	// still stop.
 	w.afterSaved(func() {
 		if w.runs[r.st.ID] == r {
 			w.signalGroup(r, syscall.SIGTERM)
@@ -609,7 +610,7 @@ func (w *watcher) exitRecorded(name string) {
 func (w *watcher) finish(r *run) {
 	e := *r.exit
 	pid, start := r.st.PID, r.st.ProcStart
-	defer w.afterSaved(func() {
+	defer w.afterRecorded(r.st.ID, func() {
 		if !r.adopted {
 			if _, err := r.proc.Reap(); err != nil {
 				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
@@ -688,7 +689,7 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, st.State)
-	w.afterSaved(w.dequeue) // its slot is free, once its end is recorded
+	w.afterSaved(w.dequeue) // its slot is free, once its end is flushed
 }
 
 // answerStop answers the cancel requests that wait on st's stop, if any:

@@ -292,7 +292,7 @@ func newWatcher(cfg Config) *watcher {
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), outcomes: make(map[spool.Name][2]string)},
+		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -556,6 +556,7 @@ func (w *watcher) passing(st *tracker.State) {
 type unsaved struct {
 	events   []tracker.Event
 	states   map[string]*tracker.State
+	waiting  map[string][]func() // for a record in states (see whenWritten)
 	outcomes map[spool.Name][2]string
 	retrying bool
 }
@@ -572,12 +573,17 @@ func (w *watcher) retryUnsaved() {
 			w.log.Printf("history: %d events that could not be written are written now", len(u.events))
 			u.events = nil
 		}
+		var written []string
 		for id, st := range u.states {
 			if w.store.Write(st) == nil {
 				w.log.Printf("run %s: its record (%s, rev %d) is written now", id, st.State, st.Rev)
 				delete(u.states, id)
 				w.stamp(st)
+				written = append(written, id)
 			}
+		}
+		for _, id := range written {
+			w.runWaiting(id)
 		}
 		for n, o := range u.outcomes {
 			if w.spool.WriteOutcome(n, o[0], o[1]) == nil {
