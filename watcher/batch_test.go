@@ -10,15 +10,21 @@ import (
 	"github.com/tendhq/tend/tracker"
 )
 
+// batchWatcher returns a watcher on a new root, with no loop running: its
+// batches are driven by the test.
+func batchWatcher(t *testing.T) *watcher {
+	w := newWatcher(Config{Root: t.TempDir(), Log: io.Discard})
+	if err := w.store.Make(); err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // A batch holds saves back and writes them at its end; what waits on them
 // runs after they are on disk, a batch inside it joins it, and lookups see
 // the held record, not the older file.
 func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
-	root := t.TempDir()
-	w := newWatcher(Config{Root: root, Log: io.Discard})
-	if err := w.store.Make(); err != nil {
-		t.Fatal(err)
-	}
+	w := batchWatcher(t)
 	run := func(id string) *tracker.State {
 		os.Mkdir(w.store.RunDir(id), 0o755)
 		return &tracker.State{ID: id, State: tracker.Completed, CreatedAt: time.Now()}
@@ -56,7 +62,7 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 	if !onDisk(after) || after.Rev != 2 || len(order) != 1 {
 		t.Errorf("the batch's end did not write its saves and run what waited (rev %d, order %v)", after.Rev, order)
 	}
-	events, err := tracker.ReadHistory(tracker.HistoryPath(root))
+	events, err := tracker.ReadHistory(tracker.HistoryPath(w.cfg.Root))
 	if err != nil || len(events) != 4 {
 		t.Fatalf("history: %d events, %v; want 4, in save order", len(events), err)
 	}
@@ -71,11 +77,7 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 // before what else waited for them (the outcomes, a file each), even what
 // waited from earlier in the batch.
 func TestBatchOpensGatesFirst(t *testing.T) {
-	root := t.TempDir()
-	w := newWatcher(Config{Root: root, Log: io.Discard})
-	if err := w.store.Make(); err != nil {
-		t.Fatal(err)
-	}
+	w := batchWatcher(t)
 	st := &tracker.State{ID: "a", State: tracker.Running, CreatedAt: time.Now()}
 	os.Mkdir(w.store.RunDir(st.ID), 0o755)
 	var order []string
@@ -104,11 +106,7 @@ func TestBatchOpensGatesFirst(t *testing.T) {
 // What waits for a record that could not be written waits until it is,
 // and only that run's: another run's gate in the same flush opens.
 func TestBatchHoldsWhatWaitsOnAnUnwrittenRecord(t *testing.T) {
-	root := t.TempDir()
-	w := newWatcher(Config{Root: root, Log: io.Discard})
-	if err := w.store.Make(); err != nil {
-		t.Fatal(err)
-	}
+	w := batchWatcher(t)
 	ok := &tracker.State{ID: "ok", State: tracker.Running, CreatedAt: time.Now()}
 	lost := &tracker.State{ID: "lost", State: tracker.Running, CreatedAt: time.Now()}
 	os.Mkdir(w.store.RunDir(ok.ID), 0o755) // lost has no directory: its write fails
