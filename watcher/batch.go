@@ -11,10 +11,11 @@ import (
 // exits drain finds in one pass, the requests of the spool events queued
 // at once) to write them at once: their history events in one append,
 // their records with one round of fsyncs (Store.WriteAll). What must
-// follow a durable record (a launched run's gate, a stopped run's SIGTERM,
-// an outcome, the reaping of a leader, starting queued runs in its slot)
-// waits in after, and runs once the records are written, in order; the
-// launched runs' gates open before the rest of it.
+// follow the records (a launched run's gate, a stopped run's SIGTERM, an
+// outcome, the reaping of a leader, starting queued runs in its slot)
+// waits in gates and after, and runs once they are written, in order, the
+// gates first; what names a run whose record could not be written waits
+// on until it is (see afterRecorded).
 type batch struct {
 	active bool
 	states []*tracker.State // in the order of their first save in the batch
