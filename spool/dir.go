@@ -202,8 +202,12 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 
 // Reject moves the spool entry name (of any kind: it is renamed, never
 // opened) into rejected/, beside a file <name>.error holding one line that
-// says what is wrong. It never overwrites an earlier rejected file: a
-// repeated name gets a numbered suffix. It returns the rejected path.
+// names the request and says what is wrong. It never overwrites an earlier
+// rejected file: a repeated name gets a numbered suffix, and a name too long
+// to carry ".error" is shortened (the line still names it whole). The reason
+// is written before the request is moved, so a request is never found in
+// rejected/ without one; on an error, the request is left where it was. It
+// returns the rejected path.
 func (d Dir) Reject(name, reason string) (string, error) {
 	return d.RejectFrom(filepath.Join(d.Spool(), name), name, reason)
 }
@@ -212,25 +216,41 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // claimed request found bad after all): src is moved to rejected/ under the
 // request's name.
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
+	line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
 	for i := 0; ; i++ {
-		base := name
-		if i > 0 {
-			base = fmt.Sprintf("%s.%d", name, i)
-		}
-		dst := filepath.Join(d.Rejected(), base)
+		dst := filepath.Join(d.Rejected(), rejectedName(name, i))
 		if _, err := os.Lstat(dst + ".error"); err == nil {
 			continue
 		}
-		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
-		if errors.Is(err, unix.EEXIST) {
-			continue
+		if err := Replace(dst+".error", []byte(line)); err != nil {
+			return "", err
 		}
-		if err != nil {
+		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+		if err == nil {
+			return dst, nil
+		}
+		os.Remove(dst + ".error")
+		if !errors.Is(err, unix.EEXIST) {
 			return "", &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 		}
-		line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
-		return dst, Replace(dst+".error", []byte(line))
 	}
+}
+
+// nameMax is the longest file name Linux file systems take (NAME_MAX).
+const nameMax = 255
+
+// rejectedName is the name of the i-th request rejected as name: name, then
+// ".i" for i > 0, cut short so that the name with ".error", and the
+// temporary name that file is written under, still fit.
+func rejectedName(name string, i int) string {
+	suffix := ""
+	if i > 0 {
+		suffix = fmt.Sprintf(".%d", i)
+	}
+	if limit := nameMax - len(".error") - tempDigits - len(suffix); len(name) > limit {
+		name = name[:limit]
+	}
+	return name + suffix
 }
 
 // Printable quotes a name that holds bytes a terminal or a line-oriented

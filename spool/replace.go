@@ -143,6 +143,9 @@ func inParallel(n int, f func(i int)) {
 	wg.Wait()
 }
 
+// tempDigits is the most digits createTemp appends to a name.
+const tempDigits = 10 // a uint32
+
 // createTemp creates a file beside path, named path followed by digits
 // (the names tend fsck knows as leftovers of an interrupted write).
 func createTemp(path string) (fd int, tmp string, err error) {

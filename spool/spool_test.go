@@ -3,6 +3,7 @@ package spool
 import (
 	"encoding/json"
 	"errors"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -256,6 +257,57 @@ func TestRejectKeepsEveryFile(t *testing.T) {
 			t.Fatalf("rejected/%s.error = %q", name, e)
 		}
 	}
+}
+
+// A name as long as a file name may be cannot carry ".error": the
+// rejected copy is shortened, and its reason still names it whole.
+func TestRejectShortensLongNames(t *testing.T) {
+	d := newDir(t)
+	long := strings.Repeat("0", nameMax-len(".start")) + ".start"
+	for i := 0; i < 2; i++ {
+		os.WriteFile(filepath.Join(d.Spool(), long), []byte("true"), 0o600)
+		dst, err := d.Reject(long, "bad id")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(filepath.Base(dst+".error")) > nameMax-tempDigits {
+			t.Fatalf("rejected as %q: too long to write its .error beside it", filepath.Base(dst))
+		}
+		e, err := os.ReadFile(dst + ".error")
+		if string(e) != long+": bad id\n" {
+			t.Fatalf("%s.error = %q, %v", dst, e, err)
+		}
+	}
+	if ents, _ := os.ReadDir(d.Rejected()); len(ents) != 4 {
+		t.Fatalf("rejected/ holds %d entries, want 2 requests and their reasons", len(ents))
+	}
+}
+
+// A reject that fails leaves the request where it was, and no reason
+// without a request behind it.
+func TestRejectFailsWhole(t *testing.T) {
+	t.Run("reason cannot be written", func(t *testing.T) {
+		d := newDir(t)
+		os.WriteFile(filepath.Join(d.Spool(), "x.start"), []byte("true"), 0o600)
+		os.Remove(d.Rejected())
+		os.WriteFile(d.Rejected(), nil, 0o600) // not a directory
+		if _, err := d.Reject("x.start", "bad"); err == nil {
+			t.Fatal("Reject succeeded")
+		}
+		if _, err := os.Lstat(filepath.Join(d.Spool(), "x.start")); err != nil {
+			t.Fatalf("the request left the spool: %v", err)
+		}
+	})
+	t.Run("request cannot be moved", func(t *testing.T) {
+		d := newDir(t)
+		_, err := d.Reject("x.start", "bad") // removed by its writer meanwhile
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("Reject = %v, want ErrNotExist", err)
+		}
+		if ents, _ := os.ReadDir(d.Rejected()); len(ents) > 0 {
+			t.Fatalf("rejected/ holds %s without its request", ents[0].Name())
+		}
+	})
 }
 
 func TestSubmitAndOutcome(t *testing.T) {

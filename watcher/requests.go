@@ -290,11 +290,14 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 }
 
 // rejectClaimed moves a claimed request on to rejected/, under its name.
+// One that cannot be moved stays where it is, never deleted: the next
+// watcher's recovery finds it there and rejects it again.
 func (w *watcher) rejectClaimed(n spool.Name, dir, reason string) {
 	if _, err := w.spool.RejectFrom(filepath.Join(dir, "request"), n.String(), reason); err != nil {
-		w.log.Printf("%s: rejecting: %v", n, err)
+		w.log.Printf("%s: rejecting: %v (it stays in %s)", n, err, dir)
+	} else {
+		os.RemoveAll(dir)
 	}
-	os.RemoveAll(dir)
 	w.log.Printf("%s: rejected: %s", n, reason)
 	w.outcome(n, spool.Rejected, reason)
 }
