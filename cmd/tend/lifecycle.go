@@ -229,10 +229,10 @@ func (c *downCmd) Run(e *env) error {
 		inCharge, _, _ := watcher.ProbeKeeper(e.root)
 		return !running && !inCharge && (c.KeepRuns || w.keeper == nil || !alive(w.keeper))
 	}
-	if !waitFor(done, c.Timeout) && !c.KeepRuns {
+	if !waitFor(done, c.Timeout, pollEvery, w.watcher, w.keeper) && !c.KeepRuns {
 		fmt.Fprintf(e.stderr, "tend: still running after %v: killing the runs at once\n", c.Timeout)
 		target.Signal(syscall.SIGTERM) // a second one kills the runs at once
-		waitFor(done, 3*time.Second)
+		waitFor(done, 3*time.Second, pollEvery, w.watcher, w.keeper)
 	}
 	if !done() {
 		fmt.Fprintf(e.stderr, "tend: still running: SIGKILL\n")
@@ -241,7 +241,7 @@ func (c *downCmd) Run(e *env) error {
 				h.Signal(syscall.SIGKILL)
 			}
 		}
-		waitFor(done, 3*time.Second)
+		waitFor(done, 3*time.Second, pollEvery, w.watcher, w.keeper)
 	}
 	removeStale(e.root)
 	pid := target.PID()
@@ -258,6 +258,10 @@ func (c *downCmd) Run(e *env) error {
 	}
 	return nil
 }
+
+// pollEvery is how often tend down checks whether the watcher is gone
+// when no exit has told it.
+const pollEvery = 20 * time.Millisecond
 
 // watcherProcs are handles on a running watcher and its keeper (nil if it
 // has none).
@@ -292,14 +296,30 @@ func findWatcher(root string) (watcherProcs, error) {
 
 func alive(h *procfs.Handle) bool { return !h.Exited() }
 
-// waitFor polls cond until it holds or d has passed.
-func waitFor(cond func() bool, d time.Duration) bool {
-	end := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(end) {
-			return false
+// waitFor waits until cond holds or d has passed. It checks cond as soon
+// as one of procs exits (what it usually waits for), and every interval
+// besides: a lock may be let go of without an exit.
+func waitFor(cond func() bool, d, interval time.Duration, procs ...*procfs.Handle) bool {
+	exited := make(chan struct{}, len(procs))
+	for _, h := range procs {
+		if h != nil {
+			go func() {
+				h.WaitExited()
+				exited <- struct{}{}
+			}()
 		}
-		time.Sleep(20 * time.Millisecond)
+	}
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for !cond() {
+		select {
+		case <-deadline.C:
+			return cond()
+		case <-tick.C:
+		case <-exited:
+		}
 	}
 	return true
 }
