@@ -206,8 +206,9 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // rejected file: a repeated name gets a numbered suffix, and a name too long
 // to carry ".error" is shortened (the line still names it whole). The reason
 // is written before the request is moved, so a request is never found in
-// rejected/ without one; on an error, the request is left where it was. It
-// returns the rejected path.
+// rejected/ without one. It returns the rejected path; with an error, the
+// request was left where it was, unless a path comes with it (the move
+// was made but could not be synced).
 func (d Dir) Reject(name, reason string) (string, error) {
 	return d.RejectFrom(filepath.Join(d.Spool(), name), name, reason)
 }
@@ -227,7 +228,7 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 		}
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err == nil {
-			return dst, nil
+			return dst, SyncDir(d.Rejected()) // as durable as its reason
 		}
 		os.Remove(dst + ".error")
 		if !errors.Is(err, unix.EEXIST) {

@@ -170,12 +170,16 @@ func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
 // valid request name, answers it with a rejected outcome.
 func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string) {
 	reason = strings.TrimPrefix(reason, name+": ") // the .error line names it already
-	if _, err := w.spool.Reject(name, reason); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			w.forget(name)
-			delete(w.faulted, name)
-			return
-		}
+	dst, err := w.spool.Reject(name, reason)
+	switch {
+	case err == nil:
+	case dst != "": // moved, but not synced
+		w.log.Printf("%s: rejecting: %v", spool.Printable(name), err)
+	case errors.Is(err, fs.ErrNotExist):
+		w.forget(name)
+		delete(w.faulted, name)
+		return
+	default:
 		w.takeLater(name, "rejecting", err)
 		return
 	}
@@ -293,9 +297,14 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 // One that cannot be moved stays where it is, never deleted: the next
 // watcher's recovery finds it there and rejects it again.
 func (w *watcher) rejectClaimed(n spool.Name, dir, reason string) {
-	if _, err := w.spool.RejectFrom(filepath.Join(dir, "request"), n.String(), reason); err != nil {
+	dst, err := w.spool.RejectFrom(filepath.Join(dir, "request"), n.String(), reason)
+	switch {
+	case dst == "":
 		w.log.Printf("%s: rejecting: %v (it stays in %s)", n, err, dir)
-	} else {
+	case err != nil: // moved, but not synced
+		w.log.Printf("%s: rejecting: %v", n, err)
+		fallthrough
+	default:
 		os.RemoveAll(dir)
 	}
 	w.log.Printf("%s: rejected: %s", n, reason)
