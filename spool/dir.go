@@ -30,11 +30,29 @@ func (d Dir) Make() error {
 		return err
 	}
 	for _, dir := range []string{d.Spool(), d.Outcomes(), d.Rejected()} {
-		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		if err := makeDir(dir); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+func makeDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	return nil
+}
+
+// writeIn calls write, and once more after making dir again if it failed
+// because dir is gone: an operator may clear rejected/ or outcomes/ by
+// removing it, and the answers that follow must not be lost.
+func writeIn(dir string, write func() error) error {
+	err := write()
+	if errors.Is(err, os.ErrNotExist) && makeDir(dir) == nil {
+		err = write()
+	}
+	return err
 }
 
 // Errors from Read. Each is final for the file as it is now, except
@@ -206,7 +224,8 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // rejected file: a repeated name gets a numbered suffix, and a name too long
 // to carry ".error" is shortened (the line still names it whole). The reason
 // is written before the request is moved, so a request is never found in
-// rejected/ without one. It returns the rejected path; with an error, the
+// rejected/ without one; rejected/ is made again if it was removed. It
+// returns the rejected path; with an error, the
 // request was left where it was, unless a path comes with it (the move
 // was made but could not be synced).
 func (d Dir) Reject(name, reason string) (string, error) {
@@ -223,7 +242,7 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 		if _, err := os.Lstat(dst + ".error"); err == nil {
 			continue
 		}
-		if err := Replace(dst+".error", []byte(line)); err != nil {
+		if err := writeIn(d.Rejected(), func() error { return Replace(dst+".error", []byte(line)) }); err != nil {
 			return "", err
 		}
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
@@ -299,13 +318,14 @@ func (d Dir) OutcomePath(n Name) string {
 // the watcher does not take its answer from (the page cache outlives it)
 // and a power loss takes away with the answer; what the outcome reports is
 // in the run's record, which is synced first, and a start request left
-// unanswered is answered again on restart.
+// unanswered is answered again on restart. outcomes/ is made again if it
+// was removed.
 func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 	line := outcome
 	if detail != "" {
 		line += ": " + oneLine(detail)
 	}
-	return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"))
+	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n")) })
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error

@@ -310,6 +310,28 @@ func TestRejectFailsWhole(t *testing.T) {
 	})
 }
 
+// rejected/ and outcomes/ removed by an operator are made again by the
+// next reject and answer.
+func TestRejectAndAnswerAfterTheirDirsAreRemoved(t *testing.T) {
+	d := newDir(t)
+	os.RemoveAll(d.Rejected())
+	os.RemoveAll(d.Outcomes())
+	os.WriteFile(filepath.Join(d.Spool(), "x.start"), []byte("7"), 0o600)
+	if _, err := d.Reject("x.start", "bad"); err != nil {
+		t.Fatalf("Reject: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(d.Rejected(), "x.start")); err != nil {
+		t.Fatal(err)
+	}
+	n := Name{ID: "x", Verb: VerbStart}
+	if err := d.WriteOutcome(n, Rejected, "bad"); err != nil {
+		t.Fatalf("WriteOutcome: %v", err)
+	}
+	if o, _, err := d.ReadOutcome(n); o != Rejected || err != nil {
+		t.Fatalf("ReadOutcome = %q, %v", o, err)
+	}
+}
+
 func TestSubmitAndOutcome(t *testing.T) {
 	d := newDir(t)
 	n := Name{ID: "a", Verb: VerbStart}
