@@ -80,6 +80,17 @@ func (s *Store) Make() error {
 	return nil
 }
 
+// MakeRunDir creates run id's directory, and runs/ first if it was
+// removed. A directory already there gives an error satisfying
+// errors.Is(err, fs.ErrExist).
+func (s *Store) MakeRunDir(id string) error {
+	err := os.Mkdir(s.RunDir(id), 0o755)
+	if errors.Is(err, os.ErrNotExist) && s.Make() == nil {
+		err = os.Mkdir(s.RunDir(id), 0o755)
+	}
+	return err
+}
+
 // Write replaces run st.ID's state.json: readers see the old or the new
 // file, never a mix, and once Write returns the change survives what the
 // store's Durability says: by default a crash or a power loss (the file

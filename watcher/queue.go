@@ -72,8 +72,7 @@ func (w *watcher) slotFor(session string) bool {
 
 // enqueue records a new run queued, leaving its request in the spool.
 func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
-	dir := w.store.RunDir(n.ID)
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, fs.ErrExist) {
+	if err := w.store.MakeRunDir(n.ID); err != nil && !errors.Is(err, fs.ErrExist) {
 		w.log.Printf("%s: %v", n, err)
 		return
 	}

@@ -243,7 +243,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	dir := w.store.RunDir(n.ID)
-	err := os.Mkdir(dir, 0o755)
+	err := w.store.MakeRunDir(n.ID)
 	if err != nil && !errors.Is(err, fs.ErrExist) {
 		decided = false
 		w.takeLater(n.String(), "making its run directory", err)
