@@ -384,8 +384,16 @@ func (w *watcher) fsEvents(ev fsnotify.Event, queued <-chan fsnotify.Event) (err
 }
 
 func (w *watcher) fsEvent(ev fsnotify.Event) error {
-	if ev.Name == w.spool.Spool() && ev.Has(fsnotify.Remove|fsnotify.Rename) {
-		return fmt.Errorf("the spool %s was removed", ev.Name)
+	// A watched directory removed is not watched again when it is made
+	// again, and the spool brings every request, exits/ an adopted run's
+	// end: the watcher stops, and the one its keeper starts makes them.
+	if ev.Has(fsnotify.Remove | fsnotify.Rename) {
+		switch ev.Name {
+		case w.spool.Spool():
+			return fmt.Errorf("the spool %s was removed", ev.Name)
+		case exitsDir(w.cfg.Root):
+			return fmt.Errorf("the exit records' directory %s was removed", ev.Name)
+		}
 	}
 	if ev.Name == ConfigPath(w.cfg.Root) {
 		w.reloadSettings()
