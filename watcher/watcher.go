@@ -123,6 +123,27 @@ func lock(root string) (*flock.Flock, error) {
 	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
 }
 
+// relock takes the watcher lock again once its file was removed or renamed
+// away (an operator clearing locks thought stale): the lock held on the
+// old file no longer keeps a second watcher from starting. If another
+// process took the new file first, a second watcher may have started on
+// the root: this one stops (its keeper starts one, which waits for the
+// lock), rather than supervise the same runs twice.
+func (w *watcher) relock() error {
+	path := LockPath(w.cfg.Root)
+	l := flock.New(path)
+	got, err := l.TryLock()
+	if err == nil && !got {
+		err = ErrRunning
+	}
+	if err != nil {
+		return fmt.Errorf("%s was removed, and cannot be locked again: %w", path, err)
+	}
+	w.relocked = append(w.relocked, l)
+	w.log.Printf("%s was removed: locked it again", path)
+	return nil
+}
+
 // ErrCannotStart wraps what kept a watcher from starting (the spool cannot
 // be watched, config.json is invalid, ...), as opposed to what ended one
 // that ran: a keeper does not try again a first watcher that cannot start.
@@ -174,6 +195,11 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	defer l.Unlock()
+	defer func() {
+		for _, l := range w.relocked {
+			l.Unlock()
+		}
+	}()
 	// Descendants of runs that leave their group (setsid, double fork)
 	// become this watcher's children when their parent dies, so they can
 	// be found and ended with their run, and never run on unsupervised.
@@ -233,6 +259,8 @@ type watcher struct {
 	spool spool.Dir
 	store *tracker.Store
 	hist  *tracker.History
+
+	relocked []*flock.Flock // watcher.lock taken again after its file was removed (see relock)
 
 	runs    map[string]*run     // runs with a live process, by ID
 	queue   []*queuedRun        // runs waiting for a slot, in arrival order
@@ -394,6 +422,9 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		case exitsDir(w.cfg.Root):
 			return fmt.Errorf("the exit records' directory %s was removed", ev.Name)
 		}
+	}
+	if ev.Name == LockPath(w.cfg.Root) && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+		return w.relock()
 	}
 	if ev.Name == ConfigPath(w.cfg.Root) {
 		w.reloadSettings()
