@@ -123,24 +123,32 @@ func lock(root string) (*flock.Flock, error) {
 	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
 }
 
-// relock takes the watcher lock again once its file was removed or renamed
-// away (an operator clearing locks thought stale): the lock held on the
-// old file no longer keeps a second watcher from starting. If another
-// process took the new file first, a second watcher may have started on
-// the root: this one stops (its keeper starts one, which waits for the
-// lock), rather than supervise the same runs twice.
+// relock takes the watcher lock again when its file was removed, renamed
+// away or replaced (an operator clearing locks thought stale): a lock held
+// on a file that is no longer watcher.lock keeps no second watcher from
+// starting. If another process locked the new file first, a second
+// watcher may have started on the root: this one stops (its keeper starts
+// one, which waits for the lock) rather than supervise the same runs
+// twice.
 func (w *watcher) relock() error {
 	path := LockPath(w.cfg.Root)
+	if now, err := os.Stat(path); err == nil {
+		for _, l := range w.locks {
+			if held, err := l.Stat(); err == nil && os.SameFile(held, now) {
+				return nil // the file this watcher locked, or locked again
+			}
+		}
+	}
 	l := flock.New(path)
 	got, err := l.TryLock()
 	if err == nil && !got {
 		err = ErrRunning
 	}
 	if err != nil {
-		return fmt.Errorf("%s was removed, and cannot be locked again: %w", path, err)
+		return fmt.Errorf("%s was removed or replaced, and cannot be locked again: %w", path, err)
 	}
-	w.relocked = append(w.relocked, l)
-	w.log.Printf("%s was removed: locked it again", path)
+	w.locks = append(w.locks, l)
+	w.log.Printf("%s was removed or replaced: locked it again", path)
 	return nil
 }
 
@@ -194,9 +202,9 @@ func runWatcher(cfg Config, started *bool) error {
 	if err != nil {
 		return err
 	}
-	defer l.Unlock()
+	w.locks = []*flock.Flock{l}
 	defer func() {
-		for _, l := range w.relocked {
+		for _, l := range w.locks {
 			l.Unlock()
 		}
 	}()
@@ -260,7 +268,7 @@ type watcher struct {
 	store *tracker.Store
 	hist  *tracker.History
 
-	relocked []*flock.Flock // watcher.lock taken again after its file was removed (see relock)
+	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
 	runs    map[string]*run     // runs with a live process, by ID
 	queue   []*queuedRun        // runs waiting for a slot, in arrival order
@@ -423,7 +431,7 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 			return fmt.Errorf("the exit records' directory %s was removed", ev.Name)
 		}
 	}
-	if ev.Name == LockPath(w.cfg.Root) && ev.Has(fsnotify.Remove|fsnotify.Rename) {
+	if ev.Name == LockPath(w.cfg.Root) {
 		return w.relock()
 	}
 	if ev.Name == ConfigPath(w.cfg.Root) {
