@@ -225,9 +225,9 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // to carry ".error" is shortened (the line still names it whole). The reason
 // is written before the request is moved, so a request is never found in
 // rejected/ without one; rejected/ is made again if it was removed. It
-// returns the rejected path; with an error, the
-// request was left where it was, unless a path comes with it (the move
-// was made but could not be synced).
+// returns the rejected path; with an error, the request was left where it
+// was, unless a path comes with it (the move was made but could not be
+// synced).
 func (d Dir) Reject(name, reason string) (string, error) {
 	return d.RejectFrom(filepath.Join(d.Spool(), name), name, reason)
 }
