@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"testing"
+	"time"
 )
 
 // Readers of records and history must never panic on what a crash, a
@@ -45,3 +47,25 @@ func FuzzReadHistory(f *testing.F) {
 }
 
 func jsonIndent(st *State) ([]byte, error) { return json.MarshalIndent(st, "", "  ") }
+
+func FuzzParseBrief(f *testing.F) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	for _, st := range []*State{
+		{ID: "a", State: Completed, Command: []string{"/bin/sh", "-c", "true"}, CreatedAt: at, EndedAt: &at},
+		{ID: "a", State: Failed, Labels: map[string]string{"k": "v\t"}, Signal: "SIGTERM", Progress: "50"},
+	} {
+		f.Add(briefFields(st))
+	}
+	f.Add("")
+	f.Add("completed\t\"\"\t0\t-\t-\t-\t\"\"\t0\t\"\"\t99\t0")
+	f.Fuzz(func(t *testing.T, fields string) {
+		st, err := parseBrief("a", fields)
+		if err != nil {
+			return
+		}
+		again, err := parseBrief("a", briefFields(st))
+		if err != nil || !reflect.DeepEqual(again, st) {
+			t.Fatalf("parseBrief(%q) = %+v, which reads back as %+v, %v", fields, st, again, err)
+		}
+	})
+}

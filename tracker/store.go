@@ -150,7 +150,7 @@ func (s *Store) Stamp(id string) (Stamp, error) {
 	if err := unix.Lstat(path, &st); err != nil {
 		return Stamp{}, &os.PathError{Op: "lstat", Path: path, Err: err}
 	}
-	return Stamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
+	return stampOf(&st), nil
 }
 
 // Read returns run id's state. A missing run gives an error satisfying
@@ -160,7 +160,7 @@ func (s *Store) Read(id string) (*State, error) {
 	if err := spool.ValidID(id); err != nil {
 		return nil, fmt.Errorf("run %q: %w: %v", id, ErrNotFound, err)
 	}
-	return s.readAt(unix.AT_FDCWD, id, make([]byte, smallRecord))
+	return s.readAt(unix.AT_FDCWD, id, make([]byte, smallRecord), nil)
 }
 
 // smallRecord is the size of the buffer a record is read into: nearly
@@ -170,14 +170,15 @@ const smallRecord = 2048
 // readAt reads run id's record, opening it relative to dirfd when that is
 // the runs/ directory's (List, which opens thousands), else by its path.
 // buf is reused by the caller for the next record: nothing returned
-// refers to it.
-func (s *Store) readAt(dirfd int, id string, buf []byte) (*State, error) {
+// refers to it. If stamp is not nil, it is set to the Stamp of the file
+// read, or left zero if that is not known.
+func (s *Store) readAt(dirfd int, id string, buf []byte, stamp *Stamp) (*State, error) {
 	path := s.Path(id, "state.json")
 	name := path
 	if dirfd != unix.AT_FDCWD {
 		name = id + "/state.json"
 	}
-	b, err := readSmall(dirfd, name, path, buf)
+	b, err := readSmall(dirfd, name, path, buf, stamp)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("run %s: %w", id, ErrNotFound)
 	}
@@ -189,6 +190,9 @@ func (s *Store) readAt(dirfd int, id string, buf []byte) (*State, error) {
 		// A read cut short by a signal looks like a torn file: read it again,
 		// the long way, before saying so.
 		if b, rerr := os.ReadFile(path); rerr == nil {
+			if stamp != nil {
+				*stamp = Stamp{}
+			}
 			return ParseState(path, b)
 		}
 	}
@@ -198,19 +202,31 @@ func (s *Store) readAt(dirfd int, id string, buf []byte) (*State, error) {
 // readSmall reads a file that is almost always smaller than buf with
 // three system calls (open, read, close), where os.ReadFile makes six:
 // tend ls reads thousands of records. name is opened relative to dirfd;
-// path names the file in errors.
-func readSmall(dirfd int, name, path string, buf []byte) ([]byte, error) {
+// path names the file in errors. If stamp is not nil, it is set to the
+// Stamp of the file read (taken before the read, so that a change after
+// it gives the file another), or left zero for a large record.
+func readSmall(dirfd int, name, path string, buf []byte, stamp *Stamp) ([]byte, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	if stamp != nil {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+		}
+		*stamp = stampOf(&st)
+	}
 	n, err := unix.Read(fd, buf)
 	if err != nil {
 		return nil, &os.PathError{Op: "read", Path: path, Err: err}
 	}
 	if n < len(buf) {
 		return buf[:n], nil
+	}
+	if stamp != nil {
+		*stamp = Stamp{}
 	}
 	return os.ReadFile(path) // a large record: the long way
 }
@@ -245,11 +261,20 @@ var ErrEdited = errors.New("edited by hand")
 // List returns every run's state, sorted by creation time then ID, and an
 // error for each run directory whose state could not be read. A directory
 // without a state.json yet (a run being created) is skipped.
-func (s *Store) List() ([]*State, []error) {
-	ents, err := os.ReadDir(s.dir)
+func (s *Store) List() ([]*State, []error) { return s.list(nil) }
+
+// list is List, taking what it can from the list cache c and bringing it
+// up to date, if c is not nil (ListBrief).
+func (s *Store) list(c *listCache) ([]*State, []error) {
+	dir, err := os.Open(s.dir)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
+	if err != nil {
+		return nil, []error{err}
+	}
+	defer dir.Close()
+	ents, err := dir.ReadDir(-1) // unsorted: the records are sorted below
 	if err != nil {
 		return nil, []error{err}
 	}
@@ -261,26 +286,23 @@ func (s *Store) List() ([]*State, []error) {
 	}
 	// Opened relative to runs/, the kernel walks one component of each
 	// path instead of all of them.
-	dirfd, err := unix.Open(s.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, []error{&os.PathError{Op: "open", Path: s.dir, Err: err}}
-	}
-	defer unix.Close(dirfd)
+	dirfd := int(dir.Fd())
 	// Reading is mostly system calls: on several CPUs at once, a long
 	// list reads in a fraction of the time.
+	workers := min(runtime.GOMAXPROCS(0), len(ids)/64+1)
+	stamps := make([]string, len(ids)) // stampText of each record
+	if c != nil && c.read() {
+		// The records' Stamps are taken while the cache is indexed.
+		indexed := c.index()
+		eachInParallel(workers, len(ids), func(i int, _ []byte) { stamps[i] = stampAt(dirfd, ids[i]) })
+		<-indexed
+	}
 	states := make([]*State, len(ids))
 	readErrs := make([]error, len(ids))
-	var wg sync.WaitGroup
-	workers := min(runtime.GOMAXPROCS(0), len(ids)/64+1)
-	for w := range workers {
-		wg.Go(func() {
-			buf := make([]byte, smallRecord)
-			for i := w; i < len(ids); i += workers {
-				states[i], readErrs[i] = s.readAt(dirfd, ids[i], buf)
-			}
-		})
-	}
-	wg.Wait()
+	lines := make([]cachedLine, len(ids)) // what c is to hold of each
+	eachInParallel(workers, len(ids), func(i int, buf []byte) {
+		states[i], lines[i], readErrs[i] = s.readCached(c, dirfd, ids[i], stamps[i], buf)
+	})
 	var out []*State
 	var errs []error
 	for i, st := range states {
@@ -298,7 +320,45 @@ func (s *Store) List() ([]*State, []error) {
 		}
 		return out[i].ID < out[j].ID
 	})
+	if c != nil {
+		c.save(ids, lines)
+	}
 	return out, errs
+}
+
+// eachInParallel calls f(i, buf) for every i below n, on workers
+// goroutines, each with a record-sized buf of its own.
+func eachInParallel(workers, n int, f func(i int, buf []byte)) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			buf := make([]byte, smallRecord)
+			for i := w; i < n; i += workers {
+				f(i, buf)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// readCached returns run id's record from the list cache c if its
+// state.json's stampText is still stamp, else as readAt reads it; with
+// it, its line in c, if it is to have one (never if c is nil).
+func (s *Store) readCached(c *listCache, dirfd int, id, stamp string, buf []byte) (*State, cachedLine, error) {
+	if c == nil {
+		st, err := s.readAt(dirfd, id, buf, nil)
+		return st, cachedLine{}, err
+	}
+	if st, l, ok := c.lookup(id, stamp); ok {
+		return st, l, nil
+	}
+	var read Stamp
+	st, err := s.readAt(dirfd, id, buf, &read)
+	if err != nil {
+		return st, cachedLine{}, err
+	}
+	l, _ := c.line(st, read)
+	return st, l, nil
 }
 
 // Trash takes run id's directory out of the store at once, by renaming it

@@ -148,7 +148,11 @@ func (c *lsCmd) Run(e *env) error {
 	// A listing allocates a few KiB a record and is over in milliseconds:
 	// collecting less often saves a tenth of its time on a long list.
 	debug.SetGCPercent(400)
-	runs, errs := tracker.NewStore(e.root).List()
+	list := tracker.NewStore(e.root).ListBrief // the table shows no more than a brief record
+	if c.JSON {
+		list = tracker.NewStore(e.root).List
+	}
+	runs, errs := list()
 	for _, err := range errs {
 		fmt.Fprintln(e.stderr, "tend:", err)
 	}
