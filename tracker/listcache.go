@@ -55,8 +55,9 @@ type cachedLine struct {
 
 // ListBrief returns what List returns, except that a finished run may
 // come from the list cache, with only the fields of its brief record (see
-// State.Brief): what tend ls shows and filters on, read in a fraction of
-// the time. It brings the cache up to date, if it can write it.
+// State.Brief): what tend ls shows and filters on, and what tend status,
+// gc and cancel --all look at, read in a fraction of the time. It brings
+// the cache up to date, if it can write it.
 func (s *Store) ListBrief() ([]*State, []error) {
 	return s.list(&listCache{path: filepath.Join(filepath.Dir(s.dir), listCacheName), since: time.Now()})
 }

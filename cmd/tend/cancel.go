@@ -80,7 +80,7 @@ func (c *cancelCmd) cancelAll(e *env) error {
 	if err != nil {
 		return err
 	}
-	runs, _ := tracker.NewStore(e.root).List()
+	runs, _ := tracker.NewStore(e.root).ListBrief() // sessions and states only
 	var reqs []request
 	for _, st := range runs {
 		if st.Session == c.Session && !tracker.Final(st.State) {

@@ -131,7 +131,7 @@ func (c *gcCmd) Run(e *env) error {
 	if c.Keep >= 0 {
 		limits.KeepFinished = c.Keep
 	}
-	runs, errs := tracker.NewStore(e.root).List()
+	runs, errs := tracker.NewStore(e.root).ListBrief() // Expired reads states and end times only
 	for _, err := range errs {
 		fmt.Fprintln(e.stderr, "tend:", err)
 	}

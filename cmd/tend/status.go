@@ -78,7 +78,7 @@ func readStatus(root string) (status, error) {
 	} else if pid, ok := removeStale(root); ok {
 		s.StalePID = pid
 	}
-	runs, errs := tracker.NewStore(root).List()
+	runs, errs := tracker.NewStore(root).ListBrief() // counts states only
 	for _, st := range runs {
 		s.Runs[st.State]++
 	}
