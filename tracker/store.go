@@ -204,18 +204,16 @@ func (s *Store) readAt(dirfd int, id string, buf []byte, stamp *Stamp) (*State, 
 // tend ls reads thousands of records. name is opened relative to dirfd;
 // path names the file in errors. If stamp is not nil, it is set to the
 // Stamp of the file read (taken before the read, so that a change after
-// it gives the file another), or left zero for a large record.
+// it gives the file another), or left zero for a large record or one
+// whose fstat failed.
 func readSmall(dirfd int, name, path string, buf []byte, stamp *Stamp) ([]byte, error) {
 	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
-	if stamp != nil {
-		var st unix.Stat_t
-		if err := unix.Fstat(fd, &st); err != nil {
-			return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
-		}
+	var st unix.Stat_t
+	if stamp != nil && unix.Fstat(fd, &st) == nil {
 		*stamp = stampOf(&st)
 	}
 	n, err := unix.Read(fd, buf)
@@ -266,24 +264,11 @@ func (s *Store) List() ([]*State, []error) { return s.list(nil) }
 // list is List, taking what it can from the list cache c and bringing it
 // up to date, if c is not nil (ListBrief).
 func (s *Store) list(c *listCache) ([]*State, []error) {
-	dir, err := os.Open(s.dir)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, []error{err}
+	dir, ids, err := s.openRuns()
+	if dir == nil || err != nil {
+		return nil, errorsOf(err)
 	}
 	defer dir.Close()
-	ents, err := dir.ReadDir(-1) // unsorted: the records are sorted below
-	if err != nil {
-		return nil, []error{err}
-	}
-	var ids []string
-	for _, e := range ents {
-		if e.IsDir() && spool.ValidID(e.Name()) == nil {
-			ids = append(ids, e.Name())
-		}
-	}
 	// Opened relative to runs/, the kernel walks one component of each
 	// path instead of all of them.
 	dirfd := int(dir.Fd())
@@ -324,6 +309,37 @@ func (s *Store) list(c *listCache) ([]*State, []error) {
 		c.save(ids, lines)
 	}
 	return out, errs
+}
+
+// openRuns opens runs/ and returns it with the IDs of the run directories
+// in it, in no order; none if there is no runs/.
+func (s *Store) openRuns() (*os.File, []string, error) {
+	dir, err := os.Open(s.dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	ents, err := dir.ReadDir(-1) // not os.ReadDir, which sorts them
+	if err != nil {
+		dir.Close()
+		return nil, nil, err
+	}
+	var ids []string
+	for _, e := range ents {
+		if e.IsDir() && spool.ValidID(e.Name()) == nil {
+			ids = append(ids, e.Name())
+		}
+	}
+	return dir, ids, nil
+}
+
+func errorsOf(err error) []error {
+	if err == nil {
+		return nil
+	}
+	return []error{err}
 }
 
 // eachInParallel calls f(i, buf) for every i below n, on workers
