@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -21,6 +22,13 @@ import (
 type Store struct {
 	dir        string
 	durability Durability // "" is PowerLoss
+
+	mu sync.Mutex
+	// unsynced holds the runs whose directory MakeRunDir made and runs/
+	// has not been fsynced since: their first record's write syncs it, or
+	// a power loss could take the directory, record and all, on a file
+	// system that does not order metadata (ext4 without a journal).
+	unsynced map[string]bool
 }
 
 // Durability is what a record survives once Write has returned.
@@ -88,6 +96,14 @@ func (s *Store) MakeRunDir(id string) error {
 	if errors.Is(err, os.ErrNotExist) && s.Make() == nil {
 		err = os.Mkdir(s.RunDir(id), 0o755)
 	}
+	if err == nil {
+		s.mu.Lock()
+		if s.unsynced == nil {
+			s.unsynced = make(map[string]bool)
+		}
+		s.unsynced[id] = true
+		s.mu.Unlock()
+	}
 	return err
 }
 
@@ -115,22 +131,53 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 		}
 		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, b), append(which, i)
 	}
-	for j, err := range s.replace(paths, data) {
+	ids := make([]string, len(which))
+	for j, i := range which {
+		ids[j] = states[i].ID
+	}
+	for j, err := range s.replace(ids, paths, data) {
 		if err != nil {
-			errs[which[j]] = fmt.Errorf("run %s: %w", states[which[j]].ID, err)
+			errs[which[j]] = fmt.Errorf("run %s: %w", ids[j], err)
 		}
 	}
 	return errs
 }
 
-// replace replaces the files at paths as the store's Durability asks.
-func (s *Store) replace(paths []string, data [][]byte) []error {
-	if s.durability != WatcherCrash {
-		return spool.ReplaceAll(paths, data)
+// replace replaces the files at paths, the records of runs ids, as the
+// store's Durability asks. Durable, a record in a directory MakeRunDir
+// made is not written until runs/ is synced too (beside the records'
+// own fsyncs: the directory was made before).
+func (s *Store) replace(ids, paths []string, data [][]byte) []error {
+	if s.durability == WatcherCrash {
+		errs := make([]error, len(paths))
+		for i := range paths {
+			errs[i] = spool.ReplaceUnsynced(paths[i], data[i])
+		}
+		return errs
 	}
-	errs := make([]error, len(paths))
-	for i := range paths {
-		errs[i] = spool.ReplaceUnsynced(paths[i], data[i])
+	s.mu.Lock()
+	newDirs := slices.ContainsFunc(ids, func(id string) bool { return s.unsynced[id] })
+	s.mu.Unlock()
+	var synced sync.WaitGroup
+	var syncErr error
+	if newDirs {
+		synced.Go(func() { syncErr = spool.SyncDir(s.dir) })
+	}
+	errs := spool.ReplaceAll(paths, data)
+	synced.Wait()
+	if !newDirs {
+		return errs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i, id := range ids {
+		switch {
+		case !s.unsynced[id]:
+		case syncErr != nil && errs[i] == nil:
+			errs[i] = syncErr
+		case syncErr == nil:
+			delete(s.unsynced, id)
+		}
 	}
 	return errs
 }

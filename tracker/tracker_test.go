@@ -314,6 +314,16 @@ func TestHelperWriter(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A run whose directory is new: its first record syncs runs/ too,
+	// and only its first.
+	if err := s.MakeRunDir("c"); err != nil {
+		t.Fatal(err)
+	}
+	for rev := range 2 {
+		if err := s.Write(&State{ID: "c", State: Running, Rev: int64(rev + 1)}); err != nil {
+			t.Fatal(err)
+		}
+	}
 }
 
 // syncCall matches a sync call's start in strace's output (not its
@@ -321,8 +331,9 @@ func TestHelperWriter(t *testing.T) {
 var syncCall = regexp.MustCompile(`\bf?(data)?sync(fs|_file_range)?\(`)
 
 // TestDurabilityFsyncs counts, with strace, the fsyncs of one record
-// written alone and two in a batch: each written power_loss is fsynced
-// with its directory; written watcher_crash, none is.
+// written alone, two in a batch, and two of a run whose directory is new:
+// each written power_loss is fsynced with its directory, and the first
+// in a new directory with runs/ as well; written watcher_crash, none is.
 func TestDurabilityFsyncs(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	if err != nil {
@@ -331,7 +342,7 @@ func TestDurabilityFsyncs(t *testing.T) {
 	for _, tt := range []struct {
 		durability string
 		want       int
-	}{{"", 6}, {"power_loss", 6}, {"watcher_crash", 0}} {
+	}{{"", 11}, {"power_loss", 11}, {"watcher_crash", 0}} {
 		s, root := newStore(t)
 		for _, id := range []string{"a", "b"} {
 			os.Mkdir(s.RunDir(id), 0o755)
