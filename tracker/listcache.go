@@ -54,10 +54,12 @@ type cachedLine struct {
 }
 
 // ListBrief returns what List returns, except that a finished run may
-// come from the list cache, with only the fields of its brief record (see
-// State.Brief): what tend ls shows and filters on, and what tend status,
-// gc and cancel --all look at, read in a fraction of the time. It brings
-// the cache up to date, if it can write it.
+// come from the list cache, with only the fields of its brief record: ID,
+// State, Session, Command, Labels, CreatedAt, StartedAt, EndedAt,
+// ExitCode, Signal, Progress and DurationSeconds, its times in UTC. That
+// is what tend ls shows and filters on, and what tend status, gc and
+// cancel --all look at, read in a fraction of the time. It brings the
+// cache up to date, if it can write it.
 func (s *Store) ListBrief() ([]*State, []error) {
 	return s.list(&listCache{path: filepath.Join(filepath.Dir(s.dir), listCacheName), since: time.Now()})
 }
@@ -153,14 +155,15 @@ func stampText(sp Stamp) string {
 }
 
 // line returns what the cache is to hold of st, read from a file with
-// stamp: its line, if it may be cached: it is finished, it was read whole
-// and trusted, and it had not changed within racyWindow of the read.
-func (c *listCache) line(st *State, stamp Stamp) (cachedLine, bool) {
+// stamp: its line if it may be cached (it is finished, it was read whole
+// and trusted, and it had not changed within racyWindow of the read),
+// else none (the zero cachedLine).
+func (c *listCache) line(st *State, stamp Stamp) cachedLine {
 	changed := time.Unix(stamp.ctime.Unix())
 	if st == nil || !Final(st.State) || stamp == (Stamp{}) || !changed.Before(c.since.Add(-racyWindow)) {
-		return cachedLine{}, false
+		return cachedLine{}
 	}
-	return cachedLine{stampText(stamp), briefFields(st)}, true
+	return cachedLine{stampText(stamp), briefFields(st)}
 }
 
 // save writes the cache again, holding lines (by run ID; "" stamps are
@@ -343,26 +346,6 @@ func (p *fieldParser) keep(err error) {
 	if p.err == nil && err != nil {
 		p.err = fmt.Errorf("%w: %v", errCacheLine, err)
 	}
-}
-
-// Brief returns the part of st that tend ls shows and filters on, which
-// is what ListBrief may return of a finished run: ID, State, Session,
-// Command, Labels, CreatedAt, StartedAt, EndedAt, ExitCode, Signal,
-// Progress and DurationSeconds. Times are in UTC.
-func (st *State) Brief() *State {
-	b := &State{ID: st.ID, State: st.State, Session: st.Session, Command: st.Command, Labels: st.Labels,
-		CreatedAt: st.CreatedAt.UTC(), ExitCode: st.ExitCode, Signal: st.Signal, Progress: st.Progress,
-		DurationSeconds: st.DurationSeconds}
-	b.StartedAt, b.EndedAt = inUTC(st.StartedAt), inUTC(st.EndedAt)
-	return b
-}
-
-func inUTC(t *time.Time) *time.Time {
-	if t == nil {
-		return nil
-	}
-	u := t.UTC()
-	return &u
 }
 
 func stampOf(st *unix.Stat_t) Stamp {

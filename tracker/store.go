@@ -420,8 +420,7 @@ func (s *Store) readCached(c *listCache, dirfd int, id, stamp string, buf []byte
 	if err != nil {
 		return st, cachedLine{}, err
 	}
-	l, _ := c.line(st, read)
-	return st, l, nil
+	return st, c.line(st, read), nil
 }
 
 // Trash takes run id's directory out of the store at once, by renaming it
