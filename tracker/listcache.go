@@ -2,7 +2,6 @@ package tracker
 
 import (
 	"errors"
-	"fmt"
 	"io"
 	"maps"
 	"os"
@@ -271,7 +270,7 @@ func parseBrief(id, fields string) (*State, error) {
 			st.Labels[p.quoted(rest[2*i])] = p.quoted(rest[2*i+1])
 		}
 	}
-	if p.err != nil || len(rest) != 2*m || !Final(st.State) {
+	if p.bad || len(rest) != 2*m || !Final(st.State) {
 		return nil, errCacheLine
 	}
 	return st, nil
@@ -290,8 +289,8 @@ func splitTabs(fields []string, line string) []string {
 	}
 }
 
-// fieldParser parses a line's fields, keeping the first error.
-type fieldParser struct{ err error }
+// fieldParser parses a line's fields, noting whether any did not parse.
+type fieldParser struct{ bad bool }
 
 func (p *fieldParser) i64(s string) int64 {
 	n, err := strconv.ParseInt(s, 10, 64)
@@ -308,11 +307,8 @@ func (p *fieldParser) float(s string) float64 {
 // count parses a number of fields to follow, at most max.
 func (p *fieldParser) count(s string, max int) int {
 	n, err := strconv.Atoi(s)
-	if err == nil && (n < 0 || n > max) {
-		err = errCacheLine
-	}
-	p.keep(err)
-	if err != nil {
+	if err != nil || n < 0 || n > max {
+		p.bad = true
 		return 0
 	}
 	return n
@@ -342,11 +338,7 @@ func (p *fieldParser) int(s string) *int {
 	return &n
 }
 
-func (p *fieldParser) keep(err error) {
-	if p.err == nil && err != nil {
-		p.err = fmt.Errorf("%w: %v", errCacheLine, err)
-	}
-}
+func (p *fieldParser) keep(err error) { p.bad = p.bad || err != nil }
 
 func stampOf(st *unix.Stat_t) Stamp {
 	return Stamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}

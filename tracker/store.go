@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"cmp"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -8,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -23,12 +23,13 @@ type Store struct {
 	dir        string
 	durability Durability // "" is PowerLoss
 
-	mu sync.Mutex
-	// unsynced holds the runs whose directory MakeRunDir made and runs/
-	// has not been fsynced since: their first record's write syncs it, or
-	// a power loss could take the directory, record and all, on a file
-	// system that does not order metadata (ext4 without a journal).
-	unsynced map[string]bool
+	// dirsMade counts the run directories MakeRunDir made, and dirsSynced
+	// what it counted when runs/ was last fsynced: while they differ, a
+	// durable write syncs runs/ too, or a power loss could take a new
+	// run's directory, record and all, on a file system that does not
+	// order metadata (ext4 without a journal).
+	mu                   sync.Mutex
+	dirsMade, dirsSynced uint64
 }
 
 // Durability is what a record survives once Write has returned.
@@ -98,10 +99,7 @@ func (s *Store) MakeRunDir(id string) error {
 	}
 	if err == nil {
 		s.mu.Lock()
-		if s.unsynced == nil {
-			s.unsynced = make(map[string]bool)
-		}
-		s.unsynced[id] = true
+		s.dirsMade++
 		s.mu.Unlock()
 	}
 	return err
@@ -131,23 +129,19 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 		}
 		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, b), append(which, i)
 	}
-	ids := make([]string, len(which))
-	for j, i := range which {
-		ids[j] = states[i].ID
-	}
-	for j, err := range s.replace(ids, paths, data) {
+	for j, err := range s.replace(paths, data) {
 		if err != nil {
-			errs[which[j]] = fmt.Errorf("run %s: %w", ids[j], err)
+			errs[which[j]] = fmt.Errorf("run %s: %w", states[which[j]].ID, err)
 		}
 	}
 	return errs
 }
 
-// replace replaces the files at paths, the records of runs ids, as the
-// store's Durability asks. Durable, a record in a directory MakeRunDir
-// made is not written until runs/ is synced too (beside the records'
-// own fsyncs: the directory was made before).
-func (s *Store) replace(ids, paths []string, data [][]byte) []error {
+// replace replaces the files at paths as the store's Durability asks.
+// Durable, they are not written until runs/ is synced too if a run
+// directory was made since it last was (beside the records' own fsyncs:
+// the directory was made before them).
+func (s *Store) replace(paths []string, data [][]byte) []error {
 	if s.durability == WatcherCrash {
 		errs := make([]error, len(paths))
 		for i := range paths {
@@ -156,29 +150,25 @@ func (s *Store) replace(ids, paths []string, data [][]byte) []error {
 		return errs
 	}
 	s.mu.Lock()
-	newDirs := slices.ContainsFunc(ids, func(id string) bool { return s.unsynced[id] })
+	made, synced := s.dirsMade, s.dirsSynced
 	s.mu.Unlock()
-	var synced sync.WaitGroup
-	var syncErr error
-	if newDirs {
-		synced.Go(func() { syncErr = spool.SyncDir(s.dir) })
+	if made == synced {
+		return spool.ReplaceAll(paths, data)
 	}
+	var wg sync.WaitGroup
+	var syncErr error
+	wg.Go(func() { syncErr = spool.SyncDir(s.dir) })
 	errs := spool.ReplaceAll(paths, data)
-	synced.Wait()
-	if !newDirs {
+	wg.Wait()
+	if syncErr != nil {
+		for i := range errs {
+			errs[i] = cmp.Or(errs[i], syncErr)
+		}
 		return errs
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	for i, id := range ids {
-		switch {
-		case !s.unsynced[id]:
-		case syncErr != nil && errs[i] == nil:
-			errs[i] = syncErr
-		case syncErr == nil:
-			delete(s.unsynced, id)
-		}
-	}
+	s.dirsSynced = max(s.dirsSynced, made)
+	s.mu.Unlock()
 	return errs
 }
 

@@ -148,9 +148,10 @@ func (c *lsCmd) Run(e *env) error {
 	// A listing allocates a few KiB a record and is over in milliseconds:
 	// collecting less often saves a tenth of its time on a long list.
 	debug.SetGCPercent(400)
-	list := tracker.NewStore(e.root).ListBrief // the table shows no more than a brief record
+	store := tracker.NewStore(e.root)
+	list := store.ListBrief // the table shows no more than a brief record
 	if c.JSON {
-		list = tracker.NewStore(e.root).List
+		list = store.List
 	}
 	runs, errs := list()
 	for _, err := range errs {
@@ -163,7 +164,6 @@ func (c *lsCmd) Run(e *env) error {
 	}
 	positions := queuePositions(e.root)
 	now := time.Now()
-	store := tracker.NewStore(e.root)
 	var shown []*tracker.State
 	for _, st := range runs {
 		if c.match(st, now) {
