@@ -205,8 +205,11 @@ func fileKind(mode uint32) string {
 // replacement and reads it again from dst, so the returned File is always
 // what was claimed.
 func (d Dir) Claim(f File, dst string) (File, error) {
-	if err := os.Rename(filepath.Join(d.Spool(), f.Name), dst); err != nil {
-		return File{}, err
+	// Not os.Rename, which first lstats dst to refuse a directory there:
+	// rename(2) refuses to put a file over one by itself (EISDIR).
+	src := filepath.Join(d.Spool(), f.Name)
+	if err := unix.Rename(src, dst); err != nil {
+		return File{}, &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 	}
 	var st unix.Stat_t
 	if err := unix.Lstat(dst, &st); err != nil {

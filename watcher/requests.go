@@ -109,8 +109,8 @@ func (w *watcher) examine(name string) {
 	if problem == nil {
 		problem = nameErr
 	}
-	if problem == nil && f.UID != os.Getuid() && f.UID != 0 {
-		problem = fmt.Errorf("owned by uid %d: tend takes requests only from its own user (uid %d) or root", f.UID, os.Getuid())
+	if problem == nil && f.UID != w.uid && f.UID != 0 {
+		problem = fmt.Errorf("owned by uid %d: tend takes requests only from its own user (uid %d) or root", f.UID, w.uid)
 	}
 	var take func()
 	if problem == nil {

@@ -264,6 +264,7 @@ func runWatcher(cfg Config, started *bool) error {
 type watcher struct {
 	cfg   Config
 	log   *log.Logger
+	uid   int // the watcher's own: its user's requests are taken, and root's
 	spool spool.Dir
 	store *tracker.Store
 	hist  *tracker.History
@@ -316,6 +317,7 @@ func newWatcher(cfg Config) *watcher {
 	return &watcher{
 		cfg:        cfg,
 		log:        log.New(cfg.Log, "", log.LstdFlags|log.Lmicroseconds),
+		uid:        os.Getuid(),
 		spool:      spool.Dir{Root: cfg.Root},
 		store:      tracker.NewStore(cfg.Root),
 		hist:       tracker.OpenHistory(cfg.Root),
