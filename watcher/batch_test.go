@@ -1,12 +1,17 @@
 package watcher
 
 import (
+	"errors"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -130,5 +135,50 @@ func TestBatchHoldsWhatWaitsOnAnUnwrittenRecord(t *testing.T) {
 	w.save(lost) // as the retry, or the run's next change, would
 	if want := []string{"ok's gate", "lost's SIGTERM", "lost's gate", "lost's outcome", "lost's reaping"}; !slices.Equal(ran, want) {
 		t.Errorf("once lost's record is written, ran %v; want %v", ran, want)
+	}
+}
+
+// A claimed request that cannot be moved to rejected/ stays claimed and
+// unanswered, for the next watcher; once it can be, it is moved and
+// answered.
+func TestRejectClaimedAnswersOnlyOnceMoved(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	n := spool.Name{ID: "bad", Verb: spool.VerbStart}
+	dir := w.store.RunDir(n.ID)
+	rejected := w.spool.Rejected()
+	if err := os.Remove(rejected); err != nil {
+		t.Fatal(err)
+	}
+	request := filepath.Join(dir, "request")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(request, []byte("{"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := os.WriteFile(rejected, nil, 0o644); err != nil { // not a directory: nothing can go in
+		t.Fatal(err)
+	}
+	w.rejectClaimed(n, dir, "does not parse")
+	if _, err := os.Stat(request); err != nil {
+		t.Fatalf("the claimed request did not stay where it was: %v", err)
+	}
+	if _, err := os.Stat(w.spool.OutcomePath(n)); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("answered before the request was in rejected/ (%v)", err)
+	}
+	os.Remove(rejected)
+	w.rejectClaimed(n, dir, "does not parse")
+	if b, err := os.ReadFile(w.spool.OutcomePath(n)); err != nil || !strings.HasPrefix(string(b), spool.Rejected) {
+		t.Fatalf("outcome %q, %v; want rejected", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(rejected, n.String())); err != nil {
+		t.Errorf("not in rejected/: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("its run directory is still there (%v)", err)
 	}
 }

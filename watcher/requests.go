@@ -293,14 +293,17 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 	return st
 }
 
-// rejectClaimed moves a claimed request on to rejected/, under its name.
-// One that cannot be moved stays where it is, never deleted: the next
-// watcher's recovery finds it there and rejects it again.
+// rejectClaimed moves a claimed request on to rejected/, under its name,
+// then answers it. One that cannot be moved stays where it is, never
+// deleted, and is not answered yet: the next watcher's recovery finds it
+// there and rejects it again (an answer comes only once the request and
+// its reason are in rejected/).
 func (w *watcher) rejectClaimed(n spool.Name, dir, reason string) {
 	dst, err := w.spool.RejectFrom(filepath.Join(dir, "request"), n.String(), reason)
 	switch {
 	case dst == "":
-		w.log.Printf("%s: rejecting: %v (it stays in %s)", n, err, dir)
+		w.log.Printf("%s: rejecting: %v (it stays in %s, for the next watcher to reject)", n, err, dir)
+		return
 	case err != nil: // moved, but not synced
 		w.log.Printf("%s: rejecting: %v", n, err)
 		fallthrough
