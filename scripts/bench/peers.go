@@ -59,6 +59,7 @@ func (b *bench) taskSpooler() {
 	defer p.run("tsp", "-K")
 	p.run("tsp", "-S", "2")
 	const n = 1000
+	floor := floorRate(n, 2)
 	start := time.Now()
 	for range n {
 		p.run("tsp", "true")
@@ -67,35 +68,31 @@ func (b *bench) taskSpooler() {
 		time.Sleep(5 * time.Millisecond)
 	}
 	rate := n / time.Since(start).Seconds()
-	b.row("W1 burst: 1,000 `tsp true` (task-spooler, 2 slots)", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", b.floor1), true, "")
-	p50, p99 := peerLatency(p, "tsp")
-	b.row("W2 latency: tsp to first instruction", fmt.Sprintf("p50 %v p99 %v", ms(p50), ms(p99)), fmt.Sprintf("p50 %v p99 %v", ms(b.floor2p50), ms(b.floor2p99)), true, "")
+	b.row("W1 burst: 1,000 `tsp true` (task-spooler, 2 slots)", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", floor), true, "")
+	got := peerLatency(p, "tsp")
+	b.row("W2 latency: tsp to first instruction", got.tend.String(), got.floor.String(), true, "")
 }
 
 // nq: one queue directory, jobs submitted with nq, run one at a time.
 func (b *bench) nq() {
 	p := b.newPeer(func(dir string) []string { return []string{"NQDIR=" + dir} })
 	const n = 1000
+	floor := floorRate(n, 2)
 	start := time.Now()
 	for range n {
 		p.run("nq", "-q", "true")
 	}
 	p.run("nq", "-w")
 	rate := n / time.Since(start).Seconds()
-	b.row("W1 burst: 1,000 `nq true` (nq)", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", b.floor1), true, "")
-	p50, p99 := peerLatency(p, "nq", "-q")
-	b.row("W2 latency: nq to first instruction", fmt.Sprintf("p50 %v p99 %v", ms(p50), ms(p99)), fmt.Sprintf("p50 %v p99 %v", ms(b.floor2p50), ms(b.floor2p99)), true, "")
+	b.row("W1 burst: 1,000 `nq true` (nq)", fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", floor), true, "")
+	got := peerLatency(p, "nq", "-q")
+	b.row("W2 latency: nq to first instruction", got.tend.String(), got.floor.String(), true, "")
 }
 
 // peerLatency submits 100 stamp jobs with the peer's client, one after the
-// other, and returns the percentiles of submission to first instruction.
-func peerLatency(p *peer, client ...string) (p50, p99 time.Duration) {
-	var got []time.Duration
-	for i := range 100 {
-		stamp := filepath.Join(p.dir, fmt.Sprintf("stamp%d", i))
-		t0 := time.Now()
-		p.run(client[0], append(client[1:], "sh", "-c", "date +%s%N > "+stamp)...)
-		got = append(got, waitStamp(stamp).Sub(t0))
-	}
-	return percentiles(got)
+// other, each after the floor's spawn of the same job (sampleLatency).
+func peerLatency(p *peer, client ...string) sampled {
+	return sampleLatency(p.dir, func(_ int, job string) {
+		p.run(client[0], append(client[1:], "sh", "-c", job)...)
+	})
 }
