@@ -50,6 +50,26 @@ func Check(root string, alive Liveness) []Problem {
 	return problems
 }
 
+// Persisting returns the problems of later that earlier found too, in
+// later's order. A root a watcher is writing shows, for a moment, what
+// only a crash would leave for longer: a temporary file, a claimed request
+// before its first record, a record replaced after its history was read,
+// an ended run not yet recorded. Two checks a moment apart tell a write in
+// flight from one that was cut short.
+func Persisting(earlier, later []Problem) []Problem {
+	seen := make(map[Problem]bool, len(earlier))
+	for _, p := range earlier {
+		seen[p] = true
+	}
+	var kept []Problem
+	for _, p := range later {
+		if seen[p] {
+			kept = append(kept, p)
+		}
+	}
+	return kept
+}
+
 // badLine is a history line that is not an event.
 type badLine struct {
 	file string

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
@@ -17,7 +18,9 @@ func (c *fsckCmd) Help() string {
 	return `Checks the whole root: every history line, every state file against
 its run directory, the history and /proc, leftover temporary files, and
 orphaned outcomes and run directories. Prints each problem with its path
-and exits 1 if there is any. Example: tend fsck || tend down --keep-runs && tend fsck --repair`
+and exits 1 if there is any. While a watcher runs, what it finds is checked
+again a second later, and only what is still there is a problem (not a
+write in flight). Example: tend fsck || tend down --keep-runs && tend fsck --repair`
 }
 
 func (c *fsckCmd) Run(e *env) error {
@@ -37,7 +40,7 @@ func (c *fsckCmd) Run(e *env) error {
 			return err
 		}
 	}
-	problems := tracker.Check(e.root, processAlive)
+	problems := check(e.root)
 	if c.JSON {
 		texts := []string{}
 		for _, p := range problems {
@@ -64,6 +67,22 @@ type fsckReport struct {
 	Root     string   `json:"root"`
 	Problems []string `json:"problems"`
 	Repaired []string `json:"repaired,omitempty"`
+}
+
+// settle is how long fsck waits before it checks again a root that a
+// watcher is writing to: a write in flight is done well within it.
+const settle = time.Second
+
+// check checks root, twice if a watcher runs on it and the first check
+// found problems, and returns those found both times (see
+// tracker.Persisting).
+func check(root string) []tracker.Problem {
+	problems := tracker.Check(root, processAlive)
+	if running, _, _ := watcher.Probe(root); running && len(problems) > 0 {
+		time.Sleep(settle)
+		problems = tracker.Persisting(problems, tracker.Check(root, processAlive))
+	}
+	return problems
 }
 
 // processAlive reports whether pid is still the process that started at
