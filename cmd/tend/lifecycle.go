@@ -115,17 +115,19 @@ func readyWatcher(root string) (int, bool) {
 	if err != nil || !running {
 		return 0, false
 	}
+	info, ok := liveInfo(root)
+	return info.PID, ok
+}
+
+// liveInfo reads root's watcher.json if the watcher it names is alive: one
+// that died leaves its watcher.json behind, until the next one replaces it.
+func liveInfo(root string) (watcher.Info, bool) {
 	info, err := watcher.ReadInfo(root)
 	if err != nil {
-		return 0, false
+		return info, false
 	}
-	// watcher.json may be left by a watcher that died: its PID must still
-	// be a watcher's.
 	st, err := procfs.ReadStat(info.PID)
-	if err != nil || st.State == 'Z' || st.Comm != watcher.WatcherComm {
-		return 0, false
-	}
-	return info.PID, true
+	return info, err == nil && st.State != 'Z' && st.Comm == watcher.WatcherComm
 }
 
 func logPath(root string) string { return filepath.Join(root, "watcher.log") }
@@ -204,7 +206,7 @@ func (c *downCmd) Help() string {
 }
 
 func (c *downCmd) Run(e *env) error {
-	w, err := findWatcher(e.root)
+	w, err := findWatcher(e, c.Timeout)
 	if err != nil {
 		return err
 	}
@@ -244,17 +246,17 @@ func (c *downCmd) Run(e *env) error {
 		waitFor(done, 3*time.Second, pollEvery, w.watcher, w.keeper)
 	}
 	removeStale(e.root)
-	pid := target.PID()
+	which := fmt.Sprintf("keeper pid %d", target.PID()) // a watcher not known by its PID
 	if w.watcher != nil {
-		pid = w.watcher.PID()
+		which = fmt.Sprintf("pid %d", w.watcher.PID())
 	}
 	switch {
 	case c.JSON:
 		return printStatusJSON(e)
 	case c.KeepRuns:
-		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d); its runs keep running\n", e.root, pid)
+		fmt.Fprintf(e.stdout, "stopped the watcher on %s (%s); its runs keep running\n", e.root, which)
 	default:
-		fmt.Fprintf(e.stdout, "stopped the watcher on %s (pid %d) and its runs\n", e.root, pid)
+		fmt.Fprintf(e.stdout, "stopped the watcher on %s (%s) and its runs\n", e.root, which)
 	}
 	return nil
 }
@@ -269,20 +271,34 @@ type watcherProcs struct {
 	watcher, keeper *procfs.Handle
 }
 
-// findWatcher opens pidfds on the watcher that holds root's lock and on
-// the keeper in charge of root, either of which may be missing (nil). Each
+// findWatcher opens pidfds on the watcher that holds e.root's lock and on
+// the keeper in charge of it, either of which may be missing (nil). Each
 // one's identity is checked after its pidfd is open, so that no signal can
-// reach a process that merely reused a PID.
-func findWatcher(root string) (watcherProcs, error) {
+// reach a process that merely reused a PID. A watcher that holds the lock
+// but has not said who it is yet (it is starting: recovering the runs of
+// one that crashed, say) is waited for, up to wait; past that, the keeper
+// alone will do, as it passes its signals on.
+func findWatcher(e *env, wait time.Duration) (watcherProcs, error) {
 	var w watcherProcs
-	w.keeper, _ = liveKeeper(root)
-	running, _, err := watcher.Probe(root)
+	w.keeper, _ = liveKeeper(e.root)
+	running, _, err := watcher.Probe(e.root)
 	if err != nil || !running {
 		return w, err
 	}
-	pid, ok := readyWatcher(root)
+	pid, ok := readyWatcher(e.root)
 	if !ok {
-		return w, fmt.Errorf("a watcher holds %s but has not written %s yet (still starting?)", watcher.LockPath(root), watcher.InfoPath(root))
+		fmt.Fprintf(e.stderr, "tend: the watcher on %s is starting: waiting for it\n", e.root)
+		ready := func() bool {
+			pid, ok = readyWatcher(e.root)
+			running, _, _ = watcher.Probe(e.root)
+			return ok || !running
+		}
+		if !waitFor(ready, wait, pollEvery) && w.keeper == nil {
+			return w, fmt.Errorf("a watcher holds %s but has not written %s within %v", watcher.LockPath(e.root), watcher.InfoPath(e.root), wait)
+		}
+	}
+	if !ok {
+		return w, nil // gone meanwhile, or never ready: the keeper is signalled
 	}
 	st, err := procfs.ReadStat(pid)
 	if err == nil {

@@ -70,7 +70,7 @@ func readStatus(root string) (status, error) {
 	}
 	if running {
 		s.Running = true
-		if info, err := watcher.ReadInfo(root); err == nil {
+		if info, ok := liveInfo(root); ok {
 			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, info.Durability
 			s.StartedAt = &info.StartedAt
 			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
