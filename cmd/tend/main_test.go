@@ -494,17 +494,29 @@ func cmdGaps(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // pstate pidfile STATE: wait until the process in pidfile is in STATE
-// (a letter of /proc/PID/stat: T stopped, S sleeping, ...).
+// (a letter of /proc/PID/stat: T stopped, S sleeping, ...), every one of
+// its threads: kill(2) returns before a SIGSTOP has stopped them all, and
+// a thread not yet stopped may still take a request.
 func cmdPState(ts *testscript.TestScript, neg bool, args []string) {
 	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[0])))
 	ts.Check(err)
 	poll(ts, func() string {
-		st, err := procfs.ReadStat(pid)
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
 			return err.Error()
 		}
-		if string(st.State) != args[1] {
-			return fmt.Sprintf("pid %d is in state %c, want %s", pid, st.State, args[1])
+		for _, t := range tasks {
+			b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, t.Name()))
+			if err != nil {
+				return err.Error() // a thread that just exited; look again
+			}
+			st, err := procfs.ParseStat(b)
+			if err != nil {
+				return err.Error()
+			}
+			if string(st.State) != args[1] {
+				return fmt.Sprintf("pid %d's thread %s is in state %c, want %s", pid, t.Name(), st.State, args[1])
+			}
 		}
 		return ""
 	})
