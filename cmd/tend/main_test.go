@@ -340,16 +340,26 @@ func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // killLeftovers kills what a failed script may have left running under
-// root: processes whose environment names it (runs, strays), then the
-// watcher and keeper it recorded. Only processes this test started carry
-// that root.
+// root: the keepers and watchers whose command line names it, processes
+// whose environment names it (runs, strays), and the watcher and keeper
+// it recorded. Only processes this test started carry that root.
 func killLeftovers(root string) {
 	all, _ := procfs.All()
+	// Keepers first: one left alive would start its watcher again.
+	for _, comm := range []string{watcher.KeeperComm, watcher.WatcherComm} {
+		for _, p := range all {
+			if p.Comm == comm && namesRoot(p.PID, root) {
+				unix.Kill(p.PID, unix.SIGKILL)
+			}
+		}
+	}
 	for _, p := range all {
 		if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root {
 			unix.Kill(p.PID, unix.SIGKILL)
 		}
 	}
+	// A watcher started without --root (tend watch, in the root's parent)
+	// is known by what it recorded.
 	if info, err := watcher.ReadInfo(root); err == nil {
 		for _, pid := range []int{info.KeeperPID, info.PID} {
 			if st, err := procfs.ReadStat(pid); err == nil && strings.HasPrefix(st.Comm, "tend") {
@@ -357,6 +367,13 @@ func killLeftovers(root string) {
 			}
 		}
 	}
+}
+
+// namesRoot reports whether process pid's command line has root as one of
+// its arguments, as a keeper's and a watcher's --root does.
+func namesRoot(pid int, root string) bool {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	return strings.Contains(string(b), "\x00"+root+"\x00")
 }
 
 // fakerun id pidfile: record run id as running with the PID in pidfile but
@@ -404,8 +421,7 @@ func countDaemons(root string) (watchers, keepers int) {
 		if p.State == 'Z' {
 			continue
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
-		if !strings.Contains(string(b), "\x00"+root+"\x00") {
+		if !namesRoot(p.PID, root) {
 			continue
 		}
 		switch p.Comm {
