@@ -289,9 +289,11 @@ func findWatcher(e *env, wait time.Duration) (watcherProcs, error) {
 	if !ok {
 		fmt.Fprintf(e.stderr, "tend: the watcher on %s is starting: waiting for it\n", e.root)
 		ready := func() bool {
-			pid, ok = readyWatcher(e.root)
-			running, _, _ = watcher.Probe(e.root)
-			return ok || !running
+			if pid, ok = readyWatcher(e.root); ok {
+				return true
+			}
+			running, _, _ := watcher.Probe(e.root)
+			return !running // gone: nothing to wait for
 		}
 		if !waitFor(ready, wait, pollEvery) && w.keeper == nil {
 			return w, fmt.Errorf("a watcher holds %s but has not written %s within %v", watcher.LockPath(e.root), watcher.InfoPath(e.root), wait)
