@@ -113,6 +113,7 @@ func (s *Start) Args() []string {
 // '"' or '}') is a full request. A shell command may itself start with '{'
 // (a brace group): "{ make; make test; }" is shell text.
 func ParseStart(body []byte) (Start, error) {
+	body = TrimBOM(body)
 	if !isJSON(body) {
 		return parseShellText(body)
 	}
@@ -151,7 +152,9 @@ func ParseStart(body []byte) (Start, error) {
 }
 
 func parseShellText(body []byte) (Start, error) {
-	text := strings.TrimSpace(string(body))
+	// A script saved with Windows line ends would otherwise hand the shell
+	// a \r at the end of every line ("cd src\r": no such directory).
+	text := strings.TrimSpace(strings.ReplaceAll(string(body), "\r\n", "\n"))
 	switch {
 	case text == "":
 		return Start{}, errors.New("empty command: write the shell command to run, or a JSON object with \"command\"")
@@ -244,6 +247,7 @@ type cancelJSON struct {
 // ParseCancel parses a cancel request body: empty, or a JSON object.
 func ParseCancel(body []byte) (Cancel, error) {
 	var c Cancel
+	body = TrimBOM(body)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return c, nil
 	}
@@ -285,6 +289,7 @@ type Delete struct {
 // "session".
 func ParseDelete(body []byte) (Delete, error) {
 	var d Delete
+	body = TrimBOM(body)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return d, nil
 	}
@@ -317,6 +322,7 @@ type labelJSON struct {
 // "if_rev": N}.
 func ParseLabel(body []byte) (Label, error) {
 	l := Label{Set: map[string]string{}}
+	body = TrimBOM(body)
 	if isJSON(body) {
 		var j labelJSON
 		if err := decodeStrict(body, &j); err != nil {
@@ -372,12 +378,13 @@ const MaxNote = 4096
 // object {"text": ..., "session": ..., "if_rev": N}.
 func ParseNote(body []byte) (Note, error) {
 	var n Note
+	body = TrimBOM(body)
 	if isJSON(body) {
 		if err := decodeStrict(body, &n); err != nil {
 			return n, err
 		}
 	} else {
-		n.Text = string(body)
+		n.Text = strings.ReplaceAll(string(body), "\r\n", "\n")
 	}
 	n.Text = strings.TrimSpace(n.Text)
 	switch {
@@ -389,6 +396,17 @@ func ParseNote(body []byte) (Note, error) {
 		return n, errors.New("a note must be UTF-8 text without NUL bytes")
 	}
 	return n, checkControl(n.Session, n.IfRev)
+}
+
+// byteOrderMark is what some editors (Notepad, "UTF-8 with BOM") write
+// before a file's text.
+const byteOrderMark = "\ufeff"
+
+// TrimBOM returns b without a leading UTF-8 byte order mark: it is never
+// part of a request body (every parser here takes it off) or of a file
+// people edit by hand, such as config.json.
+func TrimBOM(b []byte) []byte {
+	return bytes.TrimPrefix(b, []byte(byteOrderMark))
 }
 
 // isJSON reports whether body is meant as a JSON object: '{' then '"' or

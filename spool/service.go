@@ -183,6 +183,7 @@ type Signal struct {
 // "if_rev": N}.
 func ParseSignal(body []byte) (Signal, error) {
 	var s Signal
+	body = TrimBOM(body)
 	name := strings.TrimSpace(string(body))
 	if isJSON(body) {
 		var j struct {

@@ -103,6 +103,11 @@ func TestParseStart(t *testing.T) {
 		{"trailing data", `{"command": "x"} {}`, nil, "unexpected data after", false},
 		{"garbage", `{"command" "x"}`, nil, "invalid JSON", false},
 		{"nul in text", "echo \x00", nil, "NUL", false},
+		{"byte order mark before json", "\ufeff{\"command\": [\"make\"]}", []string{"make"}, "", false},
+		{"byte order mark before text", "\ufeffmake test", []string{"/bin/sh", "-c", "make test"}, "", false},
+		{"windows line ends", "\ufeffcd src\r\nmake\r\n", []string{"/bin/sh", "-c", "cd src\nmake"}, "", false},
+		{"only a byte order mark", "\ufeff", nil, "empty command", false},
+		{"one byte order mark taken off", "\ufeff\ufeffmake", []string{"/bin/sh", "-c", "\ufeffmake"}, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,6 +154,7 @@ func TestParseCancel(t *testing.T) {
 		{"now please", "a cancel body is empty or a JSON object"},
 		{`{"grace": -1}`, `"grace": -1s is negative`},
 		{`{"force": true}`, `unknown field "force"`},
+		{"\ufeff", ""}, {"\ufeff{\"grace\": \"2s\"}\r\n", ""},
 	}
 	for _, tt := range tests {
 		_, err := ParseCancel([]byte(tt.body))
@@ -164,11 +170,64 @@ func TestParseDelete(t *testing.T) {
 		{"please", "", "a delete body is empty or a JSON object"},
 		{`{"session": "../x"}`, "", `"session"`},
 		{`{"grace": "1s"}`, "", `unknown field "grace"`},
+		{"\ufeff{\"session\": \"s-1\"}", "s-1", ""},
 	}
 	for _, tt := range tests {
 		d, err := ParseDelete([]byte(tt.body))
 		if (tt.wantErr == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tt.wantErr) || err == nil && d.Session != tt.session {
 			t.Errorf("ParseDelete(%q) = %+v, %v; want session %q, error %q", tt.body, d, err, tt.session, tt.wantErr)
+		}
+	}
+}
+
+func TestParseLabel(t *testing.T) {
+	tests := []struct {
+		body, set, remove, err string // set: "k=v,k=v" in key order
+	}{
+		{"kind=test\nowner=me\n", "kind=test,owner=me", "", ""},
+		{"\ufeffkind=test\r\ngone=\r\n", "kind=test", "gone", ""},
+		{`{"labels": {"kind": "test", "gone": null}, "session": "s"}`, "kind=test", "gone", ""},
+		{"\ufeff{\"labels\": {\"k\": \"v\"}}", "k=v", "", ""},
+		{"just words", "", "", `label "just words": want K=V`},
+		{"\n\n", "", "", "no labels"},
+		{`{"labels": {"k": 1}}`, "", "", "want string"},
+		{`{"labels": {"k": "v"}, "if_rev": 0}`, "", "", `"if_rev": 0 is not a revision`},
+	}
+	for _, tt := range tests {
+		l, err := ParseLabel([]byte(tt.body))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParseLabel(%q) = %v, want %q", tt.body, err, tt.err)
+			}
+			continue
+		}
+		var set []string
+		for _, k := range sortedKeys(l.Set) {
+			set = append(set, k+"="+l.Set[k])
+		}
+		if err != nil || strings.Join(set, ",") != tt.set || strings.Join(l.Remove, ",") != tt.remove {
+			t.Errorf("ParseLabel(%q) = set %q remove %q, %v; want %q, %q", tt.body, set, l.Remove, err, tt.set, tt.remove)
+		}
+	}
+}
+
+func TestParseNote(t *testing.T) {
+	tests := []struct{ body, text, err string }{
+		{"built on the second try\n", "built on the second try", ""},
+		{"\ufeffline one\r\nline two\r\n", "line one\nline two", ""},
+		{`{"text": "from json", "session": "s"}`, "from json", ""},
+		{" \n", "", "an empty note"},
+		{strings.Repeat("x", MaxNote+1), "", "at most 4096"},
+		{"bad \xff", "", "UTF-8"},
+	}
+	for _, tt := range tests {
+		n, err := ParseNote([]byte(tt.body))
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("ParseNote(%q) = %v, want %q", tt.body, err, tt.err)
+			}
+		} else if err != nil || n.Text != tt.text {
+			t.Errorf("ParseNote(%q) = %q, %v; want %q", tt.body, n.Text, err, tt.text)
 		}
 	}
 }
@@ -410,6 +469,7 @@ func TestParseSignal(t *testing.T) {
 	}{
 		{"HUP", syscall.SIGHUP, ""}, {"sigusr1\n", syscall.SIGUSR1, ""}, {"15", syscall.SIGTERM, ""},
 		{`{"signal": "INT", "session": "s"}`, syscall.SIGINT, ""},
+		{"\ufeffHUP\r\n", syscall.SIGHUP, ""}, {"\ufeff{\"signal\": \"INT\"}", syscall.SIGINT, ""},
 		{"", 0, "no signal"}, {"NOPE", 0, `unknown signal "NOPE"`}, {"99", 0, "unknown signal"},
 	}
 	for _, tt := range tests {

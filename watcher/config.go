@@ -61,7 +61,7 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		return base, err
 	}
 	var c configFile
-	dec := json.NewDecoder(bytes.NewReader(b))
+	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
 		return base, fmt.Errorf("%s: %w", ConfigPath(root), err)

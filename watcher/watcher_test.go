@@ -192,6 +192,7 @@ func TestLoadSettings(t *testing.T) {
 		{`{"keep_finished_for": 60}`, Settings{KeepFinishedFor: time.Minute, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
 		{`{"durability": "watcher_crash"}`, Settings{KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.WatcherCrash}, ""},
 		{`{"durability": "power_loss"}`, DefaultSettings, ""},
+		{"\ufeff{\"durability\": \"power_loss\"}\r\n", DefaultSettings, ""}, // saved by Notepad
 		{`{"durability": "none"}`, DefaultSettings, `config.json: "durability": "none" is neither "power_loss" nor "watcher_crash"`},
 		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing"`},
 		{`{"max_running": -1}`, DefaultSettings, `"max_running": -1 is negative`},
