@@ -30,7 +30,9 @@ type lsCmd struct {
 func (c *lsCmd) Help() string {
 	return `Lists active runs (queued, starting, running, stopping) and those that
 ended in the last 24 hours; --all lists every run. A queued run shows its
-position in the queue. Examples:
+position in the queue. INFO is a live run's progress (or how long it has
+been quiet), CPU and memory, and why a run ended with no exit code (it could
+not start, or its end was lost). Examples:
   tend ls --state failed --since 1h
   tend ls --session agent-7 -l kind=test --json | jq '.[].id'`
 }
@@ -117,8 +119,13 @@ func quietFor(store *tracker.Store, st *tracker.State, now time.Time) *float64 {
 }
 
 // infoText is ls's INFO column: progress, else how long the run has been
-// quiet, and its CPU and memory while it runs.
+// quiet, and its CPU and memory while it runs; for a run that ended with
+// neither an exit code nor a signal (it could not start, or its end was
+// lost), why.
 func infoText(r listed) string {
+	if endedUnexplained(r.State) && r.Reason != "" {
+		return cut(r.Reason, maxReasonWidth)
+	}
 	var parts []string
 	if r.Progress != "" {
 		parts = append(parts, r.Progress)
@@ -132,6 +139,15 @@ func infoText(r listed) string {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// maxReasonWidth is how much of a reason ls shows; tend show has it whole.
+const maxReasonWidth = 48
+
+// endedUnexplained reports whether st ended with neither an exit code nor
+// a signal to say how: EXIT shows "-", and only its reason says why.
+func endedUnexplained(st *tracker.State) bool {
+	return tracker.Final(st.State) && st.ExitCode == nil && st.Signal == ""
 }
 
 func bytesText(n int64) string {
@@ -173,6 +189,13 @@ func (c *lsCmd) Run(e *env) error {
 	use := liveUsage(shown)
 	out := []listed{}
 	for _, st := range shown {
+		if !c.JSON && endedUnexplained(st) && st.Reason == "" {
+			// A brief record has no reason: read the whole one, for the few
+			// runs whose INFO shows it.
+			if full, err := store.Read(st.ID); err == nil {
+				st = full
+			}
+		}
 		out = append(out, listed{State: st, Position: positions[st.ID], Usage: use[st.ID], QuietFor: quietFor(store, st, now), LastLine: lastLine(store, st)})
 	}
 	if c.JSON {
