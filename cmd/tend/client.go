@@ -24,10 +24,26 @@ import (
 // inotify, not on a timer; the regular check notices a watcher that died.
 // It returns exitInterrupted on Ctrl-C or SIGTERM.
 func waitUntil(dir string, check func() (done bool, err error)) error {
+	return waitUntilBefore(dir, time.Time{}, check)
+}
+
+// errTimedOut is what waitUntilBefore returns when its deadline comes
+// before check is done.
+var errTimedOut = errors.New("timed out")
+
+// waitUntilBefore is waitUntil that gives up at deadline (none if it is
+// zero) with errTimedOut.
+func waitUntilBefore(dir string, deadline time.Time, check func() (done bool, err error)) error {
 	sigs := make(chan os.Signal, 1)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	if done, err := spin(sigs, check); done || err != nil {
+	var expired <-chan time.Time
+	if !deadline.IsZero() {
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		expired = t.C
+	}
+	if done, err := spin(sigs, expired, check); done || err != nil {
 		return err
 	}
 	fsw, err := fsnotify.NewWatcher()
@@ -52,6 +68,8 @@ func waitUntil(dir string, check func() (done bool, err error)) error {
 				return err
 			}
 		case <-tick.C:
+		case <-expired:
+			return errTimedOut
 		case <-sigs:
 			return exitf(exitInterrupted, "interrupted")
 		}
@@ -71,7 +89,7 @@ const (
 
 // spin calls check every spinEvery for spinFor, until it reports done or
 // fails.
-func spin(sigs <-chan os.Signal, check func() (bool, error)) (bool, error) {
+func spin(sigs <-chan os.Signal, expired <-chan time.Time, check func() (bool, error)) (bool, error) {
 	t := time.NewTimer(spinEvery)
 	defer t.Stop()
 	for end := time.Now().Add(spinFor); time.Now().Before(end); t.Reset(spinEvery) {
@@ -80,6 +98,8 @@ func spin(sigs <-chan os.Signal, check func() (bool, error)) (bool, error) {
 		}
 		select {
 		case <-t.C:
+		case <-expired:
+			return false, errTimedOut
 		case <-sigs:
 			return false, exitf(exitInterrupted, "interrupted")
 		}
@@ -185,8 +205,10 @@ func startWaiting(e *env, id string) bool {
 
 // waitRun blocks until run id's record satisfies until, and returns it.
 // While its start request waits in the spool (no watcher yet, or one still
-// busy), it waits for the request to be taken or rejected.
-func waitRun(e *env, id string, until func(*tracker.State) bool) (*tracker.State, error) {
+// busy), it waits for the request to be taken or rejected. At deadline
+// (none if zero) it gives up with errTimedOut, and returns the record as
+// it last read it (nil if the run had none yet).
+func waitRun(e *env, id string, deadline time.Time, until func(*tracker.State) bool) (*tracker.State, error) {
 	d := spool.Dir{Root: e.root}
 	store := tracker.NewStore(e.root)
 	if st, err := store.Read(id); err == nil && until(st) {
@@ -196,7 +218,7 @@ func waitRun(e *env, id string, until func(*tracker.State) bool) (*tracker.State
 		return nil, err
 	}
 	if startWaiting(e, id) {
-		if err := waitUntil(d.Spool(), func() (bool, error) { return !startWaiting(e, id), nil }); err != nil {
+		if err := waitUntilBefore(d.Spool(), deadline, func() (bool, error) { return !startWaiting(e, id), nil }); err != nil {
 			return nil, err
 		}
 	}
@@ -207,13 +229,16 @@ func waitRun(e *env, id string, until func(*tracker.State) bool) (*tracker.State
 		return nil, exitf(exitNotFound, "no run %q in %s", id, e.root)
 	}
 	var st *tracker.State
-	err := waitUntil(store.RunDir(id), func() (bool, error) {
-		var err error
-		st, err = store.Read(id)
+	err := waitUntilBefore(store.RunDir(id), deadline, func() (bool, error) {
+		read, err := store.Read(id)
 		if errors.Is(err, tracker.ErrNotFound) {
 			return false, nil // claimed, its first state not written yet
 		}
-		return err == nil && until(st), err
+		if err != nil {
+			return false, err
+		}
+		st = read
+		return until(st), nil
 	})
 	return st, err
 }

@@ -25,10 +25,11 @@ const (
 	exitFailed      = 1 // the command failed (I/O, a run failed to start, ...)
 	exitUsage       = 2
 	exitNotFound    = 3
-	exitRefused     = 4 // rejected, not_cancellable
-	exitFinished    = 5 // already_finished: nothing was left to do
-	exitNoWatcher   = 6 // no watcher runs; the request waits in the spool
-	exitConflict    = 7 // conflict: the record moved on from --if-rev
+	exitRefused     = 4   // rejected, not_cancellable
+	exitFinished    = 5   // already_finished: nothing was left to do
+	exitNoWatcher   = 6   // no watcher runs; the request waits in the spool
+	exitConflict    = 7   // conflict: the record moved on from --if-rev
+	exitTimedOut    = 124 // tend wait --timeout: as timeout(1) says it
 	exitInterrupted = 130
 	// exitCannotStart is how the hidden watcher command tells its keeper
 	// that it cannot start (watcher.ErrCannotStart); users see 1.

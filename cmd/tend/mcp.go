@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -177,9 +178,15 @@ func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in cancelIn)
 func (t *tools) wait(ctx context.Context, _ *mcp.CallToolRequest, in waitIn) (*mcp.CallToolResult, any, error) {
 	deadline := time.Now().Add(time.Duration(cmpOr(in.Timeout, 30) * float64(time.Second)))
 	e := &env{root: t.root, noStart: t.noStart, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
-	st, err := waitRun(e, in.ID, func(st *tracker.State) bool {
-		return tracker.Final(st.State) || time.Now().After(deadline) || ctx.Err() != nil
+	st, err := waitRun(e, in.ID, deadline, func(st *tracker.State) bool {
+		return tracker.Final(st.State) || ctx.Err() != nil
 	})
+	if errors.Is(err, errTimedOut) {
+		if st == nil {
+			return toolError(fmt.Sprintf("wait: run %s has no record yet (its request is not taken)", in.ID))
+		}
+		err = nil // the record as it is: "ended" says the run goes on
+	}
 	if err != nil {
 		return toolError("wait: " + err.Error())
 	}

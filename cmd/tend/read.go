@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -688,15 +689,16 @@ func (c *logsCmd) follow(e *env, st *tracker.State) error {
 }
 
 type waitCmd struct {
-	ID    string `arg:"" help:"The run to wait for."`
-	Ready bool   `help:"Wait until the run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when ready, or as wait does if it ends first."`
-	JSON  bool   `help:"Print the run's record when the wait is over (docs/schema/record.schema.json)."`
+	ID      string        `arg:"" help:"The run to wait for."`
+	Ready   bool          `help:"Wait until the run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when ready, or as wait does if it ends first."`
+	Timeout time.Duration `help:"Give up after this long and exit 124; the run goes on (default: wait as long as it takes)."`
+	JSON    bool          `help:"Print the run's record when the wait is over (docs/schema/record.schema.json)."`
 }
 
 func (c *waitCmd) Help() string {
 	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
-could not start). Example: tend wait build && echo built
-  tend start --id db --health-tcp 127.0.0.1:5432 -- postgres ... && tend wait db --ready && make test`
+could not start), or 124 if --timeout came first. Example: tend wait build && echo built
+  tend start --id db --health-tcp 127.0.0.1:5432 -- postgres ... && tend wait db --ready --timeout 1m && make test`
 }
 
 func (c *waitCmd) Run(e *env) error {
@@ -704,12 +706,19 @@ func (c *waitCmd) Run(e *env) error {
 	if c.Ready {
 		until = func(st *tracker.State) bool { return tracker.Final(st.State) || ready(st) }
 	}
+	var deadline time.Time
+	if c.Timeout > 0 {
+		deadline = time.Now().Add(c.Timeout)
+	}
 	spin := startSpinner(e, "waiting for "+c.ID)
-	st, err := waitRun(e, c.ID, func(st *tracker.State) bool {
+	st, err := waitRun(e, c.ID, deadline, func(st *tracker.State) bool {
 		spin.set(func() string { return waitingText(st) })
 		return until(st)
 	})
 	spin.end()
+	if errors.Is(err, errTimedOut) {
+		return c.timedOut(e, st)
+	}
 	if err != nil {
 		return err
 	}
@@ -728,6 +737,20 @@ func (c *waitCmd) Run(e *env) error {
 		return exitf(code, "")
 	}
 	return nil
+}
+
+// timedOut ends a wait whose --timeout came first: the record as last
+// read (with --json), what the run was doing, and exitTimedOut.
+func (c *waitCmd) timedOut(e *env, st *tracker.State) error {
+	if st == nil {
+		return exitf(exitTimedOut, "run %s has no record yet after %v (its request is not taken)", c.ID, c.Timeout)
+	}
+	if c.JSON {
+		if err := writeJSON(e.stdout, st); err != nil {
+			return err
+		}
+	}
+	return exitf(exitTimedOut, "run %s is still %s after %v; it goes on", c.ID, st.State, c.Timeout)
 }
 
 // waitingText is what the spinner says while tend waits for run st.
