@@ -54,7 +54,7 @@ func (c *fsckCmd) Run(e *env) error {
 		}
 	}
 	if len(problems) > 0 {
-		return exitf(exitFailed, "%d problems in %s", len(problems), e.root)
+		return exitf(exitFailed, "%d problem%s in %s", len(problems), plural(len(problems)), e.root)
 	}
 	if !c.JSON {
 		fmt.Fprintf(e.stdout, "%s: no problems\n", e.root)

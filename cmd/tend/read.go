@@ -206,7 +206,7 @@ func (c *lsCmd) Run(e *env) error {
 		return err
 	}
 	if len(errs) > 0 {
-		return exitf(exitFailed, "%d run records could not be read", len(errs))
+		return exitf(exitFailed, "%d run record%s could not be read", len(errs), plural(len(errs)))
 	}
 	return nil
 }
