@@ -381,7 +381,11 @@ func (c *showCmd) Run(e *env) error {
 		row("progress", st.Progress+" (at "+st.ProgressAt.Format(time.RFC3339)+")")
 	}
 	if u := liveUsage([]*tracker.State{st})[st.ID]; u != nil {
-		row("usage", fmt.Sprintf("cpu %.2fs, mem %s, %d processes", u.CPUSeconds, bytesText(u.RSSBytes), u.Procs))
+		procs := "processes"
+		if u.Procs == 1 {
+			procs = "process"
+		}
+		row("usage", fmt.Sprintf("cpu %.2fs, mem %s, %d %s", u.CPUSeconds, bytesText(u.RSSBytes), u.Procs, procs))
 	} else if st.CPUSeconds > 0 {
 		row("cpu", fmt.Sprintf("%.2fs", st.CPUSeconds))
 	}
