@@ -83,4 +83,14 @@ wait_until -s d.pid
 [ "$(tend_control d label 'owner=sh')" = "updated: rev 5" ] || fail "label d: $(tend_field d rev)"
 [ "$(tend_cancel d 1s)" = canceled ] || fail "cancel d"
 
+# 5. tend_wait gives up after $TEND_SH_TIMEOUT seconds with 124, as tend
+# wait --timeout does, and the run goes on.
+tend_start e 'until [ -e go-e ]; do sleep 0.05; done' >/dev/null || fail "e.start"
+rc=0; (TEND_SH_TIMEOUT=1; tend_wait e) 2>/dev/null || rc=$?
+[ "$rc" = 124 ] || fail "tend_wait e returned $rc after its timeout, want 124"
+[ "$(tend_state e)" = running ] || fail "run e after the timeout: $(tend_state e)"
+touch go-e
+rc=0; tend_wait e || rc=$?
+[ "$rc" = 0 ] || fail "tend_wait e returned $rc, want 0"
+
 echo "e2e.sh: 5 passed, 0 failed"

@@ -10,7 +10,7 @@
 # The root is $TEND_ROOT, else ./.tend. Every function returns non-zero on
 # failure and says why on stderr, prefixed with "tend.sh:". Waits poll every
 # 50 ms (sh has no inotify) and give up after $TEND_SH_TIMEOUT seconds
-# (default 3600).
+# (default 3600); tend_wait then returns 124, as tend wait --timeout does.
 
 tend_root() {
 	printf '%s\n' "${TEND_ROOT:-./.tend}"
@@ -68,14 +68,15 @@ tend_start() {
 }
 
 # tend_wait ID: wait until run ID has ended; return as a shell would for
-# it: its exit code, 128+N if signal N killed it, 1 if neither is known.
+# it: its exit code, 128+N if signal N killed it, 1 if neither is known;
+# 124 if it has not ended within $TEND_SH_TIMEOUT seconds (it goes on).
 tend_wait() {
 	_i=0
 	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
 	while :; do
 		case $(tend_state "$1") in completed | failed | canceled | timed_out) break ;; esac
 		_i=$((_i + 1))
-		[ "$_i" -lt "$_max" ] || { echo "tend.sh: run $1 did not end" >&2; return 1; }
+		[ "$_i" -lt "$_max" ] || { echo "tend.sh: run $1 has not ended after ${TEND_SH_TIMEOUT:-3600}s; it goes on" >&2; return 124; }
 		sleep 0.05
 	done
 	_code=$(tend_field "$1" exit_code)
