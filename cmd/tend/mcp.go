@@ -183,7 +183,7 @@ func (t *tools) wait(ctx context.Context, _ *mcp.CallToolRequest, in waitIn) (*m
 	})
 	if errors.Is(err, errTimedOut) {
 		if st == nil {
-			return toolError(fmt.Sprintf("wait: run %s has no record yet (its request is not taken)", in.ID))
+			return toolError(fmt.Sprintf("wait: run %s has no record yet after %gs", in.ID, cmpOr(in.Timeout, 30)))
 		}
 		err = nil // the record as it is: "ended" says the run goes on
 	}

@@ -747,7 +747,7 @@ func (c *waitCmd) Run(e *env) error {
 // read (with --json), what the run was doing, and exitTimedOut.
 func (c *waitCmd) timedOut(e *env, st *tracker.State) error {
 	if st == nil {
-		return exitf(exitTimedOut, "run %s has no record yet after %v (its request is not taken)", c.ID, c.Timeout)
+		return exitf(exitTimedOut, "run %s has no record yet after %v", c.ID, c.Timeout)
 	}
 	if c.JSON {
 		if err := writeJSON(e.stdout, st); err != nil {
