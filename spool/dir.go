@@ -70,6 +70,10 @@ type File struct {
 	UID  int
 	Dev  uint64
 	Ino  uint64
+	// Links is the file's link count: a request that has another name
+	// elsewhere may be a file its owner never meant as one (see
+	// Dir.Owners).
+	Links int
 	// Settled is true when the kernel confirmed (with a read lease) that no
 	// one held the file open for writing while it was read. Where leases are
 	// not available it is false, and the caller must judge completeness by
@@ -87,34 +91,19 @@ func (d Dir) Read(name string) (File, error) {
 }
 
 func readFile(path, name string) (File, error) {
-	// O_PATH opens nothing: no FIFO blocks, no device acts on an open, and
-	// a symbolic link is the link itself. Only a regular file is then
-	// opened for reading, through the same handle, so it is the same inode.
-	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
+	fd, st, err := OpenRegular(path)
+	if errors.Is(err, ErrNotRegular) {
+		return File{}, fmt.Errorf("%s: %w", name, err)
 	}
-	var st unix.Stat_t
-	err = unix.Fstat(pfd, &st)
-	if err != nil {
-		unix.Close(pfd)
-		return File{}, &os.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		unix.Close(pfd)
-		return File{}, fmt.Errorf("%s: %s: %w", name, fileKind(st.Mode), ErrNotRegular)
-	}
-	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	unix.Close(pfd)
 	if errors.Is(err, unix.EACCES) {
 		return File{}, fmt.Errorf("%s: the watcher (uid %d) may not read it (mode %04o, owned by uid %d): %w",
 			name, os.Geteuid(), st.Mode&0o7777, st.Uid, err)
 	}
 	if err != nil {
-		return File{}, &os.PathError{Op: "open", Path: path, Err: err}
+		return File{}, err
 	}
 	defer unix.Close(fd)
-	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino}
+	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino, Links: int(st.Nlink)}
 	if st.Size > MaxBody {
 		return out, fmt.Errorf("%s: %d bytes: %w", name, st.Size, ErrTooLarge)
 	}
@@ -138,6 +127,59 @@ func readFile(path, name string) (File, error) {
 	}
 	out.Settled = leased
 	return out, nil
+}
+
+// OpenRegular opens the regular file at path for reading, without
+// following a symbolic link in its last component, without blocking on a
+// FIFO and without opening a device at all: the way to open what someone
+// else may have put there. It returns the descriptor, to be closed by the
+// caller, and the file's stat, taken on that descriptor's inode. Anything
+// but a regular file gives an error satisfying errors.Is(err,
+// ErrNotRegular) that names its kind; one the caller may not read gives
+// EACCES, with the stat.
+func OpenRegular(path string) (int, unix.Stat_t, error) {
+	// O_PATH opens nothing: no FIFO blocks, no device acts on an open, and
+	// a symbolic link is the link itself. Only a regular file is then
+	// opened for reading, through the same handle, so it is the same inode.
+	var st unix.Stat_t
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(pfd)
+	if err := unix.Fstat(pfd, &st); err != nil {
+		return -1, st, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1, st, fmt.Errorf("%s: %w", fileKind(st.Mode), ErrNotRegular)
+	}
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return -1, st, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fd, st, nil
+}
+
+// ReadRegular reads the regular file at path as OpenRegular opens it, and
+// at most limit bytes of it: a larger file is an error naming its size,
+// and is not read.
+func ReadRegular(path string, limit int64) ([]byte, unix.Stat_t, error) {
+	fd, st, err := OpenRegular(path)
+	if err != nil {
+		return nil, st, err
+	}
+	defer unix.Close(fd)
+	if st.Size > limit {
+		return nil, st, fmt.Errorf("%s: %d bytes, larger than the limit of %d", path, st.Size, limit)
+	}
+	b, err := readUpTo(fd, st.Size, limit+1)
+	if err != nil {
+		return nil, st, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if int64(len(b)) > limit {
+		return nil, st, fmt.Errorf("%s: larger than the limit of %d bytes", path, limit)
+	}
+	return b, st, nil
 }
 
 // readUpTo reads fd to its end or to limit bytes, whichever comes first,
@@ -245,7 +287,9 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 		if _, err := os.Lstat(dst + ".error"); err == nil {
 			continue
 		}
-		if err := writeIn(d.Rejected(), func() error { return Replace(dst+".error", []byte(line)) }); err != nil {
+		if err := writeIn(d.Rejected(), func() error {
+			return Replace(dst+".error", []byte(line), Perm{Mode: 0o644})
+		}); err != nil {
 			return "", err
 		}
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
@@ -316,7 +360,8 @@ func (d Dir) OutcomePath(n Name) string {
 	return filepath.Join(d.Outcomes(), n.String())
 }
 
-// WriteOutcome replaces the outcome of request n, atomically. It is not
+// WriteOutcome replaces the outcome of request n, atomically, readable by
+// every user of the root (outcomes/ is readable by those only). It is not
 // synced: an outcome answers a client on this machine, which a crash of
 // the watcher does not take its answer from (the page cache outlives it)
 // and a power loss takes away with the answer; what the outcome reports is
@@ -328,13 +373,13 @@ func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 	if detail != "" {
 		line += ": " + oneLine(detail)
 	}
-	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n")) })
+	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), Perm{Mode: 0o644}) })
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error
 // satisfying errors.Is(err, os.ErrNotExist) if it has none yet.
 func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {
-	b, err := os.ReadFile(d.OutcomePath(n))
+	b, _, err := ReadRegular(d.OutcomePath(n), 4096)
 	if err != nil {
 		return "", "", err
 	}
@@ -347,22 +392,41 @@ func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {
 // temporary name that the watcher ignores, then renamed to spool/<n>, so
 // the watcher only ever sees it whole. With replace false it refuses to
 // replace a request of the same name that is still waiting.
+//
+// Both names are made in the spool as it was opened, never through a
+// link: a client running as root in another user's root writes nowhere
+// else. The file is the writer's alone to read (mode 0600).
 func (d Dir) Submit(n Name, body []byte, replace bool) error {
+	dir, err := unix.Open(d.Spool(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: d.Spool(), Err: err}
+	}
+	defer unix.Close(dir)
 	var suffix [6]byte
 	rand.Read(suffix[:])
-	tmp := filepath.Join(d.Spool(), "."+n.String()+"."+hex.EncodeToString(suffix[:])+".tmp")
+	tmp := "." + n.String() + "." + hex.EncodeToString(suffix[:]) + ".tmp"
 	dst := filepath.Join(d.Spool(), n.String())
-	if err := os.WriteFile(tmp, body, 0o600); err != nil {
-		return err
+	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: filepath.Join(d.Spool(), tmp), Err: err}
 	}
-	var err error
-	if replace {
-		err = os.Rename(tmp, dst)
-	} else if err = unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); errors.Is(err, unix.EEXIST) {
-		err = fmt.Errorf("%s: a request with this name is already waiting in the spool", dst)
+	err = WriteAll(fd, body)
+	if cerr := unix.Close(fd); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		flags := uint(unix.RENAME_NOREPLACE)
+		if replace {
+			flags = 0
+		}
+		if err = unix.Renameat2(dir, tmp, dir, n.String(), flags); errors.Is(err, unix.EEXIST) {
+			err = fmt.Errorf("%s: a request with this name is already waiting in the spool", dst)
+		} else if err != nil {
+			err = &os.LinkError{Op: "rename", Old: filepath.Join(d.Spool(), tmp), New: dst, Err: err}
+		}
 	}
 	if err != nil {
-		os.Remove(tmp)
+		unix.Unlinkat(dir, tmp, 0)
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,27 +16,38 @@ import (
 // Replace replaces the file at path with data, atomically and durably:
 // readers see the old content or the new, never a mix, and once Replace
 // returns the new content survives a crash or a power loss (the file and
-// its directory are fsynced). The new file keeps the mode of the one it
-// replaces; a new one gets 0600.
+// its directory are fsynced). The new file has perm (see Perm).
 //
 // It is what every record of a run is written with, so it is lean: raw
 // system calls, where os.File registers every file with the runtime's
 // poller (four fcntl and an epoll_ctl a file).
-func Replace(path string, data []byte) error {
-	return ReplaceAll([]string{path}, [][]byte{data})[0]
+func Replace(path string, data []byte, perm Perm) error {
+	return ReplaceAll([]string{path}, [][]byte{data}, []Perm{perm})[0]
 }
 
-// ReplaceUnsynced is Replace without the fsyncs: atomic for readers and
-// across a crash of the process, but a power loss may lose the change (or
-// leave the file empty). For files that are rebuilt or answered again
-// after a restart.
-func ReplaceUnsynced(path string, data []byte) error {
-	fd, tmp, err := createTemp(path)
+// A Perm says who may read a file tend writes. Mode, if not zero, is its
+// mode (else a new file gets 0600, and one that replaces another keeps
+// that one's mode); Owner, if above zero, is the user it is given, before
+// it has its name: a file in a directory that belongs to another user must
+// never be the watcher's, or that user could move it where it would be
+// taken for a request of the watcher's (see docs/protocol.md, "Who may do
+// what").
+type Perm struct {
+	Mode  uint32
+	Owner int
+}
+
+// ReplaceUnsynced is Replace without the fsyncs, with perm: atomic for
+// readers and across a crash of the process, but a power loss may lose the
+// change (or leave the file empty). For files that are rebuilt or answered
+// again after a restart.
+func ReplaceUnsynced(path string, data []byte, perm Perm) error {
+	fd, tmp, err := createTemp(path, perm)
 	if err != nil {
 		return err
 	}
 	err = WriteAll(fd, data)
-	if err == nil {
+	if err == nil && perm.Mode == 0 {
 		err = keepMode(fd, path)
 	}
 	if cerr := unix.Close(fd); err == nil {
@@ -55,8 +67,9 @@ func ReplaceUnsynced(path string, data []byte) error {
 // of fsyncs: every new file is written first, then synced and renamed,
 // then each directory synced, with up to syncsInFlight fsyncs at once (a
 // disk serves several nearly as fast as one). errs[i] is paths[i]'s
-// error; a file whose error is nil is replaced and durable.
-func ReplaceAll(paths []string, data [][]byte) (errs []error) {
+// error; a file whose error is nil is replaced and durable. perms, if not
+// nil, holds each file's Perm.
+func ReplaceAll(paths []string, data [][]byte, perms []Perm) (errs []error) {
 	errs = make([]error, len(paths))
 	fds := make([]int, len(paths))
 	tmps := make([]string, len(paths))
@@ -71,14 +84,20 @@ func ReplaceAll(paths []string, data [][]byte) (errs []error) {
 		errs[i] = fmt.Errorf("%s: replacing: %w", paths[i], err)
 	}
 	for i, path := range paths {
+		var perm Perm
+		if perms != nil {
+			perm = perms[i]
+		}
 		var err error
-		if fds[i], tmps[i], err = createTemp(path); err != nil {
+		if fds[i], tmps[i], err = createTemp(path, perm); err != nil {
 			fds[i], tmps[i] = -1, ""
 			errs[i] = err
 			continue
 		}
 		if err := WriteAll(fds[i], data[i]); err != nil {
 			fail(i, err)
+		} else if perm.Mode != 0 {
+			continue
 		} else if err := keepMode(fds[i], path); err != nil {
 			fail(i, err)
 		}
@@ -147,16 +166,30 @@ func inParallel(n int, f func(i int)) {
 const tempDigits = 10 // a uint32
 
 // createTemp creates a file beside path, named path followed by digits
-// (the names tend fsck knows as leftovers of an interrupted write).
-func createTemp(path string) (fd int, tmp string, err error) {
+// (the names tend fsck knows as leftovers of an interrupted write), with
+// perm. A file given to another user is theirs before anything is written
+// to it.
+func createTemp(path string, perm Perm) (fd int, tmp string, err error) {
+	mode := cmp.Or(perm.Mode, 0o600)
 	for range 100 {
 		tmp = path + strconv.FormatUint(uint64(rand.Uint32()), 10)
-		fd, err = unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+		fd, err = unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 		if !errors.Is(err, unix.EEXIST) {
 			break
 		}
 	}
 	if err != nil {
+		return -1, "", &os.PathError{Op: "create", Path: tmp, Err: err}
+	}
+	if perm.Mode != 0 {
+		err = unix.Fchmod(fd, mode) // the umask may have taken bits it asks for
+	}
+	if err == nil && perm.Owner > 0 {
+		err = unix.Fchown(fd, perm.Owner, -1)
+	}
+	if err != nil {
+		unix.Close(fd)
+		unix.Unlink(tmp)
 		return -1, "", &os.PathError{Op: "create", Path: tmp, Err: err}
 	}
 	return fd, tmp, nil

@@ -36,7 +36,7 @@ func BenchmarkEncode(b *testing.B) {
 	st := benchState("r")
 	for b.Loop() {
 		st.Rev++
-		if _, err := st.encode(); err != nil {
+		if _, err := st.encode(nil); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -45,7 +45,7 @@ func BenchmarkEncode(b *testing.B) {
 // BenchmarkParseState is a record's decoding and checksum check, without
 // the file: the CPU tend ls spends on each run.
 func BenchmarkParseState(b *testing.B) {
-	file, err := benchState("r").encode()
+	file, err := benchState("r").encode(nil)
 	if err != nil {
 		b.Fatal(err)
 	}

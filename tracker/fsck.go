@@ -13,8 +13,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
 )
 
 // Problem is one thing fsck found wrong, with the path it concerns.
@@ -33,13 +33,18 @@ type Liveness func(pid int, start uint64) bool
 // (it carries TEND_RUN_ID=id); repair uses it to keep a live run's record.
 type Identify func(pid int, id string) (start uint64, ok bool)
 
-// Check examines a whole root and returns every problem it finds: bad
-// history lines (each with its file and line), state files that do not
-// parse, were edited by hand, or have no event in the history, records
-// whose process is gone, leftover temporary files, and orphaned outcome
-// files and run directories. It changes nothing.
+// Check examines a whole root and returns every problem it finds: what
+// breaks the access rules for a watcher running as the root's owner (see
+// CheckAccess), bad history lines (each with its file and line), state
+// files that do not parse, were edited by hand, or have no event in the
+// history, records whose process is gone, leftover temporary files, and
+// orphaned outcome files and run directories. It changes nothing.
 func Check(root string, alive Liveness) []Problem {
 	var problems []Problem
+	var st unix.Stat_t
+	if unix.Stat(root, &st) == nil {
+		problems = CheckAccess(root, int(st.Uid))
+	}
 	events, bad := scanHistory(root)
 	for _, b := range bad {
 		problems = append(problems, Problem{b.file + ":" + fmt.Sprint(b.line), b.what})
@@ -135,6 +140,9 @@ func readLines(path string) ([][]byte, error) {
 
 func checkRuns(root string, events map[string][]Event, alive Liveness) []Problem {
 	s := NewStore(root)
+	if key, _, err := LoadKey(root, false); err == nil {
+		s.SetKey(key) // the watcher's user checks the seals too
+	}
 	ents, err := os.ReadDir(s.Dir())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -155,7 +163,7 @@ func checkRuns(root string, events map[string][]Event, alive Liveness) []Problem
 func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	dir := s.RunDir(id)
 	path := filepath.Join(dir, "state.json")
-	b, err := os.ReadFile(path)
+	b, _, err := spool.ReadRegular(path, maxRecord)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, err := os.Stat(filepath.Join(dir, "request")); err == nil {
 			return []Problem{{dir, "a claimed request without state.json (a watcher starts it once)"}}
@@ -165,7 +173,7 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	if err != nil {
 		return []Problem{{path, err.Error()}}
 	}
-	st, err := ParseState(path, b)
+	st, err := s.parseSealed(path, b)
 	if err != nil {
 		return []Problem{{path, strings.TrimPrefix(err.Error(), path+": ")}}
 	}
@@ -244,7 +252,7 @@ func orphanOutcomes(root string) []Problem {
 // process is gone ends failed). The caller makes sure no watcher runs.
 func Repair(root string, identify Identify) ([]string, error) {
 	var done []string
-	l := flock.New(filepath.Join(root, "history.lock"))
+	l := historyLock(root)
 	if err := l.Lock(); err != nil {
 		return nil, fmt.Errorf("%s: %w", l.Path(), err)
 	}
@@ -256,12 +264,19 @@ func Repair(root string, identify Identify) ([]string, error) {
 	done = append(done, moved...)
 	events, _ := scanHistory(root)
 	s := NewStore(root)
+	// Rebuilt records are sealed, for the watcher to trust them. A root
+	// with no key yet has its records sealed by its next watcher.
+	key, _, err := LoadKey(root, false)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return done, fmt.Errorf("repairing needs the root's key, which only the watcher's user may read: %w", err)
+	}
+	s.SetKey(key)
 	ents, _ := os.ReadDir(s.Dir())
 	for _, e := range ents {
 		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
 			continue
 		}
-		what, err := repairRun(root, e.Name(), events[e.Name()], identify)
+		what, err := repairRun(s, root, e.Name(), events[e.Name()], identify)
 		if err != nil {
 			return done, err
 		}
@@ -346,14 +361,13 @@ func replaceFile(path string, b []byte) error {
 }
 
 // repairRun rebuilds run id's state file if it is broken or edited.
-func repairRun(root, id string, events []Event, identify Identify) ([]string, error) {
-	s := NewStore(root)
+func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]string, error) {
 	path := s.Path(id, "state.json")
-	b, err := os.ReadFile(path)
+	b, _, err := spool.ReadRegular(path, maxRecord)
 	if err != nil {
 		return nil, nil // missing: nothing to rebuild from that a watcher would not do better
 	}
-	if st, err := ParseState(path, b); err == nil {
+	if st, err := s.parseSealed(path, b); err == nil {
 		return addMissingEvent(root, st, events)
 	}
 	if len(events) == 0 || events[len(events)-1].State == Deleted {
@@ -389,7 +403,13 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			st.StartedAt = &t
 		}
 	}
-	if b, err := os.ReadFile(s.Path(id, "request")); err == nil {
+	// Whose the run is, from what only its owner could have put there: the
+	// request, else the directory (a run of another user's is theirs).
+	var owner unix.Stat_t
+	if unix.Lstat(s.Path(id, "request"), &owner) == nil || unix.Lstat(s.RunDir(id), &owner) == nil {
+		st.OwnerUID = int(owner.Uid)
+	}
+	if b, _, err := spool.ReadRegular(s.Path(id, "request"), spool.MaxBody); err == nil {
 		if req, err := spool.ParseStart(b); err == nil {
 			st.Command, st.Labels, st.Timeout, st.Cwd = req.Args(), req.Labels, req.Timeout, req.Cwd
 			if req.Grace != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
@@ -92,7 +93,7 @@ func (h *History) lock() error {
 	path := filepath.Join(h.root, "history.lock")
 	for range 3 {
 		if h.lockFD < 0 {
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_CLOEXEC, 0o600)
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 			if err != nil {
 				return err
 			}
@@ -276,7 +277,7 @@ func HistoryFiles(root string) []string {
 // files, oldest first. It holds a shared lock, so no rotation happens
 // meanwhile. It fails closed, like ReadHistory.
 func ReadAllHistory(root string) ([]Event, error) {
-	l := flock.New(filepath.Join(root, "history.lock"))
+	l := historyLock(root)
 	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("%s: %w", l.Path(), err)
 	}
@@ -330,4 +331,13 @@ func parseEvent(b []byte) (Event, error) {
 		return e, errors.New("not an event: missing time, id, rev or state")
 	}
 	return e, nil
+}
+
+// historyLock returns the flock on root's history.lock, which orders the
+// appends and rotations of its history (see History). It is readable by
+// every user of the root, who may read the history under it, and never
+// opened through a link.
+func historyLock(root string) *flock.Flock {
+	return flock.New(filepath.Join(root, "history.lock"),
+		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o644))
 }

@@ -188,7 +188,7 @@ func (c *listCache) save(ids []string, lines []cachedLine) {
 	for _, i := range keep {
 		b = append(append(append(append(append(append(b, ids[i]...), '\t'), lines[i].stamp...), '\t'), lines[i].fields...), '\n')
 	}
-	spool.ReplaceUnsynced(c.path, b)
+	spool.ReplaceUnsynced(c.path, b, spool.Perm{}) // the writer's alone: it shows every run it read
 }
 
 // briefFields returns the fields of st's brief record as the cache keeps

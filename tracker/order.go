@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
 )
 
 // A run writes stdout and stderr to two files, which do not say how the
@@ -45,20 +46,21 @@ func ParseSwitch(line string) (Switch, error) {
 	return Switch{From: from, At: n}, nil
 }
 
-// AppendSwitches adds switches to run id's order file. Nothing depends on
-// the file for correctness, so it is not synced.
-func (s *Store) AppendSwitches(id string, sw []Switch) error {
+// AppendSwitches adds switches to run id's order file, which belongs to
+// owner (the run's owner). Nothing depends on the file for correctness, so
+// it is not synced.
+func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 	var b bytes.Buffer
 	for _, x := range sw {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	f, err := os.OpenFile(s.Path(id, OrderFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	fd, err := OpenRunFile(s.Path(id, OrderFile), unix.O_WRONLY|unix.O_APPEND, owner)
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b.Bytes())
-	if cerr := f.Close(); err == nil {
+	err = spool.WriteAll(fd, b.Bytes())
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	return err
@@ -68,13 +70,14 @@ func (s *Store) AppendSwitches(id string, sw []Switch) error {
 // returns them with the offset to read from next time. A line not yet
 // ended is left for then.
 func (s *Store) ReadSwitches(id string, off int64) ([]Switch, int64, error) {
-	f, err := os.Open(s.Path(id, OrderFile))
+	fd, _, err := spool.OpenRegular(s.Path(id, OrderFile))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, off, nil
 	}
 	if err != nil {
 		return nil, off, err
 	}
+	f := os.NewFile(uintptr(fd), s.Path(id, OrderFile))
 	defer f.Close()
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return nil, off, err
@@ -95,10 +98,10 @@ func (s *Store) ReadSwitches(id string, off int64) ([]Switch, int64, error) {
 	}
 }
 
-// TrimSwitches rewrites run id's order file with only its newest keep
-// switches, so that a run switching streams all the time does not grow it
-// without bound. It returns the file's new size.
-func (s *Store) TrimSwitches(id string, keep int) (int64, error) {
+// TrimSwitches rewrites run id's order file, which belongs to owner, with
+// only its newest keep switches, so that a run switching streams all the
+// time does not grow it without bound. It returns the file's new size.
+func (s *Store) TrimSwitches(id string, owner int, keep int) (int64, error) {
 	sw, _, err := s.ReadSwitches(id, 0)
 	if err != nil {
 		return 0, err
@@ -111,7 +114,7 @@ func (s *Store) TrimSwitches(id string, keep int) (int64, error) {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	return int64(b.Len()), spool.ReplaceUnsynced(s.Path(id, OrderFile), b.Bytes())
+	return int64(b.Len()), spool.ReplaceUnsynced(s.Path(id, OrderFile), b.Bytes(), RunPerm(owner))
 }
 
 // A Line is a line of a run's output, or its last bytes if they have no

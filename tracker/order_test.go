@@ -100,7 +100,7 @@ func TestInterleaveFollows(t *testing.T) {
 	add("stdout", "o1\npar")
 	read(false)
 	add("stderr", "e1\n")
-	if err := s.AppendSwitches("r", []Switch{{From: "stdout", At: 6}}); err != nil {
+	if err := s.AppendSwitches("r", 0, []Switch{{From: "stdout", At: 6}}); err != nil {
 		t.Fatal(err)
 	}
 	read(false)
@@ -121,10 +121,10 @@ func TestTrimSwitches(t *testing.T) {
 	for i := range 10 {
 		sw = append(sw, Switch{From: streams[i%2], At: int64(i)})
 	}
-	if err := s.AppendSwitches("r", sw); err != nil {
+	if err := s.AppendSwitches("r", 0, sw); err != nil {
 		t.Fatal(err)
 	}
-	size, err := s.TrimSwitches("r", 3)
+	size, err := s.TrimSwitches("r", 0, 3)
 	if err != nil {
 		t.Fatal(err)
 	}

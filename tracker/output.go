@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/tendhq/tend/spool"
 )
 
 // Slice is a piece of a run's output, read by absolute offset.
@@ -57,13 +59,14 @@ func readAt(path string, off, max, base, dropped int64) (Slice, error) {
 		sl.Dropped = dropped - off
 		sl.Offset, sl.Next = dropped, dropped
 	}
-	f, err := os.Open(path)
+	fd, _, err := spool.OpenRegular(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return sl, nil
 	}
 	if err != nil {
-		return sl, err
+		return sl, fmt.Errorf("%s: %w", path, err)
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
 	buf := make([]byte, max)
 	n, err := f.ReadAt(buf, sl.Offset-base)

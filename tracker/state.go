@@ -120,6 +120,11 @@ type State struct {
 	// was set meanwhile), recorded when it ended.
 	DurationSeconds float64 `json:"duration_seconds,omitempty"`
 
+	// Seal is a keyed checksum of every other field but Sum, set by a
+	// Store that has the root's key (see LoadKey): only the watcher's user
+	// can make one, so a record whose Seal does not match was not written
+	// by tend, whatever its Sum says, and the watcher acts on none of it.
+	Seal string `json:"seal,omitempty"`
 	// Sum is a checksum of every other field, set by Store.Write. A record
 	// whose Sum does not match was not written by tend: it is not trusted.
 	Sum string `json:"sum"`
@@ -185,18 +190,23 @@ func (st *State) checksum() string {
 	return sumOf(b)
 }
 
-// encode sets st's Sum and returns its state file: indented JSON and a
-// newline. It marshals st once: the compact form with the sum empty is
-// what the sum is of, and indenting it (with the sum put in) gives what
-// json.MarshalIndent would.
-func (st *State) encode() ([]byte, error) {
-	st.Sum = ""
+// encode sets st's Seal (with key, if there is one) and Sum, and returns
+// its state file: indented JSON and a newline. It marshals st once: the
+// compact form with seal and sum empty is what the seal is of; with the
+// seal put in, what the sum is of; and indenting that (with the sum put
+// in) gives what json.MarshalIndent would.
+func (st *State) encode(key []byte) ([]byte, error) {
+	st.Seal, st.Sum = "", ""
 	c, err := json.Marshal(st)
 	if err != nil {
 		return nil, err
 	}
 	if !bytes.HasSuffix(c, []byte(sumSuffix)) {
 		return nil, errors.New("its compact JSON does not end with its sum field")
+	}
+	if key != nil {
+		st.Seal = sealOf(key, c)
+		c = append(c[:len(c)-len(sumSuffix)], `,"seal":"`+st.Seal+`"`+sumSuffix...)
 	}
 	st.Sum = sumOf(c)
 	c = append(c[:len(c)-len(sumSuffix)], `,"sum":"`+st.Sum+`"}`...)

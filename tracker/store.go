@@ -30,6 +30,11 @@ type Store struct {
 	// order metadata (ext4 without a journal).
 	mu                   sync.Mutex
 	dirsMade, dirsSynced uint64
+
+	// key seals the records written, and is checked on those read: set
+	// in the watcher's Store (SetKey), nil in readers', which cannot
+	// read it.
+	key []byte
 }
 
 // Durability is what a record survives once Write has returned.
@@ -58,6 +63,10 @@ func ParseDurability(s string) (Durability, error) {
 // NewStore returns the Store of the tend root at root, whose records are
 // written durable against a power loss.
 func NewStore(root string) *Store { return &Store{dir: filepath.Join(root, "runs")} }
+
+// SetKey makes s seal every record it writes with key, and report every
+// record it reads whose seal key does not verify (see ErrUnsealed).
+func (s *Store) SetKey(key []byte) { s.key = key }
 
 // SetDurability makes the records written from now on survive what d
 // says.
@@ -93,9 +102,11 @@ func (s *Store) Make() error {
 // removed. A directory already there gives an error satisfying
 // errors.Is(err, fs.ErrExist).
 func (s *Store) MakeRunDir(id string) error {
-	err := os.Mkdir(s.RunDir(id), 0o755)
+	// Its owner's alone (and root's): in a shared root, runs/ is readable
+	// by every user of it, a run's output only by the run's.
+	err := os.Mkdir(s.RunDir(id), 0o700)
 	if errors.Is(err, os.ErrNotExist) && s.Make() == nil {
-		err = os.Mkdir(s.RunDir(id), 0o755)
+		err = os.Mkdir(s.RunDir(id), 0o700)
 	}
 	if err == nil {
 		s.mu.Lock()
@@ -120,16 +131,18 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 	errs = make([]error, len(states))
 	var paths []string
 	var data [][]byte
+	var perms []spool.Perm
 	var which []int // the index in states of each path
 	for i, st := range states {
-		b, err := st.encode()
+		b, err := st.encode(s.key)
 		if err != nil {
 			errs[i] = fmt.Errorf("run %s: %w", st.ID, err)
 			continue
 		}
 		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, b), append(which, i)
+		perms = append(perms, RunPerm(st.OwnerUID))
 	}
-	for j, err := range s.replace(paths, data) {
+	for j, err := range s.replace(paths, data, perms) {
 		if err != nil {
 			errs[which[j]] = fmt.Errorf("run %s: %w", states[which[j]].ID, err)
 		}
@@ -141,11 +154,11 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 // Durable, they are not written until runs/ is synced too if a run
 // directory was made since it last was (beside the records' own fsyncs:
 // the directory was made before them).
-func (s *Store) replace(paths []string, data [][]byte) []error {
+func (s *Store) replace(paths []string, data [][]byte, perms []spool.Perm) []error {
 	if s.durability == WatcherCrash {
 		errs := make([]error, len(paths))
 		for i := range paths {
-			errs[i] = spool.ReplaceUnsynced(paths[i], data[i])
+			errs[i] = spool.ReplaceUnsynced(paths[i], data[i], perms[i])
 		}
 		return errs
 	}
@@ -153,12 +166,12 @@ func (s *Store) replace(paths []string, data [][]byte) []error {
 	made, synced := s.dirsMade, s.dirsSynced
 	s.mu.Unlock()
 	if made == synced {
-		return spool.ReplaceAll(paths, data)
+		return spool.ReplaceAll(paths, data, perms)
 	}
 	var wg sync.WaitGroup
 	var syncErr error
 	wg.Go(func() { syncErr = spool.SyncDir(s.dir) })
-	errs := spool.ReplaceAll(paths, data)
+	errs := spool.ReplaceAll(paths, data, perms)
 	wg.Wait()
 	if syncErr != nil {
 		for i := range errs {
@@ -222,15 +235,15 @@ func (s *Store) readAt(dirfd int, id string, buf []byte, stamp *Stamp) (*State, 
 	if err != nil {
 		return nil, err
 	}
-	st, err := ParseState(path, b)
-	if err != nil && !errors.Is(err, ErrEdited) {
+	st, err := s.parseSealed(path, b)
+	if err != nil && !errors.Is(err, ErrEdited) && !errors.Is(err, ErrUnsealed) {
 		// A read cut short by a signal looks like a torn file: read it again,
 		// the long way, before saying so.
-		if b, rerr := os.ReadFile(path); rerr == nil {
+		if b, _, rerr := spool.ReadRegular(path, maxRecord); rerr == nil {
 			if stamp != nil {
 				*stamp = Stamp{}
 			}
-			return ParseState(path, b)
+			return s.parseSealed(path, b)
 		}
 	}
 	return st, err
@@ -244,7 +257,9 @@ func (s *Store) readAt(dirfd int, id string, buf []byte, stamp *Stamp) (*State, 
 // it gives the file another), or left zero for a large record or one
 // whose fstat failed.
 func readSmall(dirfd int, name, path string, buf []byte, stamp *Stamp) ([]byte, error) {
-	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	// Not following a link, nor blocking on a FIFO: a run's directory may
+	// belong to its user, who may put anything there.
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
@@ -263,8 +278,13 @@ func readSmall(dirfd int, name, path string, buf []byte, stamp *Stamp) ([]byte, 
 	if stamp != nil {
 		*stamp = Stamp{}
 	}
-	return os.ReadFile(path) // a large record: the long way
+	b, _, err := spool.ReadRegular(path, maxRecord) // a large record: the long way
+	return b, err
 }
+
+// maxRecord bounds a record read: far more than any record tend writes
+// (its fields are bounded), far less than what would hurt a reader.
+const maxRecord = 16 << 20
 
 // ParseState parses a state file's bytes; path is used in errors.
 //
@@ -287,6 +307,20 @@ func ParseState(path string, b []byte) (*State, error) {
 		return &st, fmt.Errorf("%s: %w (its checksum does not match): not trusted; see tend fsck", path, ErrEdited)
 	}
 	return &st, nil
+}
+
+// parseSealed is ParseState for a Store with a key: a record whose seal
+// does not verify is returned with an error satisfying errors.Is(err,
+// ErrUnsealed).
+func (s *Store) parseSealed(path string, b []byte) (*State, error) {
+	st, err := ParseState(path, b)
+	if err != nil || s.key == nil {
+		return st, err
+	}
+	if !st.sealed(s.key) {
+		return st, fmt.Errorf("%s: %w: not trusted; see tend fsck", path, ErrUnsealed)
+	}
+	return st, nil
 }
 
 // ErrEdited means a state file was changed by something other than tend.
@@ -329,7 +363,7 @@ func (s *Store) list(c *listCache) ([]*State, []error) {
 	var errs []error
 	for i, st := range states {
 		switch err := readErrs[i]; {
-		case errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrNotFound), errors.Is(err, os.ErrPermission): // not there, or another user's
 		case err != nil:
 			errs = append(errs, err)
 		default:
@@ -446,4 +480,58 @@ func (s *Store) Trashed() map[string]string {
 		}
 	}
 	return out
+}
+
+// RunPerm is the Perm of a file tend writes in the directory of a run
+// that owner owns: given to owner where the writer is root and owner is
+// another user (a run of a shared root, whose directory is its owner's),
+// else the writer's. Nothing in a directory a user may write is ever
+// root's, or that user could move it into the spool as root's request.
+func RunPerm(owner int) spool.Perm {
+	if owner > 0 && os.Geteuid() == 0 {
+		return spool.Perm{Owner: owner}
+	}
+	return spool.Perm{}
+}
+
+// OpenRunFile opens the file at path in a run's directory with flags,
+// creating it (mode 0644, given to owner as RunPerm says) if it is
+// missing, and never through a link, a FIFO or a device. A file that was
+// there must be a regular one, with no other name, and owner's where the
+// writer is root: a run's directory may be its owner's, who may put
+// anything in it.
+func OpenRunFile(path string, flags int, owner int) (int, error) {
+	const safe = unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Open(path, flags|unix.O_CREAT|unix.O_EXCL|safe, 0o644)
+	if err == nil {
+		if p := RunPerm(owner); p.Owner > 0 {
+			if err := unix.Fchown(fd, p.Owner, -1); err != nil {
+				unix.Close(fd)
+				return -1, &os.PathError{Op: "chown", Path: path, Err: err}
+			}
+		}
+		return fd, nil
+	}
+	if !errors.Is(err, unix.EEXIST) {
+		return -1, &os.PathError{Op: "create", Path: path, Err: err}
+	}
+	if fd, err = unix.Open(path, flags|safe, 0); err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
+	switch {
+	case err != nil:
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		err = errors.New("not a regular file")
+	case st.Nlink != 1:
+		err = fmt.Errorf("it has %d links", st.Nlink)
+	case RunPerm(owner).Owner > 0 && int(st.Uid) != owner:
+		err = fmt.Errorf("owned by uid %d, not by the run's owner (uid %d)", st.Uid, owner)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return fd, nil
 }

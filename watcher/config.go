@@ -30,6 +30,17 @@ type Settings struct {
 	// Durability is what every run record survives once written, and so
 	// once anyone may have seen it or acted on it.
 	Durability tracker.Durability
+	// Users and Groups are who else may submit requests to a watcher
+	// running as root: the uids named, and the members of the gids named.
+	// Their requests run as their writers.
+	Users, Groups []int
+}
+
+// Equal reports whether s and o are the same settings.
+func (s Settings) Equal(o Settings) bool {
+	return s.MaxRunning == o.MaxRunning && s.MaxPerSession == o.MaxPerSession &&
+		s.KeepFinishedFor == o.KeepFinishedFor && s.KeepFinished == o.KeepFinished &&
+		s.Durability == o.Durability && slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups)
 }
 
 // DefaultSettings are the settings when neither flags nor config.json say
@@ -47,18 +58,34 @@ type configFile struct {
 	KeepFinishedFor      *spool.Duration `json:"keep_finished_for"`
 	KeepFinished         *int            `json:"keep_finished"`
 	Durability           *string         `json:"durability"`
+	Users                *[]string       `json:"users"`
+	Groups               *[]string       `json:"groups"`
 }
+
+// maxConfig bounds config.json: it is a few lines, and a file that is not
+// (a link to /dev/zero, a huge file) must not take the watcher's memory.
+const maxConfig = 64 << 10
 
 // LoadSettings returns base with what root's config.json sets on top. A
 // missing file changes nothing; a bad one is an error naming the file and
-// the field, and changes nothing either.
+// the field, and changes nothing either. It is read only as a regular file
+// of at most 64 KiB, owned by this process's user or root and writable by
+// no one else, never through a link and never blocking: anything else is
+// a bad config.
 func LoadSettings(root string, base Settings) (Settings, error) {
-	b, err := os.ReadFile(ConfigPath(root))
+	path := ConfigPath(root)
+	b, fi, err := spool.ReadRegular(path, maxConfig)
 	if errors.Is(err, os.ErrNotExist) {
 		return base, nil
 	}
 	if err != nil {
-		return base, err
+		return base, fmt.Errorf("%s: %w", path, err)
+	}
+	if uid := int(fi.Uid); uid != os.Geteuid() && uid != 0 {
+		return base, fmt.Errorf("%s: owned by uid %d: only this user (uid %d) or root may configure tend here", path, uid, os.Geteuid())
+	}
+	if fi.Mode&0o022 != 0 {
+		return base, fmt.Errorf("%s: writable by others (mode %04o): not trusted", path, fi.Mode&0o7777)
 	}
 	var c configFile
 	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
@@ -94,7 +121,36 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		}
 		l.Durability = d
 	}
+	if c.Users != nil {
+		if l.Users, err = resolveAll(*c.Users, lookupUser); err != nil {
+			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "users", err)
+		}
+	}
+	if c.Groups != nil {
+		if l.Groups, err = resolveAll(*c.Groups, lookupGroup); err != nil {
+			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "groups", err)
+		}
+	}
+	if len(l.Users)+len(l.Groups) > 0 && os.Geteuid() != 0 {
+		return base, fmt.Errorf("%s: %q and %q need a watcher running as root, to run requests as their writers (this is uid %d)",
+			ConfigPath(root), "users", "groups", os.Geteuid())
+	}
 	return l, nil
+}
+
+// resolveAll returns the ids of names (each a name or a number), sorted,
+// as lookup finds them.
+func resolveAll(names []string, lookup func(string) (int, error)) ([]int, error) {
+	ids := make([]int, 0, len(names))
+	for _, name := range names {
+		id, err := lookup(name)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return slices.Compact(ids), nil
 }
 
 // Expired returns the IDs of the finished runs among runs that limits do
@@ -117,4 +173,41 @@ func Expired(runs []*tracker.State, limits Settings, now time.Time) []string {
 		}
 	}
 	return ids
+}
+
+// AllowGroup adds group to the groups root's config.json allows to submit
+// requests (see Settings.Groups), keeping what else it says; a running
+// watcher takes the change at once. config.json is replaced atomically,
+// readable by everyone, writable by its owner alone.
+func AllowGroup(root, group string) error {
+	if _, err := lookupGroup(group); err != nil {
+		return err
+	}
+	path := ConfigPath(root)
+	fields := map[string]json.RawMessage{}
+	b, _, err := spool.ReadRegular(path, maxConfig)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return fmt.Errorf("%s: %w", path, err)
+	default:
+		if err := json.Unmarshal(spool.TrimBOM(b), &fields); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	var groups []string
+	if raw, ok := fields["groups"]; ok {
+		if err := json.Unmarshal(raw, &groups); err != nil {
+			return fmt.Errorf("%s: %q: %w", path, "groups", err)
+		}
+	}
+	if slices.Contains(groups, group) {
+		return nil
+	}
+	fields["groups"], _ = json.Marshal(append(groups, group))
+	out, err := json.MarshalIndent(fields, "", "  ")
+	if err != nil {
+		return err
+	}
+	return spool.Replace(path, append(out, '\n'), spool.Perm{Mode: 0o644})
 }

@@ -28,8 +28,19 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 		return "", false
 	}
 	taken = takenPath(w.spool, n)
-	if _, err := w.spool.Claim(f, taken); err != nil {
+	claimed, err := w.spool.Claim(f, taken)
+	if err != nil {
 		w.log.Printf("%s: claiming: %v", n, err)
+		return "", false
+	}
+	if claimed.Ino != f.Ino {
+		// Replaced between read and claim: the request read is gone, and
+		// the one that replaced it is examined as any other (its owner,
+		// its body), from the spool.
+		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE); err != nil {
+			w.spool.RejectFrom(taken, n.String(), "replaced by a newer request of the same name before it was taken")
+		}
+		w.examine(n.String())
 		return "", false
 	}
 	return taken, true
@@ -50,16 +61,17 @@ func (w *watcher) startWaiting(id string) bool {
 // may act on run st. A session may act only on its own runs; a request
 // without one is an operator's, and may act on any run of its owner. A
 // request from another uid than the run's owner is refused unless it comes
-// from root.
+// from root, whatever session it names: the user is the boundary, the
+// session only a scope within it.
 func permitted(uid int, session string, st *tracker.State) (bool, string) {
 	switch {
+	case uid != st.OwnerUID && uid != 0:
+		return false, fmt.Sprintf("run %s belongs to uid %d, not to uid %d", st.ID, st.OwnerUID, uid)
 	case session != "" && session != st.Session:
 		if st.Session == "" {
 			return false, fmt.Sprintf("run %s belongs to no session, not to session %s", st.ID, session)
 		}
 		return false, fmt.Sprintf("run %s belongs to session %s, not to session %s", st.ID, st.Session, session)
-	case uid != st.OwnerUID && uid != 0:
-		return false, fmt.Sprintf("run %s belongs to uid %d, not to uid %d", st.ID, st.OwnerUID, uid)
 	}
 	return true, ""
 }
@@ -263,7 +275,7 @@ func (w *watcher) finishDeletions() {
 	for id, trash := range w.store.Trashed() {
 		rev, session := int64(0), ""
 		path := filepath.Join(trash, "state.json")
-		if b, err := os.ReadFile(path); err == nil {
+		if b, _, err := spool.ReadRegular(path, spool.MaxBody); err == nil {
 			if st, err := tracker.ParseState(path, b); err == nil {
 				rev, session = st.Rev+1, st.Session
 			}
@@ -321,5 +333,29 @@ func (w *watcher) collectGarbage() {
 			w.log.Printf("gc: %v", err)
 		}
 	}
+	w.sweepTaggedOutcomes(time.Now().Add(-keepTaggedOutcomes))
 	w.after(gcEvery, w.collectGarbage)
+}
+
+// keepTaggedOutcomes is how long the answer to a tagged request is kept
+// for its client, which removes it once read, where it may.
+const keepTaggedOutcomes = time.Hour
+
+// sweepTaggedOutcomes removes the answers to tagged requests written
+// before cutoff: a client that may not remove them (in a shared root,
+// outcomes/ is the watcher's) or that died before it did leaves them, and
+// their names are used once.
+func (w *watcher) sweepTaggedOutcomes(cutoff time.Time) {
+	ents, err := os.ReadDir(w.spool.Outcomes())
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if n, err := spool.ParseName(e.Name()); err != nil || n.Tag == "" {
+			continue
+		}
+		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
+			os.Remove(filepath.Join(w.spool.Outcomes(), e.Name()))
+		}
+	}
 }

@@ -162,7 +162,7 @@ func (k *keeper) takeCharge() error {
 	if err := os.MkdirAll(k.cfg.Root, 0o700); err != nil {
 		return err
 	}
-	l := flock.New(keeperLockPath(k.cfg.Root))
+	l := newLock(keeperLockPath(k.cfg.Root))
 	got, err := l.TryLock()
 	if err != nil {
 		return fmt.Errorf("%s: %w", keeperLockPath(k.cfg.Root), err)

@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -98,7 +97,7 @@ func (w *watcher) writeSwitches(r *run) {
 		return
 	}
 	id := r.st.ID
-	if err := w.store.AppendSwitches(id, r.switches); err != nil {
+	if err := w.store.AppendSwitches(id, r.st.OwnerUID, r.switches); err != nil {
 		w.log.Printf("run %s: recording the order of its output: %v", id, err)
 		return
 	}
@@ -107,7 +106,7 @@ func (w *watcher) writeSwitches(r *run) {
 	}
 	r.switches = r.switches[:0]
 	if r.orderSize > 2*16*maxSwitches {
-		size, err := w.store.TrimSwitches(id, maxSwitches)
+		size, err := w.store.TrimSwitches(id, r.st.OwnerUID, maxSwitches)
 		if err != nil {
 			w.log.Printf("run %s: trimming its order file: %v", id, err)
 		}
@@ -135,9 +134,11 @@ func (w *watcher) capOutput(r *run) {
 
 func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
 	// Checked with a stat first: at the end of every run, and every 100 ms
-	// of a run that writes, the file is almost never over its limit.
+	// of a run that writes, the file is almost never over its limit. An
+	// lstat: the size of whatever a link points to is not the run's.
+	path := w.store.Path(st.ID, name)
 	var size unix.Stat_t
-	if err := unix.Stat(w.store.Path(st.ID, name), &size); err != nil {
+	if err := unix.Lstat(path, &size); err != nil || size.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false
 	}
 	if st.Output == nil {
@@ -156,13 +157,16 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
 	if cut <= 0 {
 		return false
 	}
-	f, err := os.OpenFile(w.store.Path(st.ID, name), os.O_WRONLY, 0)
+	// Cut only the run's own file, never through a link or into another
+	// file put in its place: its directory may be its owner's.
+	fd, err := tracker.OpenRunFile(path, unix.O_WRONLY, st.OwnerUID)
 	if err != nil {
+		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
 		return false
 	}
-	defer f.Close()
+	defer unix.Close(fd)
 	if s.Base == s.Dropped {
-		if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, cut); err == nil {
+		if err := unix.Fallocate(fd, unix.FALLOC_FL_COLLAPSE_RANGE, 0, cut); err == nil {
 			s.Base += cut
 			s.Dropped += cut
 			return true
@@ -171,7 +175,7 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
 	// Punch a hole over the next dropped range: the file keeps its size,
 	// and offsets stay absolute.
 	off := s.Dropped - s.Base
-	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, cut); err != nil {
+	if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, cut); err != nil {
 		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
 		return false
 	}
@@ -181,7 +185,7 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
 
 // readProgress takes what r wrote to its progress file.
 func (w *watcher) readProgress(r *run) {
-	b, err := os.ReadFile(filepath.Join(w.store.RunDir(r.st.ID), "progress"))
+	b, err := readHead(filepath.Join(w.store.RunDir(r.st.ID), "progress"), 4096)
 	if err != nil {
 		return
 	}
@@ -198,4 +202,21 @@ func (w *watcher) readProgress(r *run) {
 	now := time.Now()
 	r.st.Progress, r.st.ProgressAt = p, &now
 	w.save(r.st)
+}
+
+// readHead reads at most the first limit bytes of the regular file at
+// path, never through a link or from a FIFO (a run writes the file, and
+// may put anything in its place).
+func readHead(path string, limit int) ([]byte, error) {
+	fd, _, err := spool.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	b := make([]byte, limit)
+	n, err := unix.Read(fd, b)
+	if err != nil {
+		return nil, err
+	}
+	return b[:n], nil
 }

@@ -130,8 +130,8 @@ func (w *watcher) dequeue() {
 func (w *watcher) startQueued(q *queuedRun) bool {
 	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
 	f, err := w.spool.Read(n.String())
-	if err != nil {
-		return false
+	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
+		return false // another's file is never its request: examine rejects it
 	}
 	req, err := spool.ParseStart(f.Body)
 	if err != nil || !f.Settled {
@@ -142,8 +142,15 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		return false
 	}
 	if claimed.Ino != f.Ino {
-		if req, err = spool.ParseStart(claimed.Body); err != nil {
-			w.endQueued(q, tracker.Failed, "its request does not parse: "+err.Error())
+		err := w.admit(claimed)
+		if err == nil && claimed.UID != q.st.OwnerUID {
+			err = fmt.Errorf("owned by uid %d, not by the run's owner (uid %d)", claimed.UID, q.st.OwnerUID)
+		}
+		if err == nil {
+			req, err = spool.ParseStart(claimed.Body)
+		}
+		if err != nil {
+			w.endQueued(q, tracker.Failed, "the request claimed to start it is not its own: "+err.Error())
 			return true
 		}
 	}
@@ -189,7 +196,7 @@ func (w *watcher) writeQueue() {
 		b.WriteString(q.st.ID)
 		b.WriteByte('\n')
 	}
-	if err := spool.ReplaceUnsynced(QueuePath(w.cfg.Root), []byte(b.String())); err != nil {
+	if err := spool.ReplaceUnsynced(QueuePath(w.cfg.Root), []byte(b.String()), spool.Perm{Mode: 0o644}); err != nil {
 		w.log.Printf("%v", err)
 	}
 }
@@ -199,9 +206,10 @@ func (w *watcher) writeQueue() {
 // was claimed is started; one whose request is gone ends canceled.
 func (w *watcher) recoverQueued(st *tracker.State) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
-	if b, err := os.ReadFile(filepath.Join(w.spool.Spool(), n.String())); err == nil {
-		// One that does not parse now is decided by the settle rule, on rescan.
-		req, _ := spool.ParseStart(b)
+	if f, err := w.spool.Read(n.String()); err == nil || !errors.Is(err, fs.ErrNotExist) {
+		// One that does not parse now, or is not its owner's, is decided on
+		// rescan.
+		req, _ := spool.ParseStart(f.Body)
 		w.queue = append(w.queue, &queuedRun{st: st, req: req})
 		return
 	}

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // recoverRuns brings the records left by an earlier watcher up to date,
@@ -59,23 +61,39 @@ func (w *watcher) recoverRuns() {
 
 func (w *watcher) recoverClaimed(id string) {
 	dir := w.store.RunDir(id)
-	b, err := os.ReadFile(filepath.Join(dir, "request"))
+	b, fi, err := w.readRequest(id)
 	if errors.Is(err, os.ErrNotExist) {
 		os.Remove(dir) // an empty directory from a claim cut short
 		return
 	}
 	n := spool.Name{ID: id, Verb: spool.VerbStart}
 	req, perr := spool.ParseStart(b)
+	if err == nil {
+		// Checked again: whoever owns the run's directory could have put
+		// another request there.
+		err = w.admit(spool.File{UID: int(fi.Uid), Links: int(fi.Nlink)})
+	}
+	if err == nil && perr == nil {
+		var dst unix.Stat_t
+		if err = unix.Lstat(dir, &dst); err == nil && int(dst.Uid) != w.uid && dst.Uid != fi.Uid {
+			err = fmt.Errorf("its run directory belongs to uid %d, its request to uid %d", dst.Uid, fi.Uid)
+		}
+	}
 	if err != nil || perr != nil {
 		w.rejectClaimed(n, dir, "claimed request unreadable after restart: "+errors.Join(err, perr).Error())
 		return
 	}
-	fi, _ := os.Stat(filepath.Join(dir, "request"))
-	st := w.newRun(id, ownerOf(fi), req)
+	st := w.newRun(id, int(fi.Uid), req)
 	w.log.Printf("recover: run %s was claimed but not started: starting it", id)
 	w.save(st)
 	w.launch(st, req.Env)
 	w.outcome(n, spool.Accepted, "")
+}
+
+// readRequest reads run id's claimed request, and its stat: a regular
+// file of at most spool.MaxBody bytes, read without following a link.
+func (w *watcher) readRequest(id string) ([]byte, unix.Stat_t, error) {
+	return spool.ReadRegular(filepath.Join(w.store.RunDir(id), "request"), spool.MaxBody)
 }
 
 func (w *watcher) recoverLive(st *tracker.State) {
@@ -178,7 +196,7 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 		return
 	}
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
-	b, err := os.ReadFile(filepath.Join(w.store.RunDir(st.ID), "request"))
+	b, _, err := w.readRequest(st.ID)
 	req, perr := spool.ParseStart(b)
 	if err != nil || perr != nil {
 		now := time.Now()

@@ -109,8 +109,11 @@ func (w *watcher) examine(name string) {
 	if problem == nil {
 		problem = nameErr
 	}
-	if problem == nil && f.UID != w.uid && f.UID != 0 {
-		problem = fmt.Errorf("owned by uid %d: tend takes requests only from its own user (uid %d) or root", f.UID, w.uid)
+	if problem == nil {
+		problem = w.admit(f)
+	}
+	if q := w.queued(n.ID); problem == nil && q != nil && n.Verb == spool.VerbStart && f.UID != q.st.OwnerUID {
+		problem = fmt.Errorf("owned by uid %d, but queued run %s belongs to uid %d: only its owner may edit it", f.UID, n.ID, q.st.OwnerUID)
 	}
 	var take func()
 	if problem == nil {
@@ -264,8 +267,12 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	delete(w.faulted, n.String())
-	if claimed.Ino != f.Ino { // replaced between read and claim: parse what was claimed
-		if req, err = spool.ParseStart(claimed.Body); err != nil {
+	if claimed.Ino != f.Ino { // replaced between read and claim: check and parse what was claimed
+		err := w.admit(claimed)
+		if err == nil {
+			req, err = spool.ParseStart(claimed.Body)
+		}
+		if err != nil {
 			w.rejectClaimed(n, dir, err.Error())
 			return
 		}

@@ -220,7 +220,8 @@ type spawn struct {
 	stdin int
 	files [3]int
 	gate  int
-	done  <-chan struct{} // closed once fork has returned
+	done  <-chan struct{}     // closed once fork has returned
+	cred  *syscall.Credential // whom it runs as, if not the watcher's user
 
 	pid, pidfd int
 	err        error
@@ -233,6 +234,10 @@ type spawn struct {
 func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_ *spawn, err error) {
 	dir := w.store.RunDir(st.ID)
 	sp := &spawn{st: st, files: [3]int{-1, -1, -1}, gate: -1, pidfd: -1}
+	as, err := w.runAs(st)
+	if err != nil {
+		return nil, err
+	}
 	if sp.stdin, err = w.devNull(); err != nil {
 		return nil, err
 	}
@@ -244,13 +249,9 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 			}
 		}
 	}()
-	output := unix.O_WRONLY | unix.O_CREAT | unix.O_APPEND
-	for i, f := range []struct {
-		path  string
-		flags int
-	}{{filepath.Join(dir, "stdout"), output}, {filepath.Join(dir, "stderr"), output}} {
-		if sp.files[i], err = unix.Open(f.path, f.flags|unix.O_CLOEXEC, 0o644); err != nil {
-			return nil, &os.PathError{Op: "open", Path: f.path, Err: err}
+	for i, name := range []string{"stdout", "stderr"} {
+		if sp.files[i], err = tracker.OpenRunFile(filepath.Join(dir, name), unix.O_WRONLY|unix.O_APPEND, st.OwnerUID); err != nil {
+			return nil, err
 		}
 	}
 	pipe := []int{-1, -1}
@@ -258,7 +259,7 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	sp.files[2], sp.gate = pipe[0], pipe[1]
-	sp.env = childEnv(os.Environ(), extraEnv, map[string]string{
+	sp.env = childEnv(os.Environ(), as.env(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
 		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
@@ -267,8 +268,49 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	if _, err := lookPath(st.Command[0], st.Cwd, sp.env); err != nil {
 		return nil, err
 	}
+	if as != nil {
+		if err := handOver(dir, *as); err != nil {
+			return nil, err
+		}
+		sp.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
+	}
 	sp.argv = gateArgv(st, w.startedPath(st.ID))
 	return sp, nil
+}
+
+// runAs returns the account run st's process runs as where that is not
+// the watcher's own: a root watcher runs each request as its owner, who
+// must still be one config.json allows.
+func (w *watcher) runAs(st *tracker.State) (*account, error) {
+	if tracker.RunPerm(st.OwnerUID).Owner == 0 {
+		return nil, nil
+	}
+	if !w.allowed(st.OwnerUID) {
+		return nil, fmt.Errorf("its owner, uid %d, may no longer submit requests here (see users and groups in config.json)", st.OwnerUID)
+	}
+	a, err := lookupAccount(st.OwnerUID)
+	if err != nil {
+		return nil, err
+	}
+	return &a, nil
+}
+
+// handOver gives run directory dir to the account its run runs as, and
+// to nobody else, before the run starts: its process writes there
+// (started, ready, progress), and no other user may read its output.
+func handOver(dir string, a account) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchown(fd, a.uid, a.gid); err != nil {
+		return &os.PathError{Op: "chown", Path: dir, Err: err}
+	}
+	if err := unix.Fchmod(fd, 0o700); err != nil {
+		return &os.PathError{Op: "chmod", Path: dir, Err: err}
+	}
+	return nil
 }
 
 // devNull returns the watcher's descriptor of /dev/null, every run's
@@ -291,7 +333,7 @@ func (sp *spawn) fork() {
 	f := sp.files
 	sp.pid, sp.err = syscall.ForkExec(sp.argv[0], sp.argv, &syscall.ProcAttr{
 		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(sp.stdin), uintptr(f[0]), uintptr(f[1]), uintptr(f[2])},
-		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &sp.pidfd},
+		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &sp.pidfd, Credential: sp.cred},
 	})
 	sp.closeFiles()
 }

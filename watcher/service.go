@@ -53,7 +53,7 @@ func (w *watcher) scheduleReadyPoll(r *run) {
 		if w.runs[r.st.ID] != r || r.exit != nil || r.st.ReadyAt != nil {
 			return
 		}
-		if _, err := os.Stat(w.readyPath(r.st.ID)); err == nil {
+		if _, err := os.Lstat(w.readyPath(r.st.ID)); err == nil {
 			w.becameReady(r, "it created its ready file")
 			return
 		}
@@ -276,7 +276,7 @@ func (w *watcher) restartNow(st *tracker.State) {
 		b.timer.Stop()
 		delete(w.waiting, st.ID)
 	}
-	b, err := os.ReadFile(filepath.Join(w.store.RunDir(st.ID), "request"))
+	b, _, err := w.readRequest(st.ID)
 	req, perr := spool.ParseStart(b)
 	if err != nil || perr != nil {
 		now := time.Now()

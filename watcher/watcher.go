@@ -85,7 +85,8 @@ func ProbeKeeper(root string) (running bool, pid int, err error) {
 }
 
 func probe(lockPath, pidPath string) (running bool, pid int, err error) {
-	l := flock.New(lockPath)
+	// Not made if it is missing (no watcher runs), and not through a link.
+	l := flock.New(lockPath, flock.SetFlag(os.O_RDONLY|syscall.O_NOFOLLOW))
 	got, err := l.TryRLock()
 	if errors.Is(err, os.ErrNotExist) {
 		return false, 0, nil
@@ -106,11 +107,18 @@ func readPID(path string) int {
 	return pid
 }
 
+// newLock returns the flock on the lock file at path, made if it is
+// missing, readable by every user of the root (whose clients probe it),
+// and never opened through a link.
+func newLock(path string) *flock.Flock {
+	return flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o644))
+}
+
 // lock takes the root's watcher lock. Clients probing with a shared lock
 // hold it only for a moment, so it retries for a while before it decides
 // that another watcher runs.
 func lock(root string) (*flock.Flock, error) {
-	l := flock.New(LockPath(root))
+	l := newLock(LockPath(root))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	got, err := l.TryLockContext(ctx, 5*time.Millisecond)
@@ -121,6 +129,27 @@ func lock(root string) (*flock.Flock, error) {
 		return nil, fmt.Errorf("%s: %w", LockPath(root), err)
 	}
 	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
+}
+
+// loadKey reads the key that seals the records, or makes it. A root whose
+// key is new has its records sealed as they are: an earlier tend, which
+// did not seal them, wrote them.
+func (w *watcher) loadKey() error {
+	key, created, err := tracker.LoadKey(w.cfg.Root, true)
+	if err != nil {
+		return err
+	}
+	w.store.SetKey(key)
+	if created {
+		sealed, errs := w.store.SealAll()
+		for _, err := range errs {
+			w.log.Printf("sealing: %v", err)
+		}
+		if len(sealed) > 0 {
+			w.log.Printf("%s made: sealed the %d records an earlier tend wrote", tracker.KeyFile, len(sealed))
+		}
+	}
+	return nil
 }
 
 // relock takes the watcher lock again when its file was removed, renamed
@@ -139,7 +168,7 @@ func (w *watcher) relock() error {
 			}
 		}
 	}
-	l := flock.New(path)
+	l := newLock(path)
 	got, err := l.TryLock()
 	if err == nil && !got {
 		err = ErrRunning
@@ -177,21 +206,36 @@ func runWatcher(cfg Config, started *bool) error {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
+	if err := (spool.Dir{Root: cfg.Root}).Make(); err != nil {
+		return err
+	}
+	// The root by the path with no link in it: one that went through a
+	// link would go wherever whoever may change the link wants.
+	real, err := filepath.EvalSymlinks(cfg.Root)
+	if err != nil {
+		return err
+	}
+	cfg.Root = real
 	w := newWatcher(cfg)
 	defer func() {
 		if w.stdin >= 0 {
 			unix.Close(w.stdin) // no fork is under way once the loop has returned
 		}
 	}()
-	if err := w.spool.Make(); err != nil {
+	// A root that someone other than this user (and root) could change is
+	// not one to act on: see tracker.CheckAccess.
+	if err := tracker.CheckSafe(w.cfg.Root, w.uid); err != nil {
 		return err
 	}
-	settings, err := LoadSettings(cfg.Root, cfg.Settings)
+	settings, err := LoadSettings(w.cfg.Root, cfg.Settings)
 	if err != nil {
 		return err
 	}
 	w.settings = settings
 	w.store.SetDurability(settings.Durability)
+	if err := w.loadKey(); err != nil {
+		return err
+	}
 	if err := w.store.Make(); err != nil {
 		return err
 	}
@@ -470,7 +514,7 @@ func (w *watcher) reloadSettings() {
 		w.log.Printf("config: %v (keeping the settings in force)", err)
 		return
 	}
-	if l != w.settings {
+	if !l.Equal(w.settings) {
 		durabilityChanged := l.Durability != w.settings.Durability
 		w.settings = l
 		w.store.SetDurability(l.Durability)

@@ -208,7 +208,7 @@ func TestLoadSettings(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Errorf("LoadSettings(%s) err = %v, want %q", tt.config, err, tt.wantErr)
 			}
-		} else if err != nil || got != tt.want {
+		} else if err != nil || !got.Equal(tt.want) {
 			t.Errorf("LoadSettings(%s) = %+v, %v; want %+v", tt.config, got, err, tt.want)
 		}
 	}

@@ -145,10 +145,17 @@ func submitAll(e *env, reqs []request, replace bool) ([]answer, error) {
 			reqs[i].name.Tag = newTag()
 		}
 	}
+	// An outcome from an earlier request of the same name must not be
+	// taken for this one's: it is removed, or where this user may not (a
+	// shared root's outcomes/ is the watcher's), known by its inode.
+	stale := make(map[spool.Name]uint64)
 	for _, r := range reqs {
-		// An outcome from an earlier request of the same name must not be
-		// taken for this one's.
-		if err := os.Remove(d.OutcomePath(r.name)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(d.OutcomePath(r.name)); errors.Is(err, os.ErrPermission) {
+			var st unix.Stat_t
+			if unix.Stat(d.OutcomePath(r.name), &st) == nil {
+				stale[r.name] = st.Ino
+			}
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
 		}
 		if err := d.Submit(r.name, r.body, replace); err != nil {
@@ -159,6 +166,12 @@ func submitAll(e *env, reqs []request, replace bool) ([]answer, error) {
 	done := 0
 	err := waitUntil(d.Outcomes(), func() (bool, error) {
 		for done < len(reqs) {
+			if ino, ok := stale[reqs[done].name]; ok {
+				var st unix.Stat_t
+				if unix.Stat(d.OutcomePath(reqs[done].name), &st) != nil || st.Ino == ino {
+					break // replaced atomically: a new answer is a new inode
+				}
+			}
 			outcome, detail, err := d.ReadOutcome(reqs[done].name)
 			if err != nil {
 				break

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -15,7 +17,9 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
 )
 
 // upTimeout bounds how long "tend up" waits for a watcher to be ready,
@@ -24,18 +28,32 @@ const upTimeout = 60 * time.Second
 
 type upCmd struct {
 	watchFlags
-	JSON bool `help:"Print tend status --json once the watcher takes requests (docs/schema/status.schema.json)."`
+	Shared string `placeholder:"GROUP" help:"Share the root with the members of GROUP (as root): their requests run as their writers. Sets the root's modes up and adds GROUP to config.json's groups."`
+	JSON   bool   `help:"Print tend status --json once the watcher takes requests (docs/schema/status.schema.json)."`
 }
 
 func (c *upCmd) Help() string {
 	return `Starts a keeper and a watcher in the background, in their own session,
 logging to ROOT/watcher.log, and returns once the watcher takes requests.
-If one already runs, says so and exits 0. Examples:
+If one already runs, says so and exits 0.
+
+With --shared GROUP (as root), the members of GROUP may submit requests
+too, each run as the user who wrote it, as at(1) and cron run jobs: spool/
+becomes writable by the group and sticky (nobody can rename or remove
+another's request), and runs/, outcomes/ and rejected/ readable by it;
+each run's directory, output included, is its owner's alone. See "Who may
+do what" in docs/protocol.md. Examples:
   tend up
-  tend up --max-running 4 --max-running-per-session 2`
+  tend up --max-running 4 --max-running-per-session 2
+  sudo tend --root /srv/ci/.tend up --shared ci`
 }
 
 func (c *upCmd) Run(e *env) error {
+	if c.Shared != "" {
+		if err := share(e, c.Shared); err != nil {
+			return err
+		}
+	}
 	pid, started, err := ensureWatcher(e, c.watchFlags)
 	if err != nil {
 		return err
@@ -73,10 +91,16 @@ func (e *env) autoStart() error {
 // A keeper whose watcher died is told to start the next one at once,
 // rather than racing with a second keeper.
 func ensureWatcher(e *env, flags watchFlags) (pid int, started bool, err error) {
+	// Before anything is made in the root, or written to its log: a root
+	// someone else could change is not one to start a watcher on as this
+	// user (sudo tend in a teammate's checkout).
+	if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
+		return 0, false, exitf(exitRefused, "%v", err)
+	}
 	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
 		return 0, false, err
 	}
-	l := flock.New(filepath.Join(e.root, "up.lock"))
+	l := flock.New(filepath.Join(e.root, "up.lock"), flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW))
 	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
 	defer cancel()
 	if _, err := l.TryLockContext(ctx, 10*time.Millisecond); err != nil {
@@ -136,7 +160,7 @@ func logPath(root string) string { return filepath.Join(root, "watcher.log") }
 // appended to watcher.log, and waits for its watcher to say it is ready,
 // or for the keeper to give up (another may have won the root meanwhile).
 func spawnKeeper(e *env, flags watchFlags) error {
-	logf, err := os.OpenFile(logPath(e.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	logf, err := os.OpenFile(logPath(e.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return err
 	}
@@ -384,4 +408,38 @@ func printStatusJSON(e *env) error {
 		return err
 	}
 	return writeJSON(e.stdout, s)
+}
+
+// share sets e's root up to be shared with the members of group (see
+// upCmd), and says which directory above it they could not pass through.
+func share(e *env, group string) error {
+	if os.Geteuid() != 0 {
+		return exitf(exitUsage, "--shared: only root may share a root: requests run as their writers")
+	}
+	g, err := user.LookupGroup(group)
+	if err != nil {
+		return exitf(exitUsage, "--shared: %v", err)
+	}
+	gid, _ := strconv.Atoi(g.Gid)
+	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
+		return err
+	}
+	if err := tracker.NewStore(e.root).Make(); err != nil {
+		return err
+	}
+	if err := tracker.Share(e.root, gid); err != nil {
+		return err
+	}
+	if err := watcher.AllowGroup(e.root, group); err != nil {
+		return err
+	}
+	for dir := filepath.Dir(e.root); ; dir = filepath.Dir(dir) {
+		var st unix.Stat_t
+		if unix.Stat(dir, &st) == nil && st.Mode&0o001 == 0 && (int(st.Gid) != gid || st.Mode&0o010 == 0) {
+			fmt.Fprintf(e.stderr, "tend: %s is not searchable by group %s: its members cannot reach the root\n", dir, group)
+		}
+		if dir == filepath.Dir(dir) {
+			return nil
+		}
+	}
 }

@@ -91,6 +91,14 @@ func readStatus(root string) (status, error) {
 	if msg := fullDisk(root); msg != "" {
 		s.Problems = append(s.Problems, msg)
 	}
+	// Checked for a watcher running as the root's owner, whose it is,
+	// whoever asks.
+	var owner unix.Stat_t
+	if unix.Stat(root, &owner) == nil {
+		for _, p := range tracker.CheckAccess(root, int(owner.Uid)) {
+			s.Problems = append(s.Problems, p.String())
+		}
+	}
 	return s, nil
 }
 
