@@ -29,6 +29,8 @@ func TestMain(m *testing.M) {
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,
+		"asuser":      asUser,
+		"raceswap":    raceSwap,
 	})
 }
 
@@ -114,6 +116,9 @@ func scriptParams(dir string) testscript.Params {
 			"mcpcall":   cmdMCPCall,
 			"schema":    cmdSchema,
 			"fixture":   cmdFixture,
+			"mkusers":   cmdMkUsers,
+			"forge":     cmdForge,
+			"waitglob":  cmdWaitGlob,
 		},
 	}
 }
@@ -389,6 +394,11 @@ func cmdFakeRun(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	store := tracker.NewStore(ts.MkAbs(".tend"))
 	ts.Check(os.MkdirAll(store.RunDir(args[0]), 0o755))
+	// Sealed, as the watcher's user can: a record that names a process
+	// that is not the run's must be refused for its identity, not its seal.
+	key, _, err := tracker.LoadKey(ts.MkAbs(".tend"), true)
+	ts.Check(err)
+	store.SetKey(key)
 	now := time.Now().Add(-time.Hour)
 	st := &tracker.State{
 		ID: args[0], State: tracker.Running, Rev: 2, Command: []string{"/bin/sh", "-c", "sleep 1000"},
