@@ -1,0 +1,179 @@
+package crashfs
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Group holds the processes that use a mount, and whatever they start,
+// so that a power cut stops them all at once: a cgroup (v2), which
+// processes are started into (SysProcAttr) and cannot leave. Freezing it
+// stops every one of them where it is, as the power going out would;
+// killing it then kills each, including any forked meanwhile.
+type Group struct {
+	dir string
+	fd  int
+}
+
+// NewGroup makes an empty group, below this process's own cgroup.
+func NewGroup(name string) (*Group, error) {
+	mnt, err := cgroup2Mount()
+	if err != nil {
+		return nil, err
+	}
+	own, err := ownCgroup()
+	if err != nil {
+		return nil, err
+	}
+	dir := filepath.Join(mnt, own, fmt.Sprintf("crashfs-%s-%d", name, os.Getpid()))
+	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return nil, fmt.Errorf("crashfs: making cgroup %s: %w", dir, err)
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(dir)
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	return &Group{dir: dir, fd: fd}, nil
+}
+
+// SysProcAttr returns what starts a process in g.
+func (g *Group) SysProcAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.fd}
+}
+
+// Start starts cmd in g.
+func (g *Group) Start(cmd *exec.Cmd) error {
+	cmd.SysProcAttr = g.SysProcAttr()
+	return cmd.Start()
+}
+
+// Freeze stops every process of g, each where it is, and returns once all
+// are stopped (or after a while: a process in an uninterruptible wait
+// stops once it leaves it).
+func (g *Group) Freeze() error {
+	if err := g.write("cgroup.freeze", "1"); err != nil {
+		return err
+	}
+	return g.await("frozen 1", 10*time.Second)
+}
+
+// Kill kills every process of g and returns once none is left. The group
+// is thawed, for the next processes.
+func (g *Group) Kill() error {
+	if err := g.write("cgroup.kill", "1"); err != nil {
+		return err
+	}
+	err := g.await("populated 0", time.Minute)
+	if ferr := g.write("cgroup.freeze", "0"); err == nil {
+		err = ferr
+	}
+	return err
+}
+
+// Close kills what is left in g and removes it.
+func (g *Group) Close() error {
+	err := g.Kill()
+	unix.Close(g.fd)
+	if rerr := os.Remove(g.dir); err == nil {
+		err = rerr
+	}
+	return err
+}
+
+func (g *Group) write(name, value string) error {
+	return os.WriteFile(filepath.Join(g.dir, name), []byte(value), 0)
+}
+
+// await waits until cgroup.events has line want.
+func (g *Group) await(want string, limit time.Duration) error {
+	end := time.Now().Add(limit)
+	for {
+		b, err := os.ReadFile(filepath.Join(g.dir, "cgroup.events"))
+		if err != nil {
+			return err
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if line == want {
+				return nil
+			}
+		}
+		if time.Now().After(end) {
+			return fmt.Errorf("crashfs: %s: no %q after %v", g.dir, want, limit)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// cgroup2Mount returns where the cgroup v2 hierarchy is mounted, mounting
+// it if it is not (a machine on cgroup v1 alone).
+func cgroup2Mount() (string, error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - TYPE SOURCE SUPER
+		fields := strings.Fields(sc.Text())
+		for i, fld := range fields {
+			if fld == "-" && i+1 < len(fields) && fields[i+1] == "cgroup2" && len(fields) > 4 {
+				return fields[4], nil
+			}
+		}
+	}
+	dir := "/run/crashfs-cgroup2"
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	if err := unix.Mount("none", dir, "cgroup2", 0, ""); err != nil {
+		return "", fmt.Errorf("crashfs: no cgroup v2 hierarchy, and mounting one on %s: %w", dir, err)
+	}
+	return dir, nil
+}
+
+// ownCgroup returns this process's cgroup in the v2 hierarchy.
+func ownCgroup() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			return p, nil
+		}
+	}
+	return "/", nil
+}
+
+// Prepare makes FUSE available to this process if it can: it must be
+// root (Mount uses mount(2) itself, with no fusermount), and /dev/fuse is
+// made if the kernel has FUSE but the device node is missing. The error
+// says, in one line, why FUSE cannot be had.
+func Prepare() error {
+	if os.Geteuid() != 0 {
+		return errors.New("crashfs: mounting needs root")
+	}
+	if _, err := os.Stat("/dev/fuse"); err == nil {
+		return nil
+	}
+	exec.Command("modprobe", "fuse").Run() // built in, or a module: either is fine
+	b, _ := os.ReadFile("/proc/filesystems")
+	if !strings.Contains(string(b), "\tfuse\n") {
+		return errors.New("crashfs: the kernel has no FUSE (no fuse in /proc/filesystems)")
+	}
+	if err := unix.Mknod("/dev/fuse", unix.S_IFCHR|0o666, int(unix.Mkdev(10, 229))); err != nil && !errors.Is(err, unix.EEXIST) {
+		return fmt.Errorf("crashfs: no /dev/fuse, and making it: %w", err)
+	}
+	return nil
+}
