@@ -19,6 +19,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/crashfs"
 	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
@@ -71,8 +72,13 @@ func scriptParams(dir string) testscript.Params {
 		// (review the diff before committing it).
 		UpdateScripts: os.Getenv("TEND_UPDATE_GOLDEN") != "",
 		Condition: func(cond string) (bool, error) {
-			if cond == "root" {
+			switch cond {
+			case "root":
 				return os.Getuid() == 0, nil
+			case "fuse":
+				// A crashfs can be mounted: root, and a kernel with FUSE
+				// (/dev/fuse is made if missing).
+				return crashfs.Prepare() == nil, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -99,6 +105,7 @@ func scriptParams(dir string) testscript.Params {
 			"watchers":  cmdWatchers,
 			"strays":    cmdStrays,
 			"chaos":     cmdChaos,
+			"powerloss": cmdPowerLoss,
 			"maxlive":   cmdMaxLive,
 			"races":     cmdRaces,
 			"freeport":  cmdFreePort,

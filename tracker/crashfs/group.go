@@ -20,8 +20,10 @@ import (
 // stops every one of them where it is, as the power going out would;
 // killing it then kills each, including any forked meanwhile.
 type Group struct {
-	dir string
-	fd  int
+	base string // the cgroup's path without its generation
+	gen  int
+	dir  string
+	fd   int
 }
 
 // NewGroup makes an empty group, below this process's own cgroup.
@@ -34,16 +36,31 @@ func NewGroup(name string) (*Group, error) {
 	if err != nil {
 		return nil, err
 	}
-	dir := filepath.Join(mnt, own, fmt.Sprintf("crashfs-%s-%d", name, os.Getpid()))
-	if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return nil, fmt.Errorf("crashfs: making cgroup %s: %w", dir, err)
+	g := &Group{base: filepath.Join(mnt, own, fmt.Sprintf("crashfs-%s-%d", name, os.Getpid())), fd: -1}
+	return g, g.make()
+}
+
+// make makes g's next cgroup.
+func (g *Group) make() error {
+	g.gen++
+	g.dir = fmt.Sprintf("%s-%d", g.base, g.gen)
+	if err := os.Mkdir(g.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("crashfs: making cgroup %s: %w", g.dir, err)
 	}
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	fd, err := unix.Open(g.dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		os.Remove(dir)
-		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+		os.Remove(g.dir)
+		return &os.PathError{Op: "open", Path: g.dir, Err: err}
 	}
-	return &Group{dir: dir, fd: fd}, nil
+	g.fd = fd
+	return nil
+}
+
+// remove removes g's cgroup, which must be empty.
+func (g *Group) remove() error {
+	unix.Close(g.fd)
+	g.fd = -1
+	return os.Remove(g.dir)
 }
 
 // SysProcAttr returns what starts a process in g.
@@ -67,24 +84,30 @@ func (g *Group) Freeze() error {
 	return g.await("frozen 1", 10*time.Second)
 }
 
-// Kill kills every process of g and returns once none is left. The group
-// is thawed, for the next processes.
+// Kill kills every process of g and returns once none is left. The next
+// processes go to a new cgroup: Linux kills a process cloned into a
+// cgroup that was killed (6.18 does).
 func (g *Group) Kill() error {
+	if err := g.kill(); err != nil {
+		return err
+	}
+	if err := g.remove(); err != nil {
+		return err
+	}
+	return g.make()
+}
+
+func (g *Group) kill() error {
 	if err := g.write("cgroup.kill", "1"); err != nil {
 		return err
 	}
-	err := g.await("populated 0", time.Minute)
-	if ferr := g.write("cgroup.freeze", "0"); err == nil {
-		err = ferr
-	}
-	return err
+	return g.await("populated 0", time.Minute)
 }
 
 // Close kills what is left in g and removes it.
 func (g *Group) Close() error {
-	err := g.Kill()
-	unix.Close(g.fd)
-	if rerr := os.Remove(g.dir); err == nil {
+	err := g.kill()
+	if rerr := g.remove(); err == nil {
 		err = rerr
 	}
 	return err
