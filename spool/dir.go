@@ -288,13 +288,13 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 			continue
 		}
 		if err := writeIn(d.Rejected(), func() error {
-			return Replace(dst+".error", []byte(line), Perm{Mode: 0o644})
+			return Replace(dst+".error", []byte(line), Perm{Mode: 0o644}, Durable{FlushReason, FlushReasonDir})
 		}); err != nil {
 			return "", err
 		}
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err == nil {
-			return dst, SyncDir(d.Rejected()) // as durable as its reason
+			return dst, FlushRejected.SyncDir(d.Rejected()) // as durable as its reason
 		}
 		os.Remove(dst + ".error")
 		if !errors.Is(err, unix.EEXIST) {

@@ -345,7 +345,7 @@ func replaceFile(path string, b []byte) error {
 	}
 	_, err = f.Write(b)
 	if err == nil {
-		err = f.Sync()
+		err = spool.FlushRepair.Fsync(int(f.Fd()))
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -357,7 +357,7 @@ func replaceFile(path string, b []byte) error {
 		os.Remove(tmp)
 		return err
 	}
-	return spool.SyncDir(filepath.Dir(path))
+	return spool.FlushRepairDir.SyncDir(filepath.Dir(path))
 }
 
 // repairRun rebuilds run id's state file if it is broken or edited.

@@ -165,13 +165,14 @@ func (s *Store) replace(paths []string, data [][]byte, perms []spool.Perm) []err
 	s.mu.Lock()
 	made, synced := s.dirsMade, s.dirsSynced
 	s.mu.Unlock()
+	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
 	if made == synced {
-		return spool.ReplaceAll(paths, data, perms)
+		return spool.ReplaceAll(paths, data, perms, durable)
 	}
 	var wg sync.WaitGroup
 	var syncErr error
-	wg.Go(func() { syncErr = spool.SyncDir(s.dir) })
-	errs := spool.ReplaceAll(paths, data, perms)
+	wg.Go(func() { syncErr = spool.FlushRunsDir.SyncDir(s.dir) })
+	errs := spool.ReplaceAll(paths, data, perms, durable)
 	wg.Wait()
 	if syncErr != nil {
 		for i := range errs {

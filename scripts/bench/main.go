@@ -286,7 +286,7 @@ func fileFloor(dir string, n int) float64 {
 					create(filepath.Join(run, name))
 				}
 				for range 2 {
-					check(spool.Replace(filepath.Join(run, "state.json"), []byte(`{"state": "running"}`), spool.Perm{}))
+					check(spool.Replace(filepath.Join(run, "state.json"), []byte(`{"state": "running"}`), spool.Perm{}, spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}))
 				}
 				check(spool.ReplaceUnsynced(filepath.Join(outcomes, strconv.Itoa(i)+".start"), []byte("accepted\n"), spool.Perm{Mode: 0o644}))
 				create(filepath.Join(run, "started"))

@@ -1,0 +1,84 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Flush is one of the fsyncs tend makes, by name: each protects
+// something a power loss would otherwise take (docs/design.md has the
+// table, and the test that fails without each). The power-loss trial
+// removes them one at a time (make powerloss-mutants, a build with the
+// tendmutants tag) to show that it notices each one missing.
+type Flush string
+
+const (
+	// FlushRecord: a run's new state.json, before it replaces the old one.
+	FlushRecord Flush = "record"
+	// FlushRecordDir: a run's directory, once its new state.json is in it.
+	FlushRecordDir Flush = "record-dir"
+	// FlushRunsDir: runs/, once a run's directory was made in it.
+	FlushRunsDir Flush = "runs-dir"
+	// FlushReason: rejected/<name>.error, before it has its name.
+	FlushReason Flush = "reason"
+	// FlushReasonDir: rejected/, once <name>.error is in it, before the
+	// request joins it.
+	FlushReasonDir Flush = "reason-dir"
+	// FlushRejected: rejected/, once the request is in it.
+	FlushRejected Flush = "rejected-dir"
+	// FlushKey: record.key, before it is used.
+	FlushKey Flush = "key"
+	// FlushKeyDir: the root, once record.key is in it.
+	FlushKeyDir Flush = "key-dir"
+	// FlushConfig: config.json as tend up --shared writes it.
+	FlushConfig Flush = "config"
+	// FlushConfigDir: the root, once that config.json is in it.
+	FlushConfigDir Flush = "config-dir"
+	// FlushInfo: watcher.json and watcher.pid, before they have their names.
+	FlushInfo Flush = "info"
+	// FlushInfoDir: the root, once they are in it.
+	FlushInfoDir Flush = "info-dir"
+	// FlushRepair: a history file tend fsck --repair rewrote.
+	FlushRepair Flush = "repair"
+	// FlushRepairDir: the root, once that file is in it.
+	FlushRepairDir Flush = "repair-dir"
+)
+
+// Flushes returns every Flush tend makes.
+func Flushes() []Flush {
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushReason, FlushReasonDir, FlushRejected,
+		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
+}
+
+// Fsync fsyncs fd, as f.
+func (f Flush) Fsync(fd int) error {
+	if f.removed() {
+		return nil
+	}
+	return unix.Fsync(fd)
+}
+
+// SyncDir fsyncs directory dir, as f: the names made, renamed or removed
+// in it are durable once it returns.
+func (f Flush) SyncDir(dir string) error {
+	if f.removed() {
+		return nil
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Durable names the two flushes of a durable replace (Replace,
+// ReplaceAll): the new file's, before it has its name, and its
+// directory's, after.
+type Durable struct{ File, Dir Flush }
