@@ -22,6 +22,12 @@ const (
 	FlushRecordDir Flush = "record-dir"
 	// FlushRunsDir: runs/, once a run's directory was made in it.
 	FlushRunsDir Flush = "runs-dir"
+	// FlushHistory: history.jsonl, with the lines appended before the
+	// records written with them.
+	FlushHistory Flush = "history"
+	// FlushHistoryDir: the root, once an append made history.jsonl (or
+	// rotated it).
+	FlushHistoryDir Flush = "history-dir"
 	// FlushReason: rejected/<name>.error, before it has its name.
 	FlushReason Flush = "reason"
 	// FlushReasonDir: rejected/, once <name>.error is in it, before the
@@ -49,7 +55,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
 }
 
@@ -59,6 +65,15 @@ func (f Flush) Fsync(fd int) error {
 		return nil
 	}
 	return unix.Fsync(fd)
+}
+
+// Fdatasync fdatasyncs fd, as f: its data and size, not its other
+// metadata.
+func (f Flush) Fdatasync(fd int) error {
+	if f.removed() {
+		return nil
+	}
+	return unix.Fdatasync(fd)
 }
 
 // SyncDir fsyncs directory dir, as f: the names made, renamed or removed

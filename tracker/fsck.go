@@ -289,6 +289,13 @@ func Repair(root string, identify Identify) ([]string, error) {
 			}
 		}
 	}
+	// What was appended to the history is as durable as the records
+	// rebuilt with it.
+	h := OpenHistory(root)
+	h.made = true
+	if err := h.sync(spool.FlushRepair, spool.FlushRepairDir); err != nil {
+		return done, err
+	}
 	return done, nil
 }
 

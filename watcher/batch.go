@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"slices"
+	"sync"
 
 	"github.com/tendhq/tend/tracker"
 )
@@ -111,7 +112,7 @@ func (w *watcher) flush() {
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
 	w.appendHistory(b.events)
-	for i, err := range w.store.WriteAll(b.states) {
+	for i, err := range w.writeRecords(b.states) {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
@@ -157,7 +158,43 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 		if !errors.Is(err, tracker.ErrTornEnd) {
 			w.unsaved.events = append(w.unsaved.events, events...)
 		}
+	} else {
+		w.histUnsynced = true
 	}
+}
+
+// writeRecords writes the records of states (Store.WriteAll) and, beside
+// their fsyncs, makes the history appended before them durable: what a
+// client is answered after the records, it can find in the history after
+// a power loss too. Not with durability watcher_crash, which syncs
+// neither.
+func (w *watcher) writeRecords(states []*tracker.State) []error {
+	if !w.histUnsynced || w.settings.Durability == tracker.WatcherCrash {
+		return w.store.WriteAll(states)
+	}
+	var wg sync.WaitGroup
+	var err error
+	wg.Go(func() { err = w.hist.Sync() })
+	errs := w.store.WriteAll(states)
+	wg.Wait()
+	w.historySynced(err)
+	return errs
+}
+
+// syncHistory makes the history appended so far durable, before what
+// depends on it alone (a deletion's answer).
+func (w *watcher) syncHistory() {
+	if w.histUnsynced && w.settings.Durability != tracker.WatcherCrash {
+		w.historySynced(w.hist.Sync())
+	}
+}
+
+func (w *watcher) historySynced(err error) {
+	if err != nil {
+		w.log.Printf("history: %v", err) // the next flush tries again
+		return
+	}
+	w.histUnsynced = false
 }
 
 // recorded notes the result of writing st's record.

@@ -260,6 +260,9 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason}
 	if err := w.hist.Append(ev); err != nil {
 		w.log.Printf("run %s: history: %v", id, err)
+	} else {
+		w.histUnsynced = true
+		w.syncHistory() // before it is answered
 	}
 	for _, verb := range []string{spool.VerbStart, spool.VerbCancel} {
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))

@@ -312,6 +312,9 @@ type watcher struct {
 	spool spool.Dir
 	store *tracker.Store
 	hist  *tracker.History
+	// histUnsynced is set while lines appended to the history are not
+	// yet synced (see writeRecords).
+	histUnsynced bool
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
@@ -616,7 +619,7 @@ func (w *watcher) save(st *tracker.State) {
 		return
 	}
 	w.appendHistory(events)
-	w.recorded(st, w.store.Write(st))
+	w.recorded(st, w.writeRecords([]*tracker.State{st})[0])
 	w.retryUnsaved()
 }
 
@@ -665,7 +668,9 @@ func (w *watcher) retryUnsaved() {
 		if len(u.events) > 0 && w.hist.Append(u.events...) == nil {
 			w.log.Printf("history: %d events that could not be written are written now", len(u.events))
 			u.events = nil
+			w.histUnsynced = true
 		}
+		w.syncHistory()
 		var written []string
 		for id, st := range u.states {
 			if w.store.Write(st) == nil {
