@@ -58,7 +58,7 @@ func cmdPowerLoss(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	t := newTrial(ts, seed)
 	defer t.close()
-	ts.Logf("powerloss: %d cuts, TEND_POWERLOSS_SEED=%d", cuts, seed)
+	t.progress("powerloss: %d cuts, TEND_POWERLOSS_SEED=%d", cuts, seed)
 	t.scriptFlushes = t.measureScript()
 	for i := 0; i < cuts; i++ {
 		t.cutNo = i + 1
@@ -77,13 +77,13 @@ func cmdPowerLoss(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		t2 := time.Now()
 		t.recover()
-		ts.Logf("cut %d took: up %v, clients and cut %v, recovery and checks %v", t.cutNo, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
+		t.progress("cut %d took: up %v, clients and cut %v, recovery and checks %v", t.cutNo, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
 	}
 	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations", cuts, t.checks, t.violations)
 	if path := os.Getenv("TEND_POWERLOSS_REPORT"); path != "" {
 		os.WriteFile(path, []byte(line+"\n"), 0o644)
 	}
-	ts.Logf("%s", line)
+	t.progress("%s", line)
 	if t.violations > 0 {
 		ts.Fatalf("%s (TEND_POWERLOSS_SEED=%d)", line, seed)
 	}
@@ -184,7 +184,17 @@ func (t *trial) violation(format string, args ...any) {
 	}
 	t.reported[msg] = true
 	t.violations++
-	t.ts.Logf("VIOLATION (cut %d): %s", t.cutNo, msg)
+	t.progress("VIOLATION (cut %d): %s", t.cutNo, msg)
+}
+
+// progress logs a line, also at once on stderr if
+// $TEND_POWERLOSS_PROGRESS is set (make powerloss): a script's log shows
+// only when it ends.
+func (t *trial) progress(format string, args ...any) {
+	t.ts.Logf(format, args...)
+	if os.Getenv("TEND_POWERLOSS_PROGRESS") != "" {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+	}
 }
 
 // check counts one check, and reports a violation if ok is false.
@@ -235,7 +245,7 @@ func (t *trial) run3(args ...string) (string, string, int) {
 		code = -1
 	}
 	if code < 0 && !t.fs.Frozen() {
-		t.ts.Logf("tend %s: %v: %s", strings.Join(args, " "), err, stderr.String())
+		t.progress("tend %s: %v: %s", strings.Join(args, " "), err, stderr.String())
 	}
 	return stdout.String(), stderr.String(), code
 }
@@ -652,7 +662,7 @@ func (t *trial) measureScript() int {
 	before := len(t.fs.Flushes())
 	t.script(func() bool { return false })
 	n := len(t.fs.Flushes()) - before
-	t.ts.Logf("powerloss: the scripted sequence makes %d flushes", n)
+	t.progress("powerloss: the scripted sequence makes %d flushes", n)
 	t.settle()
 	t.down()
 	t.verify()
@@ -683,7 +693,7 @@ func (t *trial) scriptedCut(k int, after bool, model crashfs.Model) {
 // turns the backing directory into what the disk kept.
 func (t *trial) powerCut(model crashfs.Model, where string) {
 	if err := t.group.Freeze(); err != nil {
-		t.ts.Logf("%v", err)
+		t.progress("%v", err)
 	}
 	t.fs.Freeze()
 	t.ts.Check(t.group.Kill())
@@ -697,7 +707,7 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 	t.ts.Check(os.Rename(img, t.backing))
 	t.fs = nil
 	t.pendingFiles, t.cancelFiles = nil, nil
-	t.ts.Logf("cut %d (%s, %s): kept %d of %d unsynced changes; %d files, %d dirs", t.cutNo, model, where, stats.Kept, stats.Pending, stats.Files, stats.Dirs)
+	t.progress("cut %d (%s, %s): kept %d of %d unsynced changes; %d files, %d dirs", t.cutNo, model, where, stats.Kept, stats.Pending, stats.Files, stats.Dirs)
 	// Which runs passed their gates, as far as the disk knows.
 	paths, _ := filepath.Glob(filepath.Join(t.backing, ".tend", "runs", "*", "started"))
 	for _, p := range paths {
@@ -716,7 +726,7 @@ func (t *trial) recover() {
 	t.down()
 	t3 := time.Now()
 	t.verify()
-	t.ts.Logf("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
+	t.progress("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
 }
 
 // settle waits until no run is starting, queued or stopping, and every
@@ -760,9 +770,9 @@ func (t *trial) down() {
 func (t *trial) verify() {
 	out, errOut, code := t.run3("fsck")
 	if code != 0 {
-		t.ts.Logf("cut %d: tend fsck:\n%s%s", t.cutNo, out, errOut)
+		t.progress("cut %d: tend fsck:\n%s%s", t.cutNo, out, errOut)
 		rout, rerr, rcode := t.run3("fsck", "--repair")
-		t.ts.Logf("cut %d: tend fsck --repair (exit %d):\n%s%s", t.cutNo, rcode, rout, rerr)
+		t.progress("cut %d: tend fsck --repair (exit %d):\n%s%s", t.cutNo, rcode, rout, rerr)
 		out, errOut, code = t.run3("fsck")
 		t.check(code == 0, "tend fsck --repair left problems: %s%s", out, errOut)
 	} else {

@@ -81,7 +81,22 @@ func (g *Group) Freeze() error {
 	if err := g.write("cgroup.freeze", "1"); err != nil {
 		return err
 	}
-	return g.await("frozen 1", 10*time.Second)
+	if err := g.await("frozen 1", 10*time.Second); err != nil {
+		return fmt.Errorf("%w; its processes: %s", err, g.describe())
+	}
+	return nil
+}
+
+// describe says what each process of g is doing, for an error.
+func (g *Group) describe() string {
+	b, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
+	var out []string
+	for _, pid := range strings.Fields(string(b)) {
+		stat, _ := os.ReadFile("/proc/" + pid + "/stat")
+		wchan, _ := os.ReadFile("/proc/" + pid + "/wchan")
+		out = append(out, fmt.Sprintf("%s [%s] in %s", pid, strings.TrimSpace(string(stat)), wchan))
+	}
+	return strings.Join(out, "; ")
 }
 
 // Kill kills every process of g and returns once none is left. The next
