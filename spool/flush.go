@@ -22,6 +22,8 @@ const (
 	FlushRecordDir Flush = "record-dir"
 	// FlushRunsDir: runs/, once a run's directory was made in it.
 	FlushRunsDir Flush = "runs-dir"
+	// FlushTrash: runs/, once a deleted run's directory was renamed aside.
+	FlushTrash Flush = "trash"
 	// FlushHistory: history.jsonl, with the lines appended before the
 	// records written with them.
 	FlushHistory Flush = "history"
@@ -55,7 +57,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
 }
 

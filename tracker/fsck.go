@@ -289,6 +289,13 @@ func Repair(root string, identify Identify) ([]string, error) {
 			}
 		}
 	}
+	for _, p := range orphanOutcomes(root) {
+		// The answer to a start whose run was deleted: the deletion
+		// removes it, but a power loss may bring it back.
+		if err := os.Remove(p.Path); err == nil {
+			done = append(done, p.Path+": removed (its run was deleted)")
+		}
+	}
 	// What was appended to the history is as durable as the records
 	// rebuilt with it.
 	h := OpenHistory(root)

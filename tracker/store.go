@@ -449,14 +449,23 @@ func (s *Store) readCached(c *listCache, dirfd int, id, stamp string, buf []byte
 }
 
 // Trash takes run id's directory out of the store at once, by renaming it
-// to a hidden name, so readers see the whole record or none of it. It
-// returns the new path, for Purge.
+// to a hidden name, so readers see the whole record or none of it; unless
+// the store's durability is WatcherCrash, durably. It returns the new
+// path, for Purge; with an error, the directory was renamed if the path
+// is not empty, but the rename may not survive a power loss.
 func (s *Store) Trash(id string) (string, error) {
 	var buf [8]byte
 	rand.Read(buf[:])
 	trash := filepath.Join(s.dir, "."+id+".deleted-"+hex.EncodeToString(buf[:]))
 	if err := unix.Renameat2(unix.AT_FDCWD, s.RunDir(id), unix.AT_FDCWD, trash, unix.RENAME_NOREPLACE); err != nil {
 		return "", fmt.Errorf("run %s: %w", id, err)
+	}
+	if s.durability != WatcherCrash {
+		// Gone for good before the history says so and the deletion is
+		// answered: a power loss must not bring it back.
+		if err := spool.FlushTrash.SyncDir(s.dir); err != nil {
+			return trash, fmt.Errorf("run %s: %w", id, err)
+		}
 	}
 	return trash, nil
 }

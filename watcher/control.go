@@ -249,8 +249,11 @@ func (w *watcher) takeNote(n spool.Name, f spool.File, req spool.Note) {
 // (finishDeletions).
 func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 	trash, err := w.store.Trash(st.ID)
-	if err != nil {
+	if trash == "" {
 		return err
+	}
+	if err != nil {
+		w.log.Printf("%v (renamed aside, not synced)", err)
 	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, reason, trash)
 	return nil
