@@ -22,6 +22,9 @@ const (
 	FlushRecordDir Flush = "record-dir"
 	// FlushRunsDir: runs/, once a run's directory was made in it.
 	FlushRunsDir Flush = "runs-dir"
+	// FlushGate: a run's gate file, written by its process once past its
+	// gate, before the command runs (a write with O_DSYNC).
+	FlushGate Flush = "gate"
 	// FlushTrash: runs/, once a deleted run's directory was renamed aside.
 	FlushTrash Flush = "trash"
 	// FlushHistory: history.jsonl, with the lines appended before the
@@ -57,7 +60,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
 }
 
@@ -76,6 +79,15 @@ func (f Flush) Fdatasync(fd int) error {
 		return nil
 	}
 	return unix.Fdatasync(fd)
+}
+
+// SyncFlag returns the flag that makes every write to a file opened with
+// it durable as f (O_DSYNC).
+func (f Flush) SyncFlag() int {
+	if f.removed() {
+		return 0
+	}
+	return unix.O_DSYNC
 }
 
 // SyncDir fsyncs directory dir, as f: the names made, renamed or removed
