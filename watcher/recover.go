@@ -184,9 +184,16 @@ func recordTime(root string, st *tracker.State) time.Time {
 
 // neverRan handles run st, whose command is known never to have run: it
 // is started now, unless it was being canceled or timed out, which it then
-// is.
+// is; one being restarted starts its next attempt.
 func (w *watcher) neverRan(st *tracker.State, why string) {
 	st.PID, st.PGID, st.ProcStart, st.StartedAt = 0, 0, 0, nil
+	if st.Stop != nil && st.Stop.Cause == causeRestart {
+		// Stopped to be started again: its next attempt is what was
+		// asked for, and its restart requests are answered by it.
+		w.log.Printf("recover: run %s never ran (%s) while it was being restarted: starting its next attempt", st.ID, why)
+		w.restartNow(st)
+		return
+	}
 	if st.Stop != nil {
 		now := time.Now()
 		st.State, st.EndedAt = st.Stop.Cause, &now
