@@ -105,6 +105,14 @@ func (w *watcher) examine(name string) {
 		w.examineAfter(name, p.busyDelay)
 		return
 	}
+	if err == nil && nameErr == nil && f.Links > 1 && w.claimGhost(n, f) {
+		// Renamed into its run's directory, and back in the spool after a
+		// power loss took the rename's other half: it is taken already.
+		w.log.Printf("%s: run %s claimed this very file before a power loss: removed from the spool", spool.Printable(name), n.ID)
+		os.Remove(filepath.Join(w.spool.Spool(), name))
+		w.forget(name)
+		return
+	}
 	problem := err
 	if problem == nil {
 		problem = nameErr
@@ -134,6 +142,18 @@ func (w *watcher) examine(name string) {
 		w.settleSpawns() // the run it is about may be one being forked
 	}
 	take()
+}
+
+// claimGhost reports whether start request f in the spool is the very
+// file run n.ID claimed (its request, by device and inode): a claim is a
+// rename, and a power loss may keep its new name and not the removal of
+// the old one, when the spool was not synced since.
+func (w *watcher) claimGhost(n spool.Name, f spool.File) bool {
+	if n.Verb != spool.VerbStart {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Lstat(filepath.Join(w.store.RunDir(n.ID), "request"), &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino
 }
 
 // request parses request n's body for its verb, and returns what takes it.
