@@ -63,7 +63,7 @@ func (w *watcher) recoverClaimed(id string) {
 	dir := w.store.RunDir(id)
 	b, fi, err := w.readRequest(id)
 	if errors.Is(err, os.ErrNotExist) {
-		os.Remove(dir) // an empty directory from a claim cut short
+		removeEmpty(dir) // a claim cut short, or a launch a power loss took back
 		return
 	}
 	n := spool.Name{ID: id, Verb: spool.VerbStart}
@@ -88,6 +88,27 @@ func (w *watcher) recoverClaimed(id string) {
 	w.save(st)
 	w.launch(st, req.Env)
 	w.outcome(n, spool.Accepted, "")
+}
+
+// removeEmpty removes the run directory dir of a claim that did not
+// survive (a crash before the rename, a power loss after it), and the
+// files a launch makes there before the run's first record (its output
+// files, its gate file), if they are empty: nothing is lost, and the
+// request, if it comes again, can make the run anew.
+func removeEmpty(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if fi, err := e.Info(); err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 {
+			return
+		}
+	}
+	for _, e := range ents {
+		os.Remove(filepath.Join(dir, e.Name()))
+	}
+	os.Remove(dir)
 }
 
 // readRequest reads run id's claimed request, and its stat: a regular
