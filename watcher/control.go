@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -197,12 +198,42 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	default:
 		if ok, why := permitted(f.UID, session, st); !ok {
 			w.answer(n, spool.NotPermitted, why)
+		} else if slices.Contains(st.Done, n.String()) {
+			w.answerDone(n, st)
 		} else if !w.conflict(n, st, ifRev) {
 			return st, done, true
 		}
 	}
 	done()
 	return nil, nil, false
+}
+
+// doneKept is how many tagged requests a record remembers (Done): more
+// than a crash or a power loss can leave claimed at once for one run.
+const doneKept = 16
+
+// markDone notes in st that tagged request n is carried out on it, once
+// its record is written. Untagged names are used again by design, so a
+// repeated one cannot be told from a new request: it is not noted.
+func markDone(st *tracker.State, n spool.Name) {
+	if n.Tag == "" {
+		return
+	}
+	st.Done = append(st.Done, n.String())
+	if len(st.Done) > doneKept {
+		st.Done = st.Done[len(st.Done)-doneKept:]
+	}
+}
+
+// answerDone answers request n again, which run st's record says was
+// carried out: taken a second time, it changes nothing.
+func (w *watcher) answerDone(n spool.Name, st *tracker.State) {
+	w.log.Printf("%s: carried out already (rev %d): answered again, not carried out twice", n, st.Rev)
+	if n.Verb == spool.VerbRestart {
+		w.outcome(n, spool.Restarted, fmt.Sprintf("attempt %d", st.Attempt))
+		return
+	}
+	w.outcome(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
 
 // takeMeta answers a label or note request: it changes run st's metadata
@@ -215,6 +246,7 @@ func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *in
 	}
 	defer done()
 	change(st)
+	markDone(st, n)
 	w.save(st)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
