@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -104,6 +105,8 @@ type trial struct {
 	checks, violations       int
 	clients                  sync.WaitGroup
 	mu                       sync.Mutex // guards runs and what client goroutines record
+	starting                 sync.RWMutex
+	cutting                  bool // a cut is under way: no process is started (guarded by starting)
 	runs                     map[string]*plRun
 	order                    []string        // run IDs, in the order submitted
 	gated                    map[string]bool // runs whose started file a cut kept
@@ -239,8 +242,23 @@ func (t *trial) run3(args ...string) (string, string, int) {
 	cmd := t.command(ctx, args...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := cmd.ProcessState.ExitCode()
+	// Not while the power is being cut: a process cloned into the frozen
+	// group would stop before its exec, and its parent, this process, in
+	// vfork with it.
+	t.starting.RLock()
+	if t.cutting {
+		t.starting.RUnlock()
+		return "", "", -1
+	}
+	err := cmd.Start()
+	t.starting.RUnlock()
+	if err == nil {
+		err = cmd.Wait()
+	}
+	code := -1
+	if cmd.ProcessState != nil {
+		code = cmd.ProcessState.ExitCode()
+	}
 	if err != nil && code == 0 {
 		code = -1
 	}
@@ -692,12 +710,18 @@ func (t *trial) scriptedCut(k int, after bool, model crashfs.Model) {
 // powerCut stops every process that used the mount, unmounts it, and
 // turns the backing directory into what the disk kept.
 func (t *trial) powerCut(model crashfs.Model, where string) {
+	t.starting.Lock()
+	t.cutting = true
+	t.starting.Unlock()
 	if err := t.group.Freeze(); err != nil {
 		t.progress("%v", err)
 	}
 	t.fs.Freeze()
 	t.ts.Check(t.group.Kill())
 	t.clients.Wait()
+	t.starting.Lock()
+	t.cutting = false
+	t.starting.Unlock()
 	t.ts.Check(t.fs.Unmount())
 	img := t.backing + ".image"
 	os.RemoveAll(img)
@@ -775,6 +799,12 @@ func (t *trial) verify() {
 		t.progress("cut %d: tend fsck --repair (exit %d):\n%s%s", t.cutNo, rcode, rout, rerr)
 		out, errOut, code = t.run3("fsck")
 		t.check(code == 0, "tend fsck --repair left problems: %s%s", out, errOut)
+		if code != 0 {
+			for _, m := range regexp.MustCompile(`runs/([^/:]+)`).FindAllStringSubmatch(out+errOut, -1) {
+				ls, _ := exec.Command("ls", "-la", filepath.Join(t.root, "runs", m[1])).CombinedOutput()
+				t.progress("%s\n%s", ls, runDiagnosis(t.root, m[1]))
+			}
+		}
 	} else {
 		t.check(true, "")
 	}

@@ -113,11 +113,28 @@ func Mount(backing, mnt string) (*FS, error) {
 		return nil, fmt.Errorf("crashfs: mounting %s on %s: %w", backing, mnt, err)
 	}
 	f.server = server
+	closeOnExec()
 	var mst unix.Stat_t
 	if err := unix.Stat(mnt, &mst); err == nil {
 		f.conn = unix.Minor(mst.Dev)
 	}
 	return f, nil
+}
+
+// closeOnExec marks this process's descriptors of /dev/fuse close-on-exec:
+// go-fuse opens it without O_CLOEXEC, so every process the test starts
+// would hold the connection open, and one that exits with a file of the
+// mount open would wait forever for a server that is gone.
+func closeOnExec() {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	for _, e := range ents {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && target == "/dev/fuse" {
+			var fd int
+			if _, err := fmt.Sscan(e.Name(), &fd); err == nil {
+				unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC)
+			}
+		}
+	}
 }
 
 // Unmount unmounts the file system. If something still uses it, it is
