@@ -22,6 +22,9 @@ const (
 	FlushRecordDir Flush = "record-dir"
 	// FlushRunsDir: runs/, once a run's directory was made in it.
 	FlushRunsDir Flush = "runs-dir"
+	// FlushSeen: a run's directory, by a client that read its record and
+	// acts on it (tend wait), before it does.
+	FlushSeen Flush = "seen"
 	// FlushGate: a run's gate file, written by its process once past its
 	// gate, before the command runs (a write with O_DSYNC).
 	FlushGate Flush = "gate"
@@ -60,7 +63,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
 }
 

@@ -225,7 +225,7 @@ func waitRun(e *env, id string, deadline time.Time, until func(*tracker.State) b
 	d := spool.Dir{Root: e.root}
 	store := tracker.NewStore(e.root)
 	if st, err := store.Read(id); err == nil && until(st) {
-		return st, nil // no watcher needed, so none is started
+		return st, seen(store, id) // no watcher needed, so none is started
 	}
 	if err := e.autoStart(); err != nil {
 		return nil, err
@@ -253,7 +253,21 @@ func waitRun(e *env, id string, deadline time.Time, until func(*tracker.State) b
 		st = read
 		return until(st), nil
 	})
+	if err == nil {
+		err = seen(store, id)
+	}
 	return st, err
+}
+
+// seen makes run id's record, as the client just read it, durable before
+// the client acts on it: the watcher syncs a record's directory just after
+// it renames the record into place, and a record read in between would
+// not survive a power loss.
+func seen(store *tracker.Store, id string) error {
+	if err := spool.FlushSeen.SyncDir(store.RunDir(id)); err != nil {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	return nil
 }
 
 // runExitCode is the exit code a shell would report for the run: its own
