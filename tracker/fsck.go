@@ -201,6 +201,11 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 // "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
 var tempName = regexp.MustCompile(`^(state\.json|order|watcher\.json|watcher\.pid|queue|list\.cache|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
 
+// Leftover reports whether name is that of a temporary file an
+// interrupted write leaves behind (in a root, a run's directory or
+// outcomes/): nothing needs it.
+func Leftover(name string) bool { return tempName.MatchString(name) }
+
 // leftovers finds temporary files and directories that only a crash
 // leaves behind.
 func leftovers(root string) []Problem {

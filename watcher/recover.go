@@ -93,15 +93,17 @@ func (w *watcher) recoverClaimed(id string) {
 // removeEmpty removes the run directory dir of a claim that did not
 // survive (a crash before the rename, a power loss after it), and the
 // files a launch makes there before the run's first record (its output
-// files, its gate file), if they are empty: nothing is lost, and the
-// request, if it comes again, can make the run anew.
+// files, its gate file), if they are empty, and what an interrupted write
+// of that record left: nothing is lost, and the request, if it comes
+// again, can make the run anew.
 func removeEmpty(dir string) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
-		if fi, err := e.Info(); err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && !tracker.Leftover(e.Name()) {
 			return
 		}
 	}
