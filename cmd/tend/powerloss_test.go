@@ -57,36 +57,66 @@ func cmdPowerLoss(ts *testscript.TestScript, neg bool, args []string) {
 	if s, err := strconv.ParseUint(os.Getenv("TEND_POWERLOSS_SEED"), 10, 64); err == nil {
 		seed = s
 	}
-	t := newTrial(ts, seed)
+	t := newTrial(ts, ts.MkAbs("."), seed, "")
 	defer t.close()
 	t.progress("powerloss: %d cuts, TEND_POWERLOSS_SEED=%d", cuts, seed)
+	t.cuts(cuts)
+	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations", t.cutNo, t.checks, t.violations)
+	report(line)
+	t.progress("%s", line)
+	if t.violations > 0 {
+		ts.Fatalf("%s (TEND_POWERLOSS_SEED=%d)", line, seed)
+	}
+}
+
+// report writes the last line of a trial to $TEND_POWERLOSS_REPORT, if
+// set, for make to show last.
+func report(line string) {
+	if path := os.Getenv("TEND_POWERLOSS_REPORT"); path != "" {
+		os.WriteFile(path, []byte(line+"\n"), 0o644)
+	}
+}
+
+// freshEvery is how many cuts a root takes before the trial starts
+// another: a root's runs pile up, and each cut checks them all.
+const freshEvery = 20
+
+// cuts cuts the power n times, each followed by a recovery and the
+// checks; every other cut is at one of the scripted sequence's flushes,
+// and two of every four use the reordered model. It stops early if a
+// watcher cannot start on what a cut left, or, for a mutant, at the first
+// violation.
+func (t *trial) cuts(n int) {
 	t.scriptFlushes = t.measureScript()
-	for i := 0; i < cuts; i++ {
+	for i := 0; i < n; i++ {
+		if t.mutant != "" && t.violations > 0 {
+			return
+		}
+		if i > 0 && i%freshEvery == 0 {
+			t.fresh()
+			t.measureScript()
+		}
 		t.cutNo = i + 1
 		model := crashfs.Strict
 		if i%4 >= 2 {
 			model = crashfs.Reordered
 		}
 		t0 := time.Now()
-		t.up()
+		if !t.up() {
+			return
+		}
 		t1 := time.Now()
 		if i%2 == 1 && t.scriptFlushes > 0 {
-			point := (i/2 + int(seed%1000)) % (2 * t.scriptFlushes)
+			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
 		} else {
 			t.randomCut(model)
 		}
 		t2 := time.Now()
-		t.recover()
+		if !t.recover() {
+			return
+		}
 		t.progress("cut %d took: up %v, clients and cut %v, recovery and checks %v", t.cutNo, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
-	}
-	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations", cuts, t.checks, t.violations)
-	if path := os.Getenv("TEND_POWERLOSS_REPORT"); path != "" {
-		os.WriteFile(path, []byte(line+"\n"), 0o644)
-	}
-	t.progress("%s", line)
-	if t.violations > 0 {
-		ts.Fatalf("%s (TEND_POWERLOSS_SEED=%d)", line, seed)
 	}
 }
 
@@ -96,6 +126,8 @@ type trial struct {
 	ts                       *testscript.TestScript
 	rng                      *rand.Rand
 	seed                     uint64
+	mutant                   string // the flush left out, in make powerloss-mutants
+	roots                    int    // roots made so far
 	work, backing, mnt, root string
 	ranLog, tend             string
 	group                    *crashfs.Group
@@ -106,7 +138,9 @@ type trial struct {
 	clients                  sync.WaitGroup
 	mu                       sync.Mutex // guards runs and what client goroutines record
 	starting                 sync.RWMutex
-	cutting                  bool // a cut is under way: no process is started (guarded by starting)
+	cutting                  bool     // a cut is under way: no process is started (guarded by starting)
+	shared                   bool     // tend up --shared root has returned
+	rejectedSeen             []string // requests whose rejection was read
 	runs                     map[string]*plRun
 	order                    []string        // run IDs, in the order submitted
 	gated                    map[string]bool // runs whose started file a cut kept
@@ -136,19 +170,13 @@ type plRun struct {
 	restartSeen int // the attempt a restart was answered with
 }
 
-func newTrial(ts *testscript.TestScript, seed uint64) *trial {
+func newTrial(ts *testscript.TestScript, dir string, seed uint64, mutant string) *trial {
 	t := &trial{
-		ts: ts, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
-		work: ts.MkAbs("."), backing: ts.MkAbs("backing"), mnt: ts.MkAbs("mnt"),
-		ranLog: ts.MkAbs("ran.log"), runs: make(map[string]*plRun), gated: make(map[string]bool), reported: make(map[string]bool),
+		ts: ts, seed: seed, rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), mutant: mutant,
+		work: dir, mnt: filepath.Join(dir, "mnt"), ranLog: filepath.Join(dir, "ran.log"), reported: make(map[string]bool),
 	}
 	t.root = filepath.Join(t.mnt, ".tend")
-	for _, dir := range []string{t.backing, t.mnt} {
-		ts.Check(os.MkdirAll(dir, 0o755))
-	}
-	// Every finished run is kept, for the checks.
-	ts.Check(os.MkdirAll(filepath.Join(t.backing, ".tend"), 0o700))
-	ts.Check(os.WriteFile(filepath.Join(t.backing, ".tend", "config.json"), []byte(`{"keep_finished": 0, "keep_finished_for": 0}`+"\n"), 0o644))
+	ts.Check(os.MkdirAll(t.mnt, 0o755))
 	for _, dir := range filepath.SplitList(ts.Getenv("PATH")) {
 		if p := filepath.Join(dir, "tend"); exists(p) {
 			t.tend = p
@@ -158,10 +186,31 @@ func newTrial(ts *testscript.TestScript, seed uint64) *trial {
 	if t.tend == "" {
 		ts.Fatalf("no tend in $PATH")
 	}
-	g, err := crashfs.NewGroup("powerloss")
+	name := "powerloss"
+	if mutant != "" {
+		name = "mutant-" + mutant
+	}
+	g, err := crashfs.NewGroup(name)
 	ts.Check(err)
 	t.group = g
+	t.fresh()
 	return t
+}
+
+// fresh starts the trial over on a new root: what the next cuts check is
+// only what they do.
+func (t *trial) fresh() {
+	if t.fs != nil {
+		t.ts.Check(t.fs.Unmount())
+		t.fs = nil
+	}
+	t.roots++
+	t.backing = filepath.Join(t.work, fmt.Sprintf("backing%d", t.roots))
+	t.runs, t.order, t.gated = make(map[string]*plRun), nil, make(map[string]bool)
+	t.pendingFiles, t.cancelFiles, t.rejectedSeen, t.shared = nil, nil, nil, false
+	// Every finished run is kept, for the checks.
+	t.ts.Check(os.MkdirAll(filepath.Join(t.backing, ".tend"), 0o700))
+	t.ts.Check(os.WriteFile(filepath.Join(t.backing, ".tend", "config.json"), []byte(`{"keep_finished": 0, "keep_finished_for": 0}`+"\n"), 0o644))
 }
 
 func exists(path string) bool {
@@ -194,10 +243,14 @@ func (t *trial) violation(format string, args ...any) {
 // $TEND_POWERLOSS_PROGRESS is set (make powerloss): a script's log shows
 // only when it ends.
 func (t *trial) progress(format string, args ...any) {
-	t.ts.Logf(format, args...)
+	if t.mutant != "" {
+		format = t.mutant + ": " + format
+	}
 	if os.Getenv("TEND_POWERLOSS_PROGRESS") != "" {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
+		return
 	}
+	t.ts.Logf(format, args...)
 }
 
 // check counts one check, and reports a violation if ok is false.
@@ -223,7 +276,7 @@ func (t *trial) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd := exec.CommandContext(ctx, t.tend, args...)
 	cmd.Dir = t.work
 	cmd.Env = append(os.Environ(), "PATH="+t.ts.Getenv("PATH"), "TEND_ROOT="+t.root, "TEND_NO_START=1", "TEND_SESSION=",
-		"TEND_MUTANT_NOFLUSH="+t.ts.Getenv("TEND_MUTANT_NOFLUSH"))
+		"TEND_MUTANT_NOFLUSH="+t.mutant)
 	cmd.SysProcAttr = t.group.SysProcAttr()
 	return cmd
 }
@@ -297,13 +350,24 @@ func (t *trial) backgroundCode(done func(out string, code int), args ...string) 
 }
 
 // up starts a watcher on the root, which recovers what the last cut left.
-func (t *trial) up() {
+// The first is tend up --shared root, which writes config.json (groups),
+// and must be there after every cut. It reports false if no watcher
+// could start: a root that cannot be recovered ends the trial.
+func (t *trial) up() bool {
 	if t.fs == nil {
 		t.mount()
 	}
-	if out, code := t.run("up"); code != 0 {
-		t.ts.Fatalf("cut %d: tend up: exit %d: %s\n%s", t.cutNo, code, out, t.tail("watcher.log"))
+	args := []string{"up"}
+	if !t.shared {
+		args = append(args, "--shared", "root")
 	}
+	out, errOut, code := t.run3(args...)
+	if code != 0 {
+		t.violation("a watcher cannot start on what the disk kept: tend %s: exit %d: %s%s\n%s", strings.Join(args, " "), code, out, errOut, t.tail("watcher.log"))
+		return false
+	}
+	t.shared = true
+	return true
 }
 
 // tail returns the end of a file of the root, for a failure's message.
@@ -571,7 +635,16 @@ func (t *trial) script(stop func() bool) {
 		func() { t.awaitStart(t.submit("service", "cli")) },
 		func() {
 			// A request that is rejected.
-			os.WriteFile(filepath.Join(t.root, "spool", t.newID()+".start"), []byte(`{"command": 5}`), 0o644)
+			name := t.newID() + ".start"
+			if os.WriteFile(filepath.Join(t.root, "spool", name), []byte(`{"command": 5}`), 0o644) != nil {
+				return
+			}
+			for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && !t.fs.Frozen(); time.Sleep(2 * time.Millisecond) {
+				if b, err := os.ReadFile(filepath.Join(t.root, "outcomes", name)); err == nil && strings.HasPrefix(string(b), spool.Rejected) {
+					t.rejectedSeen = append(t.rejectedSeen, name)
+					return
+				}
+			}
 		},
 	}
 	for _, step := range steps {
@@ -676,7 +749,9 @@ func slicesContains(s []string, v string) bool {
 // measureScript runs the scripted sequence once, on a fresh watcher, and
 // returns how many flushes it made; then stops the watcher and settles.
 func (t *trial) measureScript() int {
-	t.up()
+	if !t.up() {
+		t.ts.Fatalf("tend up failed on a fresh root")
+	}
 	before := len(t.fs.Flushes())
 	t.script(func() bool { return false })
 	n := len(t.fs.Flushes()) - before
@@ -741,9 +816,11 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 
 // recover starts a watcher on what the disk kept, waits until it has
 // settled every run, stops it, and checks.
-func (t *trial) recover() {
+func (t *trial) recover() bool {
 	t0 := time.Now()
-	t.up()
+	if !t.up() {
+		return false
+	}
 	t1 := time.Now()
 	t.settle()
 	t2 := time.Now()
@@ -751,6 +828,7 @@ func (t *trial) recover() {
 	t3 := time.Now()
 	t.verify()
 	t.progress("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
+	return true
 }
 
 // settle waits until no run is starting, queued or stopping, and every
@@ -850,6 +928,30 @@ func (t *trial) verify() {
 	}
 	for id, st := range byID {
 		t.check(tracker.Final(st.State), "run %s is %s after tend down", id, st.State)
+	}
+	t.verifyRejected()
+	cfg, _ := os.ReadFile(filepath.Join(t.root, "config.json"))
+	t.check(regexp.MustCompile(`"groups": \[\s*"root"\s*\]`).Match(cfg), "config.json lost what tend up --shared wrote: %q", cfg)
+}
+
+// verifyRejected checks rejected/: every request there has its reason,
+// and every rejection a client read is there.
+func (t *trial) verifyRejected() {
+	dir := filepath.Join(t.root, "rejected")
+	ents, _ := os.ReadDir(dir)
+	names := make(map[string]bool)
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	for name := range names {
+		if strings.HasSuffix(name, ".error") || strings.HasPrefix(name, ".") {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(dir, name+".error"))
+		t.check(len(b) > 0 && b[len(b)-1] == '\n', "rejected/%s has no reason (its .error holds %q)", name, b)
+	}
+	for _, name := range t.rejectedSeen {
+		t.check(names[name], "%s: a client read its rejection, but rejected/ has no %s", name, name)
 	}
 }
 
