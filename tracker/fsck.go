@@ -287,10 +287,12 @@ func Repair(root string, identify Identify) ([]string, error) {
 		}
 		done = append(done, what...)
 	}
+	removedFrom := make(map[string]bool) // the directories to sync
 	for _, p := range leftovers(root) {
 		if strings.Contains(p.What, "temporary file") {
 			if err := os.Remove(p.Path); err == nil {
 				done = append(done, p.Path+": removed (a partial write)")
+				removedFrom[filepath.Dir(p.Path)] = true
 			}
 		}
 	}
@@ -299,6 +301,13 @@ func Repair(root string, identify Identify) ([]string, error) {
 		// removes it, but a power loss may bring it back.
 		if err := os.Remove(p.Path); err == nil {
 			done = append(done, p.Path+": removed (its run was deleted)")
+			removedFrom[filepath.Dir(p.Path)] = true
+		}
+	}
+	for dir := range removedFrom {
+		// Repaired for good: a power loss would bring them back.
+		if err := spool.FlushRepairDir.SyncDir(dir); err != nil {
+			return done, err
 		}
 	}
 	// What was appended to the history is as durable as the records

@@ -807,8 +807,16 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 	t.fs = nil
 	t.pendingFiles, t.cancelFiles = nil, nil
 	t.progress("cut %d (%s, %s): kept %d of %d unsynced changes; %d files, %d dirs", t.cutNo, model, where, stats.Kept, stats.Pending, stats.Files, stats.Dirs)
-	// Which runs passed their gates, as far as the disk knows.
+	// Which runs passed their gates, as far as the disk knows: a cut
+	// between a gate's line and the command's first step leaves a run
+	// that is started and did nothing.
 	paths, _ := filepath.Glob(filepath.Join(t.backing, ".tend", "runs", "*", "started"))
+	gates, _ := filepath.Glob(filepath.Join(t.backing, ".tend", "runs", "*", "gate"))
+	for _, p := range gates {
+		if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+			paths = append(paths, p)
+		}
+	}
 	for _, p := range paths {
 		t.gated[filepath.Base(filepath.Dir(p))] = true
 	}
