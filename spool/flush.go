@@ -22,6 +22,9 @@ const (
 	FlushRecordDir Flush = "record-dir"
 	// FlushRunsDir: runs/, once a run's directory was made in it.
 	FlushRunsDir Flush = "runs-dir"
+	// FlushClaim: the spool, once requests were claimed from it (renamed
+	// out), beside the records written after.
+	FlushClaim Flush = "claim"
 	// FlushSeen: a run's directory, by a client that read its record and
 	// acts on it (tend wait), before it does.
 	FlushSeen Flush = "seen"
@@ -63,7 +66,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
 }
 

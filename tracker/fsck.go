@@ -199,7 +199,7 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 
 // tempName matches what an interrupted atomic write leaves: spool.Replace's
 // "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
-var tempName = regexp.MustCompile(`^(state\.json|order|watcher\.json|watcher\.pid|queue|list\.cache|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
+var tempName = regexp.MustCompile(`^(state\.json|order|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
 
 // Leftover reports whether name is that of a temporary file an
 // interrupted write leaves behind (in a root, a run's directory or

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -168,17 +169,46 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 // client is answered after the records, it can find in the history after
 // a power loss too. Not with durability watcher_crash, which syncs
 // neither.
+//
+// The spool is synced beside them too if a request was claimed from it
+// since it last was: a claim is a rename, and a power loss could keep
+// its new name (synced with the record) and not the removal of the old,
+// bringing back a request its run has taken, into the spool, to be taken
+// again once its run is deleted.
 func (w *watcher) writeRecords(states []*tracker.State) []error {
-	if !w.histUnsynced || w.settings.Durability == tracker.WatcherCrash {
+	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced {
 		return w.store.WriteAll(states)
 	}
 	var wg sync.WaitGroup
-	var err error
-	wg.Go(func() { err = w.hist.Sync() })
+	var histErr, spoolErr error
+	if w.histUnsynced {
+		wg.Go(func() { histErr = w.hist.Sync() })
+	}
+	spoolSync := w.spoolUnsynced
+	if spoolSync {
+		wg.Go(func() { spoolErr = spool.FlushClaim.SyncDir(w.spool.Spool()) })
+	}
 	errs := w.store.WriteAll(states)
 	wg.Wait()
-	w.historySynced(err)
+	if w.histUnsynced {
+		w.historySynced(histErr)
+	}
+	if spoolSync {
+		if spoolErr != nil {
+			w.log.Printf("%v", spoolErr) // the next flush tries again
+		} else {
+			w.spoolUnsynced = false
+		}
+	}
 	return errs
+}
+
+// claimed notes a claim from the spool (err is its error): the spool is
+// synced with the next records.
+func (w *watcher) claimed(err error) {
+	if err == nil {
+		w.spoolUnsynced = true
+	}
 }
 
 // syncHistory makes the history appended so far durable, before what

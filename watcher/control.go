@@ -30,6 +30,7 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	}
 	taken = takenPath(w.spool, n)
 	claimed, err := w.spool.Claim(f, taken)
+	w.claimed(err)
 	if err != nil {
 		w.log.Printf("%s: claiming: %v", n, err)
 		return "", false

@@ -138,6 +138,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		return false
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(w.store.RunDir(n.ID), "request"))
+	w.claimed(err)
 	if err != nil {
 		return false
 	}

@@ -278,6 +278,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
+	w.claimed(err)
 	if err != nil {
 		os.Remove(dir)
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -313,8 +313,9 @@ type watcher struct {
 	store *tracker.Store
 	hist  *tracker.History
 	// histUnsynced is set while lines appended to the history are not
-	// yet synced (see writeRecords).
-	histUnsynced bool
+	// yet synced, spoolUnsynced while a claim from the spool is not (see
+	// writeRecords).
+	histUnsynced, spoolUnsynced bool
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
