@@ -54,10 +54,6 @@ const (
 	FlushConfig Flush = "config"
 	// FlushConfigDir: the root, once that config.json is in it.
 	FlushConfigDir Flush = "config-dir"
-	// FlushInfo: watcher.json and watcher.pid, before they have their names.
-	FlushInfo Flush = "info"
-	// FlushInfoDir: the root, once they are in it.
-	FlushInfoDir Flush = "info-dir"
 	// FlushRepair: a history file tend fsck --repair rewrote.
 	FlushRepair Flush = "repair"
 	// FlushRepairDir: the root, once that file is in it.
@@ -67,7 +63,7 @@ const (
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
 	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
-		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushInfo, FlushInfoDir, FlushRepair, FlushRepairDir}
+		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair, FlushRepairDir}
 }
 
 // Fsync fsyncs fd, as f.

@@ -43,18 +43,18 @@ func ReadInfo(root string) (Info, error) {
 	return info, nil
 }
 
-// infoDurable names the flushes of watcher.json and watcher.pid.
-var infoDurable = spool.Durable{File: spool.FlushInfo, Dir: spool.FlushInfoDir}
-
 // writeInfo writes watcher.json and watcher.pid (the PID alone, for
-// shells), each replaced atomically.
+// shells), each replaced atomically, not synced: after a power loss no
+// watcher runs, whatever they say, and a reader checks the lock, so a
+// stale, old or empty one after a power loss is harmless (the power-loss
+// trial showed nothing lost without their fsyncs).
 func (w *watcher) writeInfo() error {
 	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root, Durability: w.settings.Durability}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := spool.Replace(InfoPath(w.cfg.Root), append(b, '\n'), spool.Perm{Mode: 0o644}, infoDurable); err != nil {
+	if err := spool.ReplaceUnsynced(InfoPath(w.cfg.Root), append(b, '\n'), spool.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", InfoPath(w.cfg.Root), err)
 	}
-	if err := spool.Replace(PIDPath(w.cfg.Root), []byte(strconv.Itoa(os.Getpid())+"\n"), spool.Perm{Mode: 0o644}, infoDurable); err != nil {
+	if err := spool.ReplaceUnsynced(PIDPath(w.cfg.Root), []byte(strconv.Itoa(os.Getpid())+"\n"), spool.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", PIDPath(w.cfg.Root), err)
 	}
 	return nil
