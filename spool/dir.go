@@ -282,6 +282,13 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // request's name.
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
+	if err := os.Mkdir(d.Rejected(), 0o755); err == nil {
+		// Made again (an operator cleared it): its name is durable
+		// before what it will hold.
+		if err := FlushRootDirs.SyncDir(d.Root); err != nil {
+			return "", err
+		}
+	}
 	for i := 0; ; i++ {
 		dst := filepath.Join(d.Rejected(), rejectedName(name, i))
 		if _, err := os.Lstat(dst + ".error"); err == nil {

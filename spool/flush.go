@@ -22,6 +22,9 @@ const (
 	FlushRecordDir Flush = "record-dir"
 	// FlushRunsDir: runs/, once a run's directory was made in it.
 	FlushRunsDir Flush = "runs-dir"
+	// FlushRootDirs: the root, once tend made runs/ or rejected/ in it
+	// (the watcher syncs it as it starts, having made what was missing).
+	FlushRootDirs Flush = "root-dirs"
 	// FlushClaim: the spool, once requests were claimed from it (renamed
 	// out), beside the records written after.
 	FlushClaim Flush = "claim"
@@ -62,13 +65,14 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair, FlushRepairDir}
 }
 
 // Fsync fsyncs fd, as f.
 func (f Flush) Fsync(fd int) error {
 	if f.removed() {
+		markFD(fd)
 		return nil
 	}
 	return unix.Fsync(fd)
@@ -78,6 +82,7 @@ func (f Flush) Fsync(fd int) error {
 // metadata.
 func (f Flush) Fdatasync(fd int) error {
 	if f.removed() {
+		markFD(fd)
 		return nil
 	}
 	return unix.Fdatasync(fd)
@@ -96,6 +101,7 @@ func (f Flush) SyncFlag() int {
 // in it are durable once it returns.
 func (f Flush) SyncDir(dir string) error {
 	if f.removed() {
+		markPath(dir)
 		return nil
 	}
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

@@ -90,12 +90,18 @@ func (s *Store) RunDir(id string) string {
 // Path returns the path of file name in run id's directory.
 func (s *Store) Path(id, name string) string { return filepath.Join(s.RunDir(id), name) }
 
-// Make creates runs/ if it is missing.
+// Make creates runs/ if it is missing, durably unless the store's
+// durability is WatcherCrash: every record durable in it is lost if it
+// is.
 func (s *Store) Make() error {
-	if err := os.Mkdir(s.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+	err := os.Mkdir(s.dir, 0o755)
+	if errors.Is(err, os.ErrExist) {
+		return nil
 	}
-	return nil
+	if err == nil && s.durability != WatcherCrash {
+		err = spool.FlushRootDirs.SyncDir(filepath.Dir(s.dir))
+	}
+	return err
 }
 
 // MakeRunDir creates run id's directory, and runs/ first if it was

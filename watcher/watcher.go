@@ -242,6 +242,14 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := os.MkdirAll(exitsDir(cfg.Root), 0o755); err != nil {
 		return err
 	}
+	if w.settings.Durability != tracker.WatcherCrash {
+		// The directories made before, by tend up or a client (rejected/
+		// must hold what it is answered about), durable before anything
+		// in them is.
+		if err := spool.FlushRootDirs.SyncDir(cfg.Root); err != nil {
+			return err
+		}
+	}
 	l, err := lock(cfg.Root)
 	if err != nil {
 		return err
