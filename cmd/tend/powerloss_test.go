@@ -83,18 +83,25 @@ const freshEvery = 20
 
 // cuts cuts the power n times, each followed by a recovery and the
 // checks; every other cut is at one of the scripted sequence's flushes,
-// and two of every four use the reordered model. It stops early if a
-// watcher cannot start on what a cut left, or, for a mutant, at the first
-// violation.
+// and two of every four use the reordered model. A mutant's trial (a
+// flush left out) makes every third cut at the place of that flush
+// instead (see crashfs.CutAfterMark), and starts a root every five cuts.
+// It stops early if a watcher cannot start on what a cut left, or, for a
+// mutant, at the first violation.
 func (t *trial) cuts(n int) {
+	// Measured on a root of its own: each root's first cut comes while
+	// its first watcher has just made its key and its history.
 	t.scriptFlushes = t.measureScript()
+	every := freshEvery
+	if t.mutant != "" {
+		every = 5
+	}
 	for i := 0; i < n; i++ {
 		if t.mutant != "" && t.violations > 0 {
 			return
 		}
-		if i > 0 && i%freshEvery == 0 {
+		if i%every == 0 {
 			t.fresh()
-			t.measureScript()
 		}
 		t.cutNo = i + 1
 		model := crashfs.Strict
@@ -102,14 +109,24 @@ func (t *trial) cuts(n int) {
 			model = crashfs.Reordered
 		}
 		t0 := time.Now()
+		if t.fs == nil {
+			t.mount()
+		}
+		if t.mutant != "" && t.mark == nil && i%3 == 0 {
+			t.mark = t.fs.CutAfterMark()
+		}
+		t.cutsOnRoot++
 		if !t.up() {
 			return
 		}
 		t1 := time.Now()
-		if i%2 == 1 && t.scriptFlushes > 0 {
+		switch {
+		case t.mark != nil:
+			t.markCut(t.mark)
+		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
-		} else {
+		default:
 			t.randomCut(model)
 		}
 		t2 := time.Now()
@@ -117,6 +134,25 @@ func (t *trial) cuts(n int) {
 			return
 		}
 		t.progress("cut %d took: up %v, clients and cut %v, recovery and checks %v", t.cutNo, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
+	}
+}
+
+// markCut runs the scripted sequence, then clients at random, until the
+// cut at the flush after a mark (mark is closed then), and cuts the power
+// keeping only what came after the mark; or, if no mark came, at the end,
+// strictly.
+func (t *trial) markCut(mark <-chan struct{}) {
+	t.script(t.fs.Frozen)
+	for end := time.Now().Add(time.Second); time.Now().Before(end) && !t.fs.Frozen(); {
+		t.act()
+		time.Sleep(time.Duration(t.rng.IntN(30)) * time.Millisecond)
+	}
+	select {
+	case <-mark:
+		t.powerCut(crashfs.AfterMark, "at the first flush after the place of the one left out")
+	default:
+		t.fs.Freeze()
+		t.powerCut(crashfs.Strict, "at the end: no flush was left out")
 	}
 }
 
@@ -138,9 +174,12 @@ type trial struct {
 	clients                  sync.WaitGroup
 	mu                       sync.Mutex // guards runs and what client goroutines record
 	starting                 sync.RWMutex
-	cutting                  bool     // a cut is under way: no process is started (guarded by starting)
-	shared                   bool     // tend up --shared root has returned
-	rejectedSeen             []string // requests whose rejection was read
+	cutting                  bool            // a cut is under way: no process is started (guarded by starting)
+	shared                   bool            // tend up --shared root has returned
+	ups                      int             // tend ups on this root
+	cutsOnRoot               int             // cuts made on this root
+	mark                     <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
+	rejectedSeen             []string        // requests whose rejection was read
 	runs                     map[string]*plRun
 	order                    []string        // run IDs, in the order submitted
 	gated                    map[string]bool // runs whose started file a cut kept
@@ -207,10 +246,15 @@ func (t *trial) fresh() {
 	t.roots++
 	t.backing = filepath.Join(t.work, fmt.Sprintf("backing%d", t.roots))
 	t.runs, t.order, t.gated = make(map[string]*plRun), nil, make(map[string]bool)
-	t.pendingFiles, t.cancelFiles, t.rejectedSeen, t.shared = nil, nil, nil, false
+	t.pendingFiles, t.cancelFiles, t.rejectedSeen, t.shared, t.ups, t.cutsOnRoot, t.mark = nil, nil, nil, false, 0, 0, nil
 	// Every finished run is kept, for the checks.
 	t.ts.Check(os.MkdirAll(filepath.Join(t.backing, ".tend"), 0o700))
 	t.ts.Check(os.WriteFile(filepath.Join(t.backing, ".tend", "config.json"), []byte(`{"keep_finished": 0, "keep_finished_for": 0}`+"\n"), 0o644))
+	if t.roots%2 == 0 {
+		// As an earlier tend left it: a history, and no key yet. Its first
+		// watcher makes the key, and only that syncs the root after it.
+		t.ts.Check(os.WriteFile(filepath.Join(t.backing, ".tend", "history.jsonl"), nil, 0o644))
+	}
 }
 
 func exists(path string) bool {
@@ -350,23 +394,29 @@ func (t *trial) backgroundCode(done func(out string, code int), args ...string) 
 }
 
 // up starts a watcher on the root, which recovers what the last cut left.
-// The first is tend up --shared root, which writes config.json (groups),
-// and must be there after every cut. It reports false if no watcher
+// The second of a root is tend up --shared root, which writes config.json
+// (groups): once it has returned, that must be there after every cut. It reports false if no watcher
 // could start: a root that cannot be recovered ends the trial.
 func (t *trial) up() bool {
 	if t.fs == nil {
 		t.mount()
 	}
 	args := []string{"up"}
-	if !t.shared {
+	if t.ups == 1 {
+		// Once a root has its key: then only this syncs the root after
+		// config.json, and the trial notices if it did not.
 		args = append(args, "--shared", "root")
 	}
+	t.ups++
 	out, errOut, code := t.run3(args...)
+	if code != 0 && t.fs.Frozen() {
+		return true // a cut at a mark, during the start: the cut comes next
+	}
 	if code != 0 {
 		t.violation("a watcher cannot start on what the disk kept: tend %s: exit %d: %s%s\n%s", strings.Join(args, " "), code, out, errOut, t.tail("watcher.log"))
 		return false
 	}
-	t.shared = true
+	t.shared = t.shared || len(args) > 1
 	return true
 }
 
@@ -792,6 +842,7 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 		t.progress("%v", err)
 	}
 	t.fs.Freeze()
+	t.mark = nil
 	t.ts.Check(t.group.Kill())
 	t.clients.Wait()
 	t.starting.Lock()
@@ -878,9 +929,17 @@ func (t *trial) down() {
 // verify checks the root against what clients saw: fsck first (and its
 // repair, if it finds problems), then every run.
 func (t *trial) verify() {
+	if t.cutsOnRoot == 2 {
+		t.tearHistory()
+	}
 	out, errOut, code := t.run3("fsck")
 	if code != 0 {
 		t.progress("cut %d: tend fsck:\n%s%s", t.cutNo, out, errOut)
+		if t.mutant != "" && t.mark == nil {
+			// The repair's flushes are a mutant's too: cut at the next
+			// flush after one it left out.
+			t.mark = t.fs.CutAfterMark()
+		}
 		rout, rerr, rcode := t.run3("fsck", "--repair")
 		t.progress("cut %d: tend fsck --repair (exit %d):\n%s%s", t.cutNo, rcode, rout, rerr)
 		out, errOut, code = t.run3("fsck")
@@ -938,14 +997,29 @@ func (t *trial) verify() {
 		t.check(tracker.Final(st.State), "run %s is %s after tend down", id, st.State)
 	}
 	t.verifyRejected()
-	cfg, _ := os.ReadFile(filepath.Join(t.root, "config.json"))
-	t.check(regexp.MustCompile(`"groups": \[\s*"root"\s*\]`).Match(cfg), "config.json lost what tend up --shared wrote: %q", cfg)
+	if t.shared {
+		cfg, _ := os.ReadFile(filepath.Join(t.root, "config.json"))
+		t.check(regexp.MustCompile(`"groups": \[\s*"root"\s*\]`).Match(cfg), "config.json lost what tend up --shared wrote: %q", cfg)
+	}
 }
 
 // reasonTemp matches the temporary file a reason is written to before it
 // has its name: a power loss may leave one, and nothing needs it (the
 // trial's requests have no such names).
 var reasonTemp = regexp.MustCompile(`\.error\d+$`)
+
+// tearHistory leaves the history as a crash mid-append leaves it, with a
+// torn last line, once a root: the watcher appends nothing more until
+// tend fsck --repair moves it aside, which the repair then does, and what
+// it rewrote must survive the cuts after.
+func (t *trial) tearHistory() {
+	f, err := os.OpenFile(tracker.HistoryPath(t.root), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return
+	}
+	f.WriteString(`{"time":"2026-11-21T11:04:24.126Z","id":"torn`)
+	f.Close()
+}
 
 // verifyRejected checks rejected/: every request there has its reason,
 // and every rejection a client read is there.
@@ -962,6 +1036,10 @@ func (t *trial) verifyRejected() {
 		}
 		b, _ := os.ReadFile(filepath.Join(dir, name+".error"))
 		t.check(len(b) > 0 && b[len(b)-1] == '\n', "rejected/%s has no reason (its .error holds %q)", name, b)
+		if !slicesContains(t.rejectedSeen, name) && !t.reported["rejected "+name] {
+			t.reported["rejected "+name] = true // said once
+			t.progress("cut %d: rejected/%s: %s", t.cutNo, name, bytes.TrimSpace(b))
+		}
 	}
 	for _, name := range t.rejectedSeen {
 		t.check(names[name], "%s: a client read its rejection, but rejected/ has no %s", name, name)

@@ -53,6 +53,8 @@ type FS struct {
 	frozen  bool
 	flushes []Flush
 	plan    *cutPlan
+	marks   int
+	markSeq uint64 // the sequence number of the last mark
 }
 
 // A Flush is one fsync, fdatasync or directory fsync the file system
@@ -71,10 +73,18 @@ func (f Flush) String() string {
 
 // cutPlan is a cut to make at a flush.
 type cutPlan struct {
-	at    int  // the flush's number, from 1
-	after bool // after it is durable, else before
-	done  chan struct{}
+	at     int  // the flush's number, from 1; 0: the first after a mark
+	after  bool // after it is durable, else before
+	marked bool // a mark came (for at 0)
+	done   chan struct{}
 }
+
+// MarkXattr is the extended attribute whose lookup (getxattr) on a file
+// or directory of the mount marks the place of a flush a test build left
+// out (see spool's tendmutants build): CutAfterMark cuts there, and the
+// AfterMark model keeps what came after it and not what came before, the
+// order that flush would have enforced.
+const MarkXattr = "user.crashfs.skipped"
 
 // Mount serves a crash-simulating pass-through of the directory backing
 // at mnt (both must exist). Everything in backing is durable to begin
@@ -182,6 +192,23 @@ func (f *FS) CutAtFlush(n int, after bool) <-chan struct{} {
 	return f.plan.done
 }
 
+// CutAfterMark arranges a cut at the first flush after the next mark
+// (see MarkXattr), before it is made durable. The returned channel is
+// closed at the cut.
+func (f *FS) CutAfterMark() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.plan = &cutPlan{done: make(chan struct{})}
+	return f.plan.done
+}
+
+// Marks returns how many marks the file system has seen.
+func (f *FS) Marks() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.marks
+}
+
 // Freeze cuts the power, as the disk sees it: what it holds is fixed from
 // now on, and every change fails with EIO. Reads go on, from what the
 // processes saw before the cut.
@@ -216,8 +243,12 @@ func (f *FS) Image(dst string, m Model, rng *rand.Rand) (ImageStats, error) {
 		return ImageStats{}, errors.New("crashfs: no cut yet: Freeze first")
 	}
 	keep := keepNone
-	if m == Reordered {
+	switch m {
+	case Reordered:
 		keep = keepSome(rng, []float64{0.1, 0.5, 0.9}[rng.IntN(3)])
+	case AfterMark:
+		last := f.markSeq
+		keep = func(seq uint64) bool { return seq > last }
 	}
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return ImageStats{}, err
@@ -289,7 +320,7 @@ func (f *FS) flush(p string, id uint64, dir bool) syscall.Errno {
 	}
 	rel, _ := filepath.Rel(f.backing, p)
 	f.flushes = append(f.flushes, Flush{Path: rel, Dir: dir})
-	planned := f.plan != nil && f.plan.at == len(f.flushes)
+	planned := f.plan != nil && (f.plan.at == len(f.flushes) || f.plan.at == 0 && f.plan.marked)
 	if planned && !f.plan.after {
 		f.freezeLocked()
 		return syscall.EIO
@@ -559,6 +590,30 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscal
 		return fs.ToErrno(err)
 	}
 	return f.flush(n.path(), id, n.IsDir())
+}
+
+// Getxattr serves a lookup of an extended attribute; one of MarkXattr is
+// a mark (a flush left out here), which it notes.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if attr == MarkXattr {
+		n.cfs.mark()
+		return 0, syscall.ENODATA
+	}
+	return n.LoopbackNode.Getxattr(ctx, attr, dest)
+}
+
+// mark notes a mark: the place of a flush a test build left out.
+func (f *FS) mark() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen {
+		return
+	}
+	f.marks++
+	f.markSeq = f.m.tick()
+	if f.plan != nil && f.plan.at == 0 {
+		f.plan.marked = true
+	}
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {

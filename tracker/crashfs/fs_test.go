@@ -260,3 +260,33 @@ func TestReordered(t *testing.T) {
 		t.Errorf("over 8 cuts, %d files kept and %d lost: want some of each", kept, lost)
 	}
 }
+
+// TestAfterMark cuts at the first flush after a mark, and keeps what
+// came after the mark, not what came before.
+func TestAfterMark(t *testing.T) {
+	f, _, mnt := mount(t, nil)
+	cut := f.CutAfterMark()
+	write(t, filepath.Join(mnt, "before"), "before", false)
+	if _, err := unix.Getxattr(mnt, MarkXattr, nil); !errors.Is(err, unix.ENODATA) {
+		t.Fatalf("a mark: %v, want ENODATA", err)
+	}
+	write(t, filepath.Join(mnt, "after"), "after", false)
+	fd, err := unix.Open(mnt, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	must(t, err)
+	err = unix.Fsync(fd)
+	unix.Close(fd)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the flush after the mark: %v, want EIO (the cut before it)", err)
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("no cut after the mark")
+	}
+	if n := f.Marks(); n != 1 {
+		t.Errorf("%d marks, want 1", n)
+	}
+	if got := describe(image(t, f, AfterMark, 1)); got != "after=after" {
+		t.Errorf("image %q, want %q", got, "after=after")
+	}
+}

@@ -31,11 +31,19 @@ const (
 	// written on its own (ext4 commits every 5 s), in any order; a rename
 	// may reach the disk before the data of the file it names.
 	Reordered
+	// AfterMark keeps what was not made durable after the last mark (see
+	// MarkXattr), and nothing from before it: the worst order for a
+	// flush left out at the mark, which would have made the earlier
+	// changes durable before the later ones.
+	AfterMark
 )
 
 func (m Model) String() string {
-	if m == Reordered {
+	switch m {
+	case Reordered:
 		return "reordered"
+	case AfterMark:
+		return "after the mark"
 	}
 	return "strict"
 }
