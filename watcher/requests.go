@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -123,6 +124,9 @@ func (w *watcher) examine(name string) {
 	if q := w.queued(n.ID); problem == nil && q != nil && n.Verb == spool.VerbStart && f.UID != q.st.OwnerUID {
 		problem = fmt.Errorf("owned by uid %d, but queued run %s belongs to uid %d: only its owner may edit it", f.UID, n.ID, q.st.OwnerUID)
 	}
+	if problem == nil && w.carriedOut(name, n, f) {
+		return
+	}
 	var take func()
 	if problem == nil {
 		take, problem = w.request(n, f)
@@ -142,6 +146,28 @@ func (w *watcher) examine(name string) {
 		w.settleSpawns() // the run it is about may be one being forked
 	}
 	take()
+}
+
+// carriedOut answers tagged control request n (spool entry name, read as
+// f) again, and removes it, if its run's record says it was carried out
+// (see markDone): taken again after a power loss, its body may not have
+// survived with it (its writer did not sync it), and a request that was
+// carried out must not be answered rejected.
+func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
+	if n.Tag == "" || n.Verb == spool.VerbStart {
+		return false
+	}
+	st, err := w.lookup(n.ID)
+	if err != nil || !slices.Contains(st.Done, n.String()) {
+		return false
+	}
+	if ok, _ := permitted(f.UID, "", st); !ok {
+		return false
+	}
+	os.Remove(filepath.Join(w.spool.Spool(), name))
+	w.forget(name)
+	w.answerDone(n, st)
+	return true
 }
 
 // claimGhost reports whether start request f in the spool is the very
