@@ -112,7 +112,7 @@ func (t *trial) cuts(n int) {
 		if t.fs == nil {
 			t.mount()
 		}
-		if t.mutant != "" && t.mark == nil && i%3 == 0 {
+		if t.mutant != "" && t.mark == nil && t.markHere(i) {
 			t.mark = t.fs.CutAfterMark()
 		}
 		t.cutsOnRoot++
@@ -135,6 +135,18 @@ func (t *trial) cuts(n int) {
 		}
 		t.progress("cut %d took: up %v, clients and cut %v, recovery and checks %v", t.cutNo, t1.Sub(t0), t2.Sub(t1), time.Since(t2))
 	}
+}
+
+// markHere reports whether a mutant's cut i is at its flush's place: one
+// in three, and the first of every other root made as an earlier tend
+// left it (where the first watcher makes the key and seals a record with
+// it); the first of the others is at a random moment, where the first
+// watcher makes the root's directories.
+func (t *trial) markHere(i int) bool {
+	if t.cutsOnRoot == 0 {
+		return t.roots%4 == 2
+	}
+	return i%3 == 1
 }
 
 // markCut runs the scripted sequence, then clients at random, until the
@@ -177,6 +189,7 @@ type trial struct {
 	cutting                  bool            // a cut is under way: no process is started (guarded by starting)
 	shared                   bool            // tend up --shared root has returned
 	ups                      int             // tend ups on this root
+	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
 	cutsOnRoot               int             // cuts made on this root
 	mark                     <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
 	rejectedSeen             []string        // requests whose rejection was read
@@ -247,14 +260,36 @@ func (t *trial) fresh() {
 	t.backing = filepath.Join(t.work, fmt.Sprintf("backing%d", t.roots))
 	t.runs, t.order, t.gated = make(map[string]*plRun), nil, make(map[string]bool)
 	t.pendingFiles, t.cancelFiles, t.rejectedSeen, t.shared, t.ups, t.cutsOnRoot, t.mark = nil, nil, nil, false, 0, 0, nil
+	t.sharedDaemon = false
 	// Every finished run is kept, for the checks.
 	t.ts.Check(os.MkdirAll(filepath.Join(t.backing, ".tend"), 0o700))
 	t.ts.Check(os.WriteFile(filepath.Join(t.backing, ".tend", "config.json"), []byte(`{"keep_finished": 0, "keep_finished_for": 0}`+"\n"), 0o644))
 	if t.roots%2 == 0 {
-		// As an earlier tend left it: a history, and no key yet. Its first
-		// watcher makes the key, and only that syncs the root after it.
-		t.ts.Check(os.WriteFile(filepath.Join(t.backing, ".tend", "history.jsonl"), nil, 0o644))
+		t.earlierTend()
 	}
+}
+
+// earlierTend makes the root as an earlier tend, which sealed nothing,
+// left it: a finished run, its record unsealed, with a label, and its
+// history. The first watcher makes the key and seals the record with it:
+// that record must stay trusted, its label with it.
+func (t *trial) earlierTend() {
+	root := filepath.Join(t.backing, ".tend")
+	id := fmt.Sprintf("old%d", t.roots)
+	store := tracker.NewStore(root)
+	t.ts.Check(os.MkdirAll(store.RunDir(id), 0o700))
+	t.ts.Check(os.WriteFile(store.Path(id, "request"), []byte("true"), 0o600))
+	t.ts.Check(os.WriteFile(store.Path(id, "started"), nil, 0o600))
+	now := time.Now()
+	code := 0
+	st := &tracker.State{ID: id, State: tracker.Completed, Rev: 2, Command: []string{"/bin/sh", "-c", "true"}, Cwd: t.mnt,
+		Labels: map[string]string{"a": "old"}, Grace: spool.Duration(10 * time.Second), CreatedAt: now, StartedAt: &now, EndedAt: &now, ExitCode: &code}
+	t.ts.Check(store.Write(st))
+	t.ts.Check(tracker.OpenHistory(root).Append(tracker.EventOf(st, now)))
+	end := *st
+	t.runs[id] = &plRun{id: id, kind: "short", accepted: true, end: &end, labels: map[string][]string{"a": {"old"}},
+		labelSeen: map[string]bool{"a": true}, notesSent: map[string]bool{}, notesSeen: map[string]bool{}}
+	t.order = append(t.order, id)
 }
 
 func exists(path string) bool {
@@ -684,6 +719,13 @@ func (t *trial) script(stop func() bool) {
 		func() { t.awaitStart(t.submit("long", "cli")) },
 		func() { t.awaitStart(t.submit("service", "cli")) },
 		func() {
+			// A second group shared while the watcher runs: nothing but
+			// config.json's own flushes make it durable.
+			if !t.sharedDaemon {
+				t.runOne(func(string) { t.sharedDaemon = true }, "up", "--shared", "daemon")
+			}
+		},
+		func() {
 			// A request that is rejected.
 			name := t.newID() + ".start"
 			if os.WriteFile(filepath.Join(t.root, "spool", name), []byte(`{"command": 5}`), 0o644) != nil {
@@ -935,12 +977,17 @@ func (t *trial) verify() {
 	out, errOut, code := t.run3("fsck")
 	if code != 0 {
 		t.progress("cut %d: tend fsck:\n%s%s", t.cutNo, out, errOut)
+		marks := t.fs.Marks()
 		if t.mutant != "" && t.mark == nil {
 			// The repair's flushes are a mutant's too: cut at the next
 			// flush after one it left out.
 			t.mark = t.fs.CutAfterMark()
 		}
 		rout, rerr, rcode := t.run3("fsck", "--repair")
+		if t.mark != nil && t.fs.Marks() == marks {
+			t.fs.Disarm() // it left none out
+			t.mark = nil
+		}
 		t.progress("cut %d: tend fsck --repair (exit %d):\n%s%s", t.cutNo, rcode, rout, rerr)
 		out, errOut, code = t.run3("fsck")
 		t.check(code == 0, "tend fsck --repair left problems: %s%s", out, errOut)
@@ -999,7 +1046,11 @@ func (t *trial) verify() {
 	t.verifyRejected()
 	if t.shared {
 		cfg, _ := os.ReadFile(filepath.Join(t.root, "config.json"))
-		t.check(regexp.MustCompile(`"groups": \[\s*"root"\s*\]`).Match(cfg), "config.json lost what tend up --shared wrote: %q", cfg)
+		want := `"groups": \[\s*"root"\s*\]`
+		if t.sharedDaemon {
+			want = `"groups": \[\s*"root",\s*"daemon"\s*\]`
+		}
+		t.check(regexp.MustCompile(want).Match(cfg), "config.json lost what tend up --shared wrote: %q", cfg)
 	}
 }
 

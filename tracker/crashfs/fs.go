@@ -202,6 +202,13 @@ func (f *FS) CutAfterMark() <-chan struct{} {
 	return f.plan.done
 }
 
+// Disarm cancels a cut arranged and not made.
+func (f *FS) Disarm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.plan = nil
+}
+
 // Marks returns how many marks the file system has seen.
 func (f *FS) Marks() int {
 	f.mu.Lock()
