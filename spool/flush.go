@@ -57,16 +57,15 @@ const (
 	FlushConfig Flush = "config"
 	// FlushConfigDir: the root, once that config.json is in it.
 	FlushConfigDir Flush = "config-dir"
-	// FlushRepair: a history file tend fsck --repair rewrote.
+	// FlushRepair: a history file tend fsck --repair rewrote, before it
+	// has its name, and the history once it appended to it.
 	FlushRepair Flush = "repair"
-	// FlushRepairDir: the root, once that file is in it.
-	FlushRepairDir Flush = "repair-dir"
 )
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
 	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
-		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair, FlushRepairDir}
+		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
 }
 
 // Fsync fsyncs fd, as f.

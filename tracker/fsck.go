@@ -287,12 +287,12 @@ func Repair(root string, identify Identify) ([]string, error) {
 		}
 		done = append(done, what...)
 	}
-	removedFrom := make(map[string]bool) // the directories to sync
+	// Removed, not synced: a power loss may bring one back, for the
+	// next repair to remove again; nothing needs it meanwhile.
 	for _, p := range leftovers(root) {
 		if strings.Contains(p.What, "temporary file") {
 			if err := os.Remove(p.Path); err == nil {
 				done = append(done, p.Path+": removed (a partial write)")
-				removedFrom[filepath.Dir(p.Path)] = true
 			}
 		}
 	}
@@ -301,20 +301,13 @@ func Repair(root string, identify Identify) ([]string, error) {
 		// removes it, but a power loss may bring it back.
 		if err := os.Remove(p.Path); err == nil {
 			done = append(done, p.Path+": removed (its run was deleted)")
-			removedFrom[filepath.Dir(p.Path)] = true
-		}
-	}
-	for dir := range removedFrom {
-		// Repaired for good: a power loss would bring them back.
-		if err := spool.FlushRepairDir.SyncDir(dir); err != nil {
-			return done, err
 		}
 	}
 	// What was appended to the history is as durable as the records
-	// rebuilt with it.
-	h := OpenHistory(root)
-	h.made = true
-	if err := h.sync(spool.FlushRepair, spool.FlushRepairDir); err != nil {
+	// rebuilt with it. (Its name, if the repair made the file, is made
+	// durable by the next watcher, which syncs the root as it starts;
+	// until then a power loss only undoes the repair, to be done again.)
+	if err := OpenHistory(root).syncData(spool.FlushRepair); err != nil {
 		return done, err
 	}
 	return done, nil
@@ -364,7 +357,8 @@ func repairHistory(root string) ([]string, error) {
 	return done, nil
 }
 
-// replaceFile replaces path with b atomically and durably.
+// replaceFile replaces path with b atomically, its data durable before
+// it has its name.
 func replaceFile(path string, b []byte) error {
 	tmp := path + ".fsck.tmp"
 	f, err := os.Create(tmp)
@@ -383,9 +377,11 @@ func replaceFile(path string, b []byte) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
 	}
-	return spool.FlushRepairDir.SyncDir(filepath.Dir(path))
+	// Not its directory: a power loss that takes back the rename leaves
+	// the file as it was, for the next repair to rewrite, and the next
+	// watcher syncs the root as it starts.
+	return err
 }
 
 // repairRun rebuilds run id's state file if it is broken or edited.

@@ -204,7 +204,16 @@ func (h *History) Sync() error {
 	return h.sync(spool.FlushHistory, spool.FlushHistoryDir)
 }
 
-// sync is Sync, as the flushes named file and dir; the caller holds h.mu.
+// syncData makes the history file's data durable, as flush file, not its
+// name.
+func (h *History) syncData(file spool.Flush) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sync(file, "")
+}
+
+// sync is Sync, as the flushes named file and dir (none if empty); the
+// caller holds h.mu.
 func (h *History) sync(file, dir spool.Flush) error {
 	path := HistoryPath(h.root)
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -219,7 +228,7 @@ func (h *History) sync(file, dir spool.Flush) error {
 	if err != nil {
 		return fmt.Errorf("%s: fdatasync: %w", path, err)
 	}
-	if h.made {
+	if h.made && dir != "" {
 		if err := dir.SyncDir(h.root); err != nil {
 			return err
 		}
