@@ -55,6 +55,7 @@ type FS struct {
 	plan    *cutPlan
 	marks   int
 	markSeq uint64 // the sequence number of the last mark
+	delay   time.Duration
 }
 
 // A Flush is one fsync, fdatasync or directory fsync the file system
@@ -73,10 +74,12 @@ func (f Flush) String() string {
 
 // cutPlan is a cut to make at a flush.
 type cutPlan struct {
-	at     int  // the flush's number, from 1; 0: the first after a mark
-	after  bool // after it is durable, else before
-	marked bool // a mark came (for at 0)
-	done   chan struct{}
+	at        int  // the flush's number, from 1; 0: after a mark
+	after     bool // after it is durable, else before
+	afterMark int  // for at 0: before the afterMark-th flush after the mark
+	marked    bool // a mark came (for at 0)
+	seen      int  // flushes since
+	done      chan struct{}
 }
 
 // MarkXattr is the extended attribute whose lookup (getxattr) on a file
@@ -192,13 +195,13 @@ func (f *FS) CutAtFlush(n int, after bool) <-chan struct{} {
 	return f.plan.done
 }
 
-// CutAfterMark arranges a cut at the first flush after the next mark
-// (see MarkXattr), before it is made durable. The returned channel is
-// closed at the cut.
-func (f *FS) CutAfterMark() <-chan struct{} {
+// CutAfterMark arranges a cut at the k-th flush after the next mark (see
+// MarkXattr), before it is made durable. The returned channel is closed
+// at the cut.
+func (f *FS) CutAfterMark(k int) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.plan = &cutPlan{done: make(chan struct{})}
+	f.plan = &cutPlan{afterMark: max(k, 1), done: make(chan struct{})}
 	return f.plan.done
 }
 
@@ -318,38 +321,88 @@ func (f *FS) created(dir, name string) {
 }
 
 // flush serves an fsync of the inode at backing path p (rel to the
-// mount), and makes a planned cut.
+// mount), and makes a planned cut. What it makes durable is the inode as
+// it was when the fsync came; it takes the disk's time (SetFlushDelay)
+// before it is, and a cut meanwhile takes it back.
 func (f *FS) flush(p string, id uint64, dir bool) syscall.Errno {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if f.frozen {
+		f.mu.Unlock()
 		return syscall.EIO
 	}
 	rel, _ := filepath.Rel(f.backing, p)
 	f.flushes = append(f.flushes, Flush{Path: rel, Dir: dir})
-	planned := f.plan != nil && (f.plan.at == len(f.flushes) || f.plan.at == 0 && f.plan.marked)
+	planned := false
+	if pl := f.plan; pl != nil {
+		if pl.at == 0 && pl.marked {
+			pl.seen++
+			planned = pl.seen >= pl.afterMark
+		} else {
+			planned = pl.at == len(f.flushes)
+		}
+	}
 	if planned && !f.plan.after {
 		f.freezeLocked()
+		f.mu.Unlock()
 		return syscall.EIO
 	}
-	var st unix.Stat_t
-	if err := unix.Lstat(p, &st); err == nil && f.m.ids[st.Ino] == id {
-		// Read from the backing file system as it is now: the model may
-		// not know every way a file changed.
-		if c, err := readLive(p, &st, f.m.ids); err == nil {
-			f.m.sync(id, c)
+	c, seq := f.snapshot(p, id), f.m.seq
+	delay := f.delay
+	f.mu.Unlock()
+	if delay > 0 {
+		time.Sleep(delay)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.frozen {
+		return syscall.EIO // the power went while the disk worked
+	}
+	if n := f.m.nodes[id]; n != nil && c != nil {
+		n.durable = c
+		var later []op
+		for _, o := range n.pending {
+			if o.seq > seq {
+				later = append(later, o)
+			}
 		}
-	} else if n := f.m.nodes[id]; n != nil {
-		// Unlinked, or its name now another's: its state is the model's.
-		for i := range n.pending {
-			n.pending[i].apply(n.durable)
-		}
-		n.pending = nil
+		n.pending = later
 	}
 	if planned {
 		f.freezeLocked()
 	}
 	return 0
+}
+
+// snapshot returns what an fsync of inode id (at backing path p) that
+// comes now makes durable. The caller holds f.mu.
+func (f *FS) snapshot(p string, id uint64) *content {
+	var st unix.Stat_t
+	if err := unix.Lstat(p, &st); err == nil && f.m.ids[st.Ino] == id {
+		// Read from the backing file system as it is now: the model may
+		// not know every way a file changed.
+		if c, err := readLive(p, &st, f.m.ids); err == nil {
+			return c
+		}
+	}
+	n := f.m.nodes[id]
+	if n == nil {
+		return nil
+	}
+	// Unlinked, or its name now another's: its state is the model's.
+	c := n.durable.clone()
+	for i := range n.pending {
+		n.pending[i].apply(c)
+	}
+	return c
+}
+
+// SetFlushDelay makes every flush take d before it is durable, as a
+// disk's fsync takes its time: what runs meanwhile (a reader of a file
+// renamed but not yet synced) is what a power loss can catch out.
+func (f *FS) SetFlushDelay(d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.delay = d
 }
 
 func (f *FS) newNode(root *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {

@@ -265,7 +265,7 @@ func TestReordered(t *testing.T) {
 // came after the mark, not what came before.
 func TestAfterMark(t *testing.T) {
 	f, _, mnt := mount(t, nil)
-	cut := f.CutAfterMark()
+	cut := f.CutAfterMark(1)
 	write(t, filepath.Join(mnt, "before"), "before", false)
 	if _, err := unix.Getxattr(mnt, MarkXattr, nil); !errors.Is(err, unix.ENODATA) {
 		t.Fatalf("a mark: %v, want ENODATA", err)
