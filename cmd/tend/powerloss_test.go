@@ -113,7 +113,7 @@ func (t *trial) cuts(n int) {
 			t.mount()
 		}
 		if t.mutant != "" && t.mark == nil && t.markHere(i) {
-			t.mark = t.fs.CutAfterMark(1 + t.rng.IntN(3))
+			t.mark = t.fs.CutAfterMark(t.rng.IntN(4))
 		}
 		t.cutsOnRoot++
 		if !t.up() {
@@ -123,6 +123,10 @@ func (t *trial) cuts(n int) {
 		switch {
 		case t.mark != nil:
 			t.markCut(t.mark)
+		case t.mutant != "" && t.cutsOnRoot == 1:
+			// A root's first watcher makes its directories, its key, its
+			// history: a strict cut once clients have seen some answers.
+			t.randomCut(crashfs.Strict)
 		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
@@ -989,7 +993,7 @@ func (t *trial) verify() {
 		if t.mutant != "" && t.mark == nil {
 			// The repair's flushes are a mutant's too: cut at the next
 			// flush after one it left out.
-			t.mark = t.fs.CutAfterMark(1 + t.rng.IntN(3))
+			t.mark = t.fs.CutAfterMark(t.rng.IntN(4))
 		}
 		rout, rerr, rcode := t.run3("fsck", "--repair")
 		if t.mark != nil && t.fs.Marks() == marks {

@@ -76,7 +76,7 @@ func (f Flush) String() string {
 type cutPlan struct {
 	at        int  // the flush's number, from 1; 0: after a mark
 	after     bool // after it is durable, else before
-	afterMark int  // for at 0: before the afterMark-th flush after the mark
+	afterMark int  // for at 0: before the afterMark-th flush after the mark (0: at it)
 	marked    bool // a mark came (for at 0)
 	seen      int  // flushes since
 	done      chan struct{}
@@ -196,12 +196,13 @@ func (f *FS) CutAtFlush(n int, after bool) <-chan struct{} {
 }
 
 // CutAfterMark arranges a cut at the k-th flush after the next mark (see
-// MarkXattr), before it is made durable. The returned channel is closed
-// at the cut.
+// MarkXattr), before it is made durable, or at the mark itself if k is
+// 0 (while flushes that came before it may still be under way). The
+// returned channel is closed at the cut.
 func (f *FS) CutAfterMark(k int) <-chan struct{} {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.plan = &cutPlan{afterMark: max(k, 1), done: make(chan struct{})}
+	f.plan = &cutPlan{afterMark: max(k, 0), done: make(chan struct{})}
 	return f.plan.done
 }
 
@@ -671,8 +672,11 @@ func (f *FS) mark() {
 	}
 	f.marks++
 	f.markSeq = f.m.tick()
-	if f.plan != nil && f.plan.at == 0 {
+	if f.plan != nil && f.plan.at == 0 && !f.plan.marked {
 		f.plan.marked = true
+		if f.plan.afterMark == 0 {
+			f.freezeLocked()
+		}
 	}
 }
 
