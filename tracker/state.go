@@ -155,6 +155,8 @@ type HealthCheck struct {
 	Time   time.Time `json:"time"`
 	OK     bool      `json:"ok"`
 	Detail string    `json:"detail,omitempty"`
+	// DurationSeconds is how long the check took, on the monotonic clock.
+	DurationSeconds float64 `json:"duration_seconds"`
 }
 
 // Output is the capping of a run's output files: each keeps only its

@@ -73,18 +73,29 @@ func (w *watcher) becameReady(r *run, how string) {
 }
 
 // scheduleCheck runs r's health check after d, off the loop, and takes its
-// result on the loop.
+// result on the loop. An exec check runs as the run does: as its owner,
+// in its working directory.
 func (w *watcher) scheduleCheck(r *run, d time.Duration) {
 	h := *r.st.Health
-	env, cwd := os.Environ(), r.st.Cwd
+	as, err := w.runAs(r.st)
+	if err != nil {
+		w.log.Printf("run %s: health check: %v", r.st.ID, err)
+		return
+	}
+	check := check{health: h, cwd: r.st.Cwd, env: childEnv(os.Environ(), as.env())}
+	if as != nil {
+		check.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
+	}
 	r.timers = append(r.timers, time.AfterFunc(d, func() {
-		ok, detail := runCheck(w.forker, h, cwd, env)
-		w.do <- func() { w.checked(r, ok, detail) }
+		start := time.Now()
+		ok, detail := check.run(w.forker)
+		took := time.Since(start)
+		w.do <- func() { w.checked(r, ok, detail, took) }
 	}))
 }
 
-// checked takes one health check result of r.
-func (w *watcher) checked(r *run, ok bool, detail string) {
+// checked takes one health check result of r, which took took.
+func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	if w.runs[r.st.ID] != r || r.exit != nil || r.st.Stop != nil {
 		return
 	}
@@ -95,7 +106,7 @@ func (w *watcher) checked(r *run, ok bool, detail string) {
 		return // a stopped process cannot answer: the result says nothing
 	}
 	now := time.Now()
-	hs.Checks = append(hs.Checks, tracker.HealthCheck{Time: now, OK: ok, Detail: detail})
+	hs.Checks = append(hs.Checks, tracker.HealthCheck{Time: now, OK: ok, Detail: detail, DurationSeconds: took.Seconds()})
 	if len(hs.Checks) > 5 {
 		hs.Checks = hs.Checks[len(hs.Checks)-5:]
 	}
@@ -127,8 +138,18 @@ func (w *watcher) checked(r *run, ok bool, detail string) {
 	w.stop(r, causeRestart, "unhealthy: "+detail, r.grace(), "")
 }
 
-// runCheck performs one health check.
-func runCheck(f *forker, h spool.Health, cwd string, env []string) (bool, string) {
+// A check is one health check of a run, as it is performed: an exec
+// check's command runs in cwd with env, as cred's user if cred is set.
+type check struct {
+	health spool.Health
+	cwd    string
+	env    []string
+	cred   *syscall.Credential
+}
+
+// run performs the check, and says whether it passed and what it found.
+func (c check) run(f *forker) (bool, string) {
+	h := c.health
 	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout.D())
 	defer cancel()
 	switch {
@@ -153,8 +174,8 @@ func runCheck(f *forker, h spool.Health, cwd string, env []string) (bool, string
 		return resp.StatusCode/100 == 2, resp.Status
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Exec)
-	cmd.Dir, cmd.Env = cwd, env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Dir, cmd.Env = c.cwd, c.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out

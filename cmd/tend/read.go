@@ -421,7 +421,8 @@ func showService(st *tracker.State, row func(k, v string)) {
 		v := h.Status
 		if n := len(h.Checks); n > 0 {
 			last := h.Checks[n-1]
-			v += fmt.Sprintf(" (last check %s: ok=%v %s)", last.Time.Format(time.RFC3339), last.OK, last.Detail)
+			took := time.Duration(last.DurationSeconds * float64(time.Second)).Round(10 * time.Microsecond)
+			v += fmt.Sprintf(" (last check %s, took %v: ok=%v %s)", last.Time.Format(time.RFC3339), took, last.OK, last.Detail)
 		}
 		row("health", strings.TrimSpace(v))
 	}
