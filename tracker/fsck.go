@@ -49,6 +49,9 @@ func Check(root string, alive Liveness) []Problem {
 	for _, b := range bad {
 		problems = append(problems, Problem{b.file + ":" + fmt.Sprint(b.line), b.what})
 	}
+	if n := PendingChanges(root); n > 0 {
+		problems = append(problems, Problem{PendingPath(root), pendingWhat(n)})
+	}
 	problems = append(problems, checkRuns(root, events, alive)...)
 	problems = append(problems, leftovers(root)...)
 	problems = append(problems, orphanOutcomes(root)...)
@@ -88,7 +91,7 @@ type badLine struct {
 func scanHistory(root string) (map[string][]Event, []badLine) {
 	events := make(map[string][]Event)
 	var bad []badLine
-	for _, path := range HistoryFiles(root) {
+	for _, path := range historyAndPending(root) {
 		lines, err := readLines(path)
 		if err != nil {
 			bad = append(bad, badLine{file: path, what: err.Error()})
@@ -262,6 +265,11 @@ func Repair(root string, identify Identify) ([]string, error) {
 		return done, err
 	}
 	done = append(done, moved...)
+	if n, err := appendPendingLocked(root); err != nil {
+		return done, err
+	} else if n > 0 {
+		done = append(done, fmt.Sprintf("%s: appended the %d changes that waited in %s", HistoryPath(root), n, PendingPath(root)))
+	}
 	events, _ := scanHistory(root)
 	s := NewStore(root)
 	// Rebuilt records are sealed, for the watcher to trust them. A root
@@ -296,7 +304,7 @@ func Repair(root string, identify Identify) ([]string, error) {
 // keeping the good ones in order. The caller holds the history lock.
 func repairHistory(root string) ([]string, error) {
 	var done []string
-	for _, path := range HistoryFiles(root) {
+	for _, path := range historyAndPending(root) {
 		lines, err := readLines(path)
 		if err != nil {
 			return done, err
@@ -417,6 +425,9 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			}
 		}
 	}
+	for _, e := range events { // the labels and notes set since
+		ApplyChange(st, e)
+	}
 	switch st.State {
 	case Completed, Failed, Canceled, TimedOut:
 		t := last.Time
@@ -454,4 +465,18 @@ func addMissingEvent(root string, st *State, events []Event) ([]string, error) {
 		return nil, err
 	}
 	return []string{fmt.Sprintf("%s: its rev %d (%s) was missing from the history: appended", HistoryPath(root), st.Rev, st.State)}, nil
+}
+
+// pendingWhat says what n changes waiting to be appended mean.
+func pendingWhat(n int) string {
+	return fmt.Sprintf("%d change%s could not be appended to the history, whose last line is torn: they wait here, in order, and tend fsck --repair appends them", n, map[bool]string{true: "s", false: ""}[n != 1])
+}
+
+// PendingProblem says how many changes wait to be appended to root's
+// history, or "" if none do: for tend status.
+func PendingProblem(root string) string {
+	if n := PendingChanges(root); n > 0 {
+		return PendingPath(root) + ": " + pendingWhat(n)
+	}
+	return ""
 }

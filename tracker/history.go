@@ -27,6 +27,34 @@ type Event struct {
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Signal   string    `json:"signal,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Labels and Note say what a label or note request changed, on the
+	// event of that change: the labels it set (null: removed) and the
+	// note it added. With the run's start request, the history says all
+	// that its record holds (see Repair).
+	Labels map[string]*string `json:"labels,omitempty"`
+	Note   string             `json:"note,omitempty"`
+}
+
+// ApplyChange applies what a label or note event changed (see
+// Event.Labels) to st: the watcher, when it takes the request, and fsck,
+// when it rebuilds a record from the history, apply it the same way.
+func ApplyChange(st *State, ev Event) {
+	for k, v := range ev.Labels {
+		if st.Labels == nil {
+			st.Labels = make(map[string]string)
+		}
+		if v == nil {
+			delete(st.Labels, k)
+		} else {
+			st.Labels[k] = *v
+		}
+	}
+	if len(st.Labels) == 0 {
+		st.Labels = nil
+	}
+	if ev.Note != "" {
+		st.Notes = append(st.Notes, Note{Time: ev.Time, Text: ev.Note})
+	}
 }
 
 // EventOf returns the history event for st's current state.
@@ -53,6 +81,9 @@ type History struct {
 	// append: it becomes history.1.jsonl, history.1.jsonl becomes
 	// history.2.jsonl, and so on; none is deleted. Zero: never.
 	MaxSize int64
+	// pending is true while changes may wait in history.pending.jsonl
+	// (see PendingPath): at first, and after this History kept some there.
+	pending bool
 }
 
 // DefaultMaxHistorySize is History.MaxSize unless set otherwise.
@@ -64,8 +95,15 @@ var ErrTornEnd = errors.New("the last line is torn (no newline at the end): noth
 
 // OpenHistory returns the History of the tend root at root.
 func OpenHistory(root string) *History {
-	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize}
+	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize, pending: true}
 }
+
+// PendingPath returns the path of the changes that could not be appended
+// to root's history while its last line was torn: kept there, in order,
+// and appended before anything else once the history is whole again (at
+// the next append after tend fsck --repair, or by it). Failing closed
+// must not mean forgetting.
+func PendingPath(root string) string { return filepath.Join(root, "history.pending.jsonl") }
 
 // HistoryPath returns the path of the current history file of root.
 func HistoryPath(root string) string { return filepath.Join(root, "history.jsonl") }
@@ -120,7 +158,10 @@ func flockRetry(fd, how int) error {
 	}
 }
 
-// appendLocked appends events; the caller holds the history lock.
+// appendLocked appends events, after the changes that waited while the
+// history's end was torn; while it still is, it keeps them waiting too
+// and returns an error wrapping ErrTornEnd. The caller holds the history
+// lock.
 func (h *History) appendLocked(events ...Event) error {
 	var buf bytes.Buffer
 	for _, e := range events {
@@ -133,10 +174,26 @@ func (h *History) appendLocked(events ...Event) error {
 	}
 	path := HistoryPath(h.root)
 	fd, size, err := openEnd(path)
+	if errors.Is(err, ErrTornEnd) {
+		if perr := appendPending(h.root, buf.Bytes()); perr != nil {
+			return errors.Join(err, perr)
+		}
+		h.pending = true
+		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), PendingPath(h.root))
+	}
 	if err != nil {
 		return err
 	}
-	if h.MaxSize > 0 && size > 0 && size+int64(buf.Len()) > h.MaxSize {
+	data := buf.Bytes()
+	var waited []byte
+	if h.pending {
+		if waited, err = readPending(h.root); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		data = append(waited, data...)
+	}
+	if h.MaxSize > 0 && size > 0 && size+int64(len(data)) > h.MaxSize {
 		unix.Close(fd)
 		if err := rotate(h.root); err != nil {
 			return err
@@ -145,14 +202,86 @@ func (h *History) appendLocked(events ...Event) error {
 			return err
 		}
 	}
-	err = spool.WriteAll(fd, buf.Bytes())
+	err = spool.WriteAll(fd, data)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	if h.pending {
+		if len(waited) > 0 {
+			if err := os.Remove(PendingPath(h.root)); err != nil {
+				return err
+			}
+		}
+		h.pending = false
+	}
 	return nil
+}
+
+// appendPending keeps lines, whole, in root's pending changes. A pending
+// file whose own last line was torn (a power loss mid-write) gets a
+// newline first: that line stays, as one bad line fsck reports, and no
+// line is joined to it.
+func appendPending(root string, lines []byte) error {
+	path := PendingPath(root)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Size > 0 {
+		var last [1]byte
+		if _, err := unix.Pread(fd, last[:], st.Size-1); err == nil && last[0] != '\n' {
+			lines = append([]byte{'\n'}, lines...)
+		}
+	}
+	if err := spool.WriteAll(fd, lines); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// readPending returns the changes waiting in root's pending file, whole
+// lines, in order; none if there is no such file.
+func readPending(root string) ([]byte, error) {
+	b, _, err := spool.ReadRegular(PendingPath(root), 1<<30)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		b = append(b, '\n') // as appendPending would have
+	}
+	return b, nil
+}
+
+// PendingChanges returns how many changes wait in root's pending file.
+func PendingChanges(root string) int {
+	b, _ := readPending(root)
+	return bytes.Count(b, []byte("\n"))
+}
+
+// appendPendingLocked appends the changes waiting in root's pending file
+// to its history, if it no longer ends torn, and returns how many it
+// appended. The caller holds the history lock (fsck --repair).
+func appendPendingLocked(root string) (int, error) {
+	n := PendingChanges(root)
+	if n == 0 {
+		return 0, nil
+	}
+	h := OpenHistory(root)
+	if err := h.appendLocked(); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // openEnd opens the history file at path for appending, creating it, and
@@ -271,6 +400,16 @@ func HistoryFiles(root string) []string {
 		files = append(files, rotatedPath(root, i))
 	}
 	return append(files, HistoryPath(root))
+}
+
+// historyAndPending is HistoryFiles, then the changes that wait to be
+// appended, if any do (see PendingPath): what fsck checks and repairs.
+func historyAndPending(root string) []string {
+	files := HistoryFiles(root)
+	if _, err := os.Lstat(PendingPath(root)); err == nil {
+		files = append(files, PendingPath(root))
+	}
+	return files
 }
 
 // ReadAllHistory reads every event of root's history, across its rotated

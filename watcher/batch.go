@@ -152,11 +152,11 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 	}
 	if len(w.unsaved.events) > 0 {
 		w.unsaved.events = append(w.unsaved.events, events...) // keep the history in order
-	} else if err := w.hist.Append(events...); err != nil {
+	} else if err := w.hist.Append(events...); errors.Is(err, tracker.ErrTornEnd) {
+		w.log.Printf("run %s: history: %v", events[len(events)-1].ID, err) // kept on disk, in order
+	} else if err != nil {
 		w.log.Printf("run %s: history: %v (retrying)", events[len(events)-1].ID, err)
-		if !errors.Is(err, tracker.ErrTornEnd) {
-			w.unsaved.events = append(w.unsaved.events, events...)
-		}
+		w.unsaved.events = append(w.unsaved.events, events...)
 	}
 }
 

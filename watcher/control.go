@@ -208,38 +208,34 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 // takeMeta answers a label or note request: it changes run st's metadata
 // through change, records it (rev grows, and the history has it), and
 // answers "updated: rev N"; or not_found, not_permitted, conflict.
-func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change func(*tracker.State)) {
+// The change is applied to the record as the history event says it
+// (tracker.ApplyChange), so that a record rebuilt from the history holds
+// the same.
+func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change tracker.Event) {
 	st, done, ok := w.target(n, f, session, ifRev)
 	if !ok {
 		return
 	}
 	defer done()
-	change(st)
-	w.save(st)
+	change.Time = time.Now()
+	tracker.ApplyChange(st, change)
+	w.saveChange(st, change)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
 
 func (w *watcher) takeLabel(n spool.Name, f spool.File, req spool.Label) {
-	w.takeMeta(n, f, req.Session, req.IfRev, func(st *tracker.State) {
-		if st.Labels == nil {
-			st.Labels = make(map[string]string)
-		}
-		for k, v := range req.Set {
-			st.Labels[k] = v
-		}
-		for _, k := range req.Remove {
-			delete(st.Labels, k)
-		}
-		if len(st.Labels) == 0 {
-			st.Labels = nil
-		}
-	})
+	labels := make(map[string]*string, len(req.Set)+len(req.Remove))
+	for k, v := range req.Set {
+		labels[k] = &v
+	}
+	for _, k := range req.Remove {
+		labels[k] = nil
+	}
+	w.takeMeta(n, f, req.Session, req.IfRev, tracker.Event{Labels: labels})
 }
 
 func (w *watcher) takeNote(n spool.Name, f spool.File, req spool.Note) {
-	w.takeMeta(n, f, req.Session, req.IfRev, func(st *tracker.State) {
-		st.Notes = append(st.Notes, tracker.Note{Time: time.Now(), Text: req.Text})
-	})
+	w.takeMeta(n, f, req.Session, req.IfRev, tracker.Event{Note: req.Text})
 }
 
 // deleteRun removes finished run st's record, output and outcomes, and

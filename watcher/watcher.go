@@ -606,10 +606,19 @@ func (w *watcher) guard(st *tracker.State) {
 // save records a change of st: rev grows, the change is appended to the
 // history, then state.json is replaced. History first, so that whoever sees
 // a state in state.json finds its event in history.jsonl.
-func (w *watcher) save(st *tracker.State) {
+func (w *watcher) save(st *tracker.State) { w.saveChange(st, tracker.Event{}) }
+
+// saveChange is save, with what a label or note request changed (its
+// Labels and Note) on the change's history event.
+func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 	w.guard(st)
 	st.Rev++
-	events := append(w.passed, tracker.EventOf(st, time.Now()))
+	ev := tracker.EventOf(st, time.Now())
+	if !change.Time.IsZero() {
+		ev.Time = change.Time // a note's time, as the record has it
+	}
+	ev.Labels, ev.Note = change.Labels, change.Note
+	events := append(w.passed, ev)
 	w.passed = nil
 	if w.batch.active {
 		w.hold(st, events)
@@ -662,9 +671,13 @@ func (w *watcher) retryUnsaved() {
 	u.retrying = true
 	w.after(time.Second, func() {
 		u.retrying = false
-		if len(u.events) > 0 && w.hist.Append(u.events...) == nil {
-			w.log.Printf("history: %d events that could not be written are written now", len(u.events))
-			u.events = nil
+		if len(u.events) > 0 {
+			// Kept on disk if not appended: the history's end torn (see
+			// tracker.PendingPath).
+			if err := w.hist.Append(u.events...); err == nil || errors.Is(err, tracker.ErrTornEnd) {
+				w.log.Printf("history: %d events that could not be written are written now", len(u.events))
+				u.events = nil
+			}
 		}
 		var written []string
 		for id, st := range u.states {

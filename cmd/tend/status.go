@@ -88,6 +88,9 @@ func readStatus(root string) (status, error) {
 	if err := tracker.CheckHistoryEnd(root); err != nil {
 		s.Problems = append(s.Problems, err.Error())
 	}
+	if p := tracker.PendingProblem(root); p != "" {
+		s.Problems = append(s.Problems, p)
+	}
 	if msg := fullDisk(root); msg != "" {
 		s.Problems = append(s.Problems, msg)
 	}
