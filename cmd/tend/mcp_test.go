@@ -134,7 +134,7 @@ func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
 		{ID: "svc", State: tracker.Canceled, Signal: "SIGTERM", Reason: "canceled (by svc.cancel)", Command: []string{"/bin/sh", "-c", "exec ./server --port 8080"},
 			Restart: &spool.Restart{Policy: "always", Limit: 5, Window: spool.Duration(time.Minute), Delay: spool.Duration(time.Second), MaxDelay: spool.Duration(30 * time.Second)},
 			Attempt: 2, Restarts: 1, Attempts: []tracker.Attempt{{Attempt: 1, StartedAt: t0, EndedAt: *at(time.Second), ExitCode: code(1), Reason: "exited with code 1"}},
-			HealthStatus: &tracker.HealthStatus{Status: "healthy", Checks: []tracker.HealthCheck{{Time: *at(3 * time.Second), OK: true, Detail: "exited 0"}}},
+			HealthStatus: &tracker.HealthStatus{Status: "healthy", Checks: []tracker.HealthCheck{{Time: *at(3 * time.Second), OK: true, Detail: "exited 0", DurationSeconds: 0.012}}},
 			ReadyAt:      at(3 * time.Second), DurationSeconds: 60},
 	}
 	for i, st := range runs {
