@@ -97,7 +97,7 @@ func readFile(path, name string) (File, error) {
 	}
 	if errors.Is(err, unix.EACCES) {
 		return File{}, fmt.Errorf("%s: the watcher (uid %d) may not read it (mode %04o, owned by uid %d): %w",
-			name, os.Geteuid(), st.Mode&0o7777, st.Uid, err)
+			name, os.Geteuid(), st.Mode&0o7777, st.Uid, unix.EACCES)
 	}
 	if err != nil {
 		return File{}, err
