@@ -124,15 +124,23 @@ type Exit struct {
 	CPU time.Duration
 }
 
-// sigchldInfo is the kernel's siginfo_t as filled in for a child's end:
-// after signo, errno and code (and padding on 64-bit), si_pid, si_uid and
-// si_status.
+// sigchldInfo is what the kernel's siginfo_t says of a child's end: its
+// si_code, si_pid and si_status.
 type sigchldInfo struct {
-	Signo, Errno, Code, _ int32
-	PID                   int32
-	UID                   uint32
-	Status                int32
-	_                     [100]byte
+	Code, PID, Status int32
+}
+
+// sigchldFields is where si_pid is in a siginfo_t: after three ints
+// (si_signo, si_errno, si_code), at the alignment of the union that
+// follows them, which holds pointers: 16 on 64-bit, 12 on 32-bit. si_uid
+// and si_status follow it (include/uapi/asm-generic/siginfo.h).
+const sigchldFields = (3*4 + unsafe.Alignof(uintptr(0)) - 1) &^ (unsafe.Alignof(uintptr(0)) - 1)
+
+// readSigchld reads a child's end from info as the kernel filled it in.
+func readSigchld(info *unix.Siginfo) sigchldInfo {
+	b := (*[unsafe.Sizeof(unix.Siginfo{})]byte)(unsafe.Pointer(info))
+	word := func(off uintptr) int32 { return *(*int32)(unsafe.Pointer(&b[off])) }
+	return sigchldInfo{Code: word(8), PID: word(sigchldFields), Status: word(sigchldFields + 8)}
 }
 
 // si_code values for a child that ended (include/uapi/asm-generic/siginfo.h).
@@ -143,7 +151,7 @@ const (
 )
 
 func decodeExit(info *unix.Siginfo) (Exit, bool, error) {
-	ci := (*sigchldInfo)(unsafe.Pointer(info))
+	ci := readSigchld(info)
 	switch {
 	case ci.PID == 0:
 		return Exit{}, false, nil // WNOHANG on a blocking pidfd: still running
@@ -221,7 +229,7 @@ func PeekAnyChild() (pid int, e Exit, err error) {
 	if err != nil || !ok {
 		return 0, Exit{}, err
 	}
-	return int((*sigchldInfo)(unsafe.Pointer(&info)).PID), e, nil
+	return int(readSigchld(&info).PID), e, nil
 }
 
 // ReapChild reaps child pid if it has exited. It reports whether it did.

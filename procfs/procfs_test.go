@@ -48,9 +48,23 @@ func TestReadStatSelfAndMissing(t *testing.T) {
 	}
 }
 
-func TestSigchldInfoMatchesSiginfo(t *testing.T) {
-	if a, b := unsafe.Sizeof(sigchldInfo{}), unsafe.Sizeof(unix.Siginfo{}); a != b {
-		t.Fatalf("sigchldInfo is %d bytes, unix.Siginfo %d", a, b)
+// readSigchld finds si_code, si_pid and si_status where the kernel puts
+// them: checked against a real child's end, read with waitid.
+func TestReadSigchld(t *testing.T) {
+	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 7"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WEXITED, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := readSigchld(&info)
+	if got != (sigchldInfo{Code: cldExited, PID: int32(p.Pid), Status: 7}) {
+		t.Fatalf("readSigchld = %+v, want code %d, pid %d, status 7", got, cldExited, p.Pid)
+	}
+	if unsafe.Sizeof(unix.Siginfo{}) < sigchldFields+12 {
+		t.Fatalf("unix.Siginfo is %d bytes, too small for si_status at %d", unsafe.Sizeof(unix.Siginfo{}), sigchldFields+8)
 	}
 }
 

@@ -1,9 +1,11 @@
 // Package procfs reads what Linux says about processes in /proc: a
 // process's identity (PID plus start time), its group and session, and the
 // members of a process group. It also holds pidfd handles, through which a
-// process can be signaled and waited for without any risk of PID reuse.
+// process can be signaled, waited for and reaped without any risk of PID
+// reuse.
 //
-// Every function here reads; nothing here starts processes.
+// Nothing here starts a process; what signals or reaps one does so only
+// through a handle on it, or on a PID checked against its start time.
 package procfs
 
 import (

@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
-	"golang.org/x/sys/unix"
 )
 
 // pending is a spool entry that has been seen but not yet taken or rejected.
@@ -330,21 +330,16 @@ func (w *watcher) cwd(dir string) string {
 	return filepath.Join(filepath.Dir(w.cfg.Root), dir)
 }
 
-// emptyDir reports whether dir holds nothing, from one getdents: the
-// directory a claim just made (os.ReadDir would cost twice the calls).
+// emptyDir reports whether dir holds nothing: a run directory left by a
+// claim cut short, or made for a queued run.
 func emptyDir(dir string) bool {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := os.Open(dir)
 	if err != nil {
 		return false
 	}
-	defer unix.Close(fd)
-	var buf [4096]byte
-	n, err := unix.Getdents(fd, buf[:])
-	if err != nil {
-		return false
-	}
-	_, _, names := unix.ParseDirent(buf[:n], -1, nil) // without . and ..
-	return len(names) == 0
+	defer d.Close()
+	_, err = d.Readdirnames(1)
+	return errors.Is(err, io.EOF)
 }
 
 func (w *watcher) answer(n spool.Name, outcome, detail string) {
