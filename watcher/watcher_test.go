@@ -2,8 +2,10 @@ package watcher
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -171,6 +173,7 @@ func TestPermitted(t *testing.T) {
 		{1000, "A", free, false, "run f belongs to no session, not to session A"},
 		{1001, "A", run, false, "run r belongs to uid 1000, not to uid 1001"},
 		{1001, "", free, false, "run f belongs to uid 1000, not to uid 1001"},
+		{1001, "B", run, false, "run r belongs to uid 1000, not to uid 1001"}, // the user first, whatever the session
 	}
 	for _, tt := range tests {
 		ok, why := permitted(tt.uid, tt.session, tt.st)
@@ -283,5 +286,32 @@ func TestRestartDelayGrowsToItsCap(t *testing.T) {
 			t.Errorf("restartDelay did not grow: %v after %v", d, last)
 		}
 		last = d
+	}
+}
+
+// The answers to tagged requests are swept an hour after they were
+// written, whoever wrote the request; untagged ones stay (a shell client
+// reads them by name, and a start's says what became of a run).
+func TestSweepTaggedOutcomes(t *testing.T) {
+	w := newWatcher(Config{Root: t.TempDir(), Log: io.Discard})
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for name, mtime := range map[string]time.Time{
+		"a@x1.cancel": old, "a@x2.cancel": time.Now(), "a.cancel": old, "a.start": old, "junk": old,
+	} {
+		path := filepath.Join(w.spool.Outcomes(), name)
+		os.WriteFile(path, []byte("canceled\n"), 0o644)
+		os.Chtimes(path, mtime, mtime)
+	}
+	w.sweepTaggedOutcomes(time.Now().Add(-keepTaggedOutcomes))
+	ents, _ := os.ReadDir(w.spool.Outcomes())
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{"a.cancel", "a.start", "a@x2.cancel", "junk"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
 	}
 }
