@@ -30,12 +30,18 @@ type Settings struct {
 	// Durability is what every run record survives once written, and so
 	// once anyone may have seen it or acted on it.
 	Durability tracker.Durability
+	// QueueEditWindow is how long a queued run's request may be missing
+	// from the spool before its removal cancels the run: editors and tools
+	// that save by removing and re-creating a file (vim with a backup,
+	// install(1), mv from another file system) leave such a moment.
+	QueueEditWindow time.Duration
 }
 
 // DefaultSettings are the settings when neither flags nor config.json say
 // otherwise: no cap on runs, finished records kept for a week, at most
-// 1,000 of them, and every record durable against a power loss.
-var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss}
+// 1,000 of them, every record durable against a power loss, and a second
+// for a queued request's writer to put it back.
+var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second}
 
 // ConfigPath returns the path of root's config.json.
 func ConfigPath(root string) string { return filepath.Join(root, "config.json") }
@@ -44,9 +50,10 @@ func ConfigPath(root string) string { return filepath.Join(root, "config.json") 
 type configFile struct {
 	MaxRunning           *int            `json:"max_running"`
 	MaxRunningPerSession *int            `json:"max_running_per_session"`
-	KeepFinishedFor      *spool.Duration `json:"keep_finished_for"`
+	KeepFinishedFor      json.RawMessage `json:"keep_finished_for"`
 	KeepFinished         *int            `json:"keep_finished"`
 	Durability           *string         `json:"durability"`
+	QueueEditWindow      json.RawMessage `json:"queue_edit_window"`
 }
 
 // LoadSettings returns base with what root's config.json sets on top. A
@@ -84,8 +91,22 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		}
 		*f.dst = *f.v
 	}
-	if c.KeepFinishedFor != nil {
-		l.KeepFinishedFor = c.KeepFinishedFor.D()
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *time.Duration
+	}{
+		{"keep_finished_for", c.KeepFinishedFor, &l.KeepFinishedFor},
+		{"queue_edit_window", c.QueueEditWindow, &l.QueueEditWindow},
+	} {
+		if f.raw == nil || string(f.raw) == "null" {
+			continue
+		}
+		var d spool.Duration
+		if err := d.UnmarshalJSON(f.raw); err != nil {
+			return base, fmt.Errorf("%s: %q: %v", ConfigPath(root), f.name, err)
+		}
+		*f.dst = d.D()
 	}
 	if c.Durability != nil {
 		d, err := tracker.ParseDurability(*c.Durability)

@@ -479,8 +479,8 @@ func (w *watcher) reloadSettings() {
 				w.log.Printf("%v", err)
 			}
 		}
-		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s",
-			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor, l.Durability)
+		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s, queue_edit_window %v",
+			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor, l.Durability, l.QueueEditWindow)
 		w.dequeue()
 	}
 }

@@ -114,6 +114,8 @@ func scriptParams(dir string) testscript.Params {
 			"mcpcall":   cmdMCPCall,
 			"schema":    cmdSchema,
 			"fixture":   cmdFixture,
+			"need":      cmdNeed,
+			"edits":     cmdEdits,
 		},
 	}
 }
