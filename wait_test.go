@@ -1,0 +1,82 @@
+package tend
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// watchUntil checks on a timer at first: a condition that holds at once or
+// after a few checks ends the wait with no more checks; so does an error.
+func TestWaitUntilChecks(t *testing.T) {
+	boom := errors.New("boom")
+	tests := []struct {
+		name      string
+		done      func(call int) (bool, error)
+		wantErr   error
+		wantCalls int
+	}{
+		{"at once", func(int) (bool, error) { return true, nil }, nil, 1},
+		{"third check", func(call int) (bool, error) { return call == 3, nil }, nil, 3},
+		{"error", func(int) (bool, error) { return false, boom }, boom, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			err := watchUntil(context.Background(), t.TempDir(), func() (bool, error) {
+				calls++
+				return tt.done(calls)
+			})
+			if !errors.Is(err, tt.wantErr) || calls != tt.wantCalls {
+				t.Fatalf("watchUntil = %v after %d checks, want %v after %d", err, calls, tt.wantErr, tt.wantCalls)
+			}
+		})
+	}
+}
+
+// Past its timed checks, watchUntil is woken by inotify when something
+// changes in the directory, not by its check every recheckEvery.
+func TestWaitUntilWakesOnAChange(t *testing.T) {
+	dir := t.TempDir()
+	answer := filepath.Join(dir, "answer")
+	start := time.Now()
+	var wrote time.Time
+	err := watchUntil(context.Background(), dir, func() (bool, error) {
+		if _, err := os.Stat(answer); err == nil {
+			return true, nil
+		}
+		// The timed checks are over by now (all but, rarely, the last):
+		// the watch is in place.
+		if wrote.IsZero() && time.Since(start) >= spinFor {
+			wrote = time.Now()
+			if err := os.WriteFile(answer, nil, 0o644); err != nil {
+				return false, err
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(wrote); wrote.IsZero() || took >= recheckEvery {
+		t.Errorf("woken %v after the change; inotify should have woken it", took)
+	}
+}
+
+// watchUntil ends when its context does, during its timed checks or on
+// inotify, with the context's error.
+func TestWatchUntilEndsWithItsContext(t *testing.T) {
+	for _, after := range []time.Duration{0, spinFor / 2, 2 * spinFor} {
+		ctx, cancel := context.WithCancel(context.Background())
+		timer := time.AfterFunc(after, cancel)
+		err := watchUntil(ctx, t.TempDir(), func() (bool, error) { return false, nil })
+		timer.Stop()
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled after %v: watchUntil = %v, want context.Canceled", after, err)
+		}
+	}
+}
