@@ -112,6 +112,7 @@ func scriptParams(dir string) testscript.Params {
 			"clockjump": cmdClockJump,
 			"settled":   cmdSettled,
 			"mcpcall":   cmdMCPCall,
+			"mcpfuzz":   cmdMCPFuzz,
 			"schema":    cmdSchema,
 			"fixture":   cmdFixture,
 			"need":      cmdNeed,

@@ -8,6 +8,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
@@ -24,6 +25,9 @@ included. Example: tend history build`
 }
 
 func (c *historyCmd) Run(e *env) error {
+	if err := checkID("history", c.ID); err != nil {
+		return err
+	}
 	events, err := tracker.ReadAllHistory(e.root)
 	if err != nil {
 		return err
@@ -67,8 +71,8 @@ history.jsonl. Prints one line per run: ID: outcome. Example: tend rm build test
 
 func (c *rmCmd) Run(e *env) error {
 	for _, id := range c.IDs {
-		if err := spool.ValidID(id); err != nil {
-			return exitf(exitUsage, "rm: %v", err)
+		if err := checkID("rm", id); err != nil {
+			return err
 		}
 	}
 	e.json = c.JSON
@@ -78,21 +82,20 @@ func (c *rmCmd) Run(e *env) error {
 // deleteRuns submits a delete request for each run and prints the
 // outcomes. It exits 0 only if every run was deleted.
 func deleteRuns(e *env, ids []string, session string) error {
-	body, _ := json.Marshal(spool.Delete{Session: session})
-	reqs := make([]request, len(ids))
-	for i, id := range ids {
-		reqs[i] = request{spool.Name{ID: id, Verb: spool.VerbDelete}, body}
+	client, err := e.client(session)
+	if err != nil {
+		return err
 	}
-	answers, err := submitAll(e, reqs, true)
+	outcomes, err := client.Delete(e.context(), tend.Control{}, ids...)
 	if err != nil {
 		return err
 	}
 	code := exitOK
-	for i, a := range answers {
-		if err := printOutcome(e, reqs[i].name, a.outcome, a.detail, true); err != nil {
+	for _, o := range outcomes {
+		if err := printOutcome(e, o, true); err != nil {
 			return err
 		}
-		switch a.outcome {
+		switch o.Outcome {
 		case spool.Deleted:
 		case spool.NotFound:
 			code = max(code, exitNotFound)
@@ -143,7 +146,7 @@ func (c *gcCmd) Run(e *env) error {
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {
 			if e.json {
-				writeJSONLine(e, outcomeLine{ID: id, Verb: spool.VerbDelete, Outcome: "would_delete"})
+				writeJSONLine(e, tend.Outcome{ID: id, Verb: spool.VerbDelete, Outcome: "would_delete"})
 			} else {
 				fmt.Fprintln(e.stdout, id)
 			}

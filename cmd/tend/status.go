@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
@@ -64,13 +65,17 @@ func (c *statusCmd) Run(e *env) error {
 // lock), the runs per state, and problems a quick look finds.
 func readStatus(root string) (status, error) {
 	s := status{Root: root, Runs: map[string]int{}}
+	client, err := tend.Open(root, tend.Options{})
+	if err != nil {
+		return s, err
+	}
 	running, _, err := watcher.Probe(root)
 	if err != nil {
 		return s, err
 	}
 	if running {
 		s.Running = true
-		if info, ok := liveInfo(root); ok {
+		if info, ok := client.LiveInfo(); ok {
 			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, info.Durability
 			s.StartedAt = &info.StartedAt
 			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
