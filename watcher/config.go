@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -56,6 +58,16 @@ type configFile struct {
 	QueueEditWindow      json.RawMessage `json:"queue_edit_window"`
 }
 
+// configKeys returns the fields config.json may have.
+func configKeys() []string {
+	var keys []string
+	t := reflect.TypeFor[configFile]()
+	for i := range t.NumField() {
+		keys = append(keys, t.Field(i).Tag.Get("json"))
+	}
+	return keys
+}
+
 // LoadSettings returns base with what root's config.json sets on top. A
 // missing file changes nothing; a bad one is an error naming the file and
 // the field, and changes nothing either.
@@ -71,6 +83,13 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			msg := "unknown field " + field
+			if s := spool.Suggest(strings.Trim(field, `"`), configKeys()); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return base, fmt.Errorf("%s: %s: fields are %s", ConfigPath(root), msg, strings.Join(configKeys(), ", "))
+		}
 		return base, fmt.Errorf("%s: %w", ConfigPath(root), err)
 	}
 	l := base

@@ -202,7 +202,7 @@ func TestLoadSettings(t *testing.T) {
 		{`{"queue_edit_window": "5s"}`, with(func(s *Settings) { s.QueueEditWindow = 5 * time.Second }), ""},
 		{`{"queue_edit_window": 0}`, with(func(s *Settings) { s.QueueEditWindow = 0 }), ""},
 		{`{"queue_edit_window": "-1s"}`, DefaultSettings, `"queue_edit_window"`},
-		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing"`},
+		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing" (did you mean "max_running"?): fields are max_running, max_running_per_session`},
 		{`{"max_running": -1}`, DefaultSettings, `"max_running": -1 is negative`},
 		{`{"max_running": `, DefaultSettings, "config.json"},
 	}

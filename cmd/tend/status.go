@@ -23,7 +23,7 @@ PID file), its PID, its keeper's, uptime and version, and how many runs are
 in each state. A PID file left by a crashed watcher is reported and removed.
 Exits 0 if a watcher runs, 6 if none does. Examples:
   tend status
-  tend status --json | jq .runs`
+  tend status --json`
 }
 
 // status is what "tend status --json" prints.
@@ -89,6 +89,9 @@ func readStatus(root string) (status, error) {
 	}
 	for _, err := range errs {
 		s.Problems = append(s.Problems, err.Error())
+	}
+	if _, err := watcher.LoadSettings(root, watcher.DefaultSettings); err != nil {
+		s.Problems = append(s.Problems, err.Error()+" (a running watcher keeps the settings it has; a new one will not start)")
 	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {
 		s.Problems = append(s.Problems, err.Error())
