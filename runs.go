@@ -205,7 +205,7 @@ func (c *Client) checkFilter(f *Filter) error {
 	}
 	if f.Session != "" {
 		if err := spool.ValidID(f.Session); err != nil {
-			return invalidf("session: %s", strings.Replace(err.Error(), "id", "session", 1))
+			return invalidf("%s", strings.Replace(err.Error(), "id", "session", 1))
 		}
 	}
 	switch {

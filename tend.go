@@ -72,7 +72,7 @@ func Open(root string, opts Options) (*Client, error) {
 	}
 	if opts.Session != "" {
 		if err := spool.ValidID(opts.Session); err != nil {
-			return nil, invalidf("session: %s", strings.Replace(err.Error(), "id", "session", 1))
+			return nil, invalidf("%s", strings.Replace(err.Error(), "id", "session", 1))
 		}
 	}
 	return &Client{root: abs, session: opts.Session, watch: opts.Watcher, dir: spool.Dir{Root: abs}, store: tracker.NewStore(abs)}, nil
@@ -102,8 +102,13 @@ func (c *Client) Root() string { return c.root }
 func (c *Client) Session() string { return c.session }
 
 // Path returns the path of file name (stdout, state.json, ...) in run
-// id's directory. The ID must be valid (see CheckID).
-func (c *Client) Path(id, name string) string { return c.store.Path(id, name) }
+// id's directory, or "" if id is not a valid ID (see CheckID).
+func (c *Client) Path(id, name string) string {
+	if spool.ValidID(id) != nil {
+		return ""
+	}
+	return c.store.Path(id, name)
+}
 
 // Errors that a Client's methods wrap, for errors.Is.
 var (
