@@ -23,13 +23,17 @@ and prints the outcome once the run has ended:
   already_finished  it had ended already (exit 5)
   not_found         no run has this ID (exit 3)
   not_cancellable   it cannot be signaled (exit 4)
-Canceling twice is safe. Example: tend cancel web --grace 2s`
+Canceling twice is safe. Example:
+  tend cancel web --grace 2s`
 }
 
 func (c *cancelCmd) Run(e *env) error {
 	e.json = c.JSON
 	if c.All {
 		return c.cancelAll(e)
+	}
+	if c.ID == "" {
+		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID, or tend cancel --all --session S for all of a session's runs; tend ls lists the runs)")
 	}
 	if err := checkID("cancel", c.ID); err != nil {
 		return err

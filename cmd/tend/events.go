@@ -17,7 +17,8 @@ func (c *eventsCmd) Help() string {
 	return `Prints every state change of every run from history.jsonl (across its
 rotated files), and with -f keeps printing them as they happen: a status
 channel for an agent's UI or a script, without polling state files.
-Example: tend events -f --session agent-7 --json`
+Example:
+  tend events -f --session agent-7 --json`
 }
 
 func (c *eventsCmd) Run(e *env) error {

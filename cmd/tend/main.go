@@ -122,6 +122,7 @@ type cli struct {
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`
 	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
 
+	Help       helpCmd       `cmd:"" help:"Show the help of tend, or of a command (tend help start), as --help does."`
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh, fish)."`
 	Mcp        mcpCmd        `cmd:"" name:"mcp" help:"Serve tend's commands to agents as MCP tools, over stdio."`
 	Complete   completeCmd   `cmd:"" name:"__complete" hidden:"" help:"Print the words that complete a command line."`
@@ -183,6 +184,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tend:", err)
 		return exitFailed
 	}
+	if len(args) == 0 {
+		// As git and go do: what tend is, its commands, where help is.
+		parser.Stdout = stderr
+		if ctx, err := kong.Trace(parser, nil); err == nil {
+			ctx.PrintUsage(false)
+		}
+		fmt.Fprintln(stderr, `Or run "tend help <command>".`)
+		return exitUsage
+	}
 	ctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
@@ -214,6 +224,27 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tend:", msg)
 	}
 	return code
+}
+
+type helpCmd struct {
+	Command []string `arg:"" optional:"" help:"The command whose help to show."`
+}
+
+func (c *helpCmd) Help() string {
+	return `Shows what tend --help or tend COMMAND --help shows. Examples:
+  tend help
+  tend help start`
+}
+
+func (c *helpCmd) Run(k *kong.Context) error {
+	ctx, err := kong.Trace(k.Kong, c.Command)
+	if err == nil {
+		err = ctx.Error
+	}
+	if err != nil {
+		return exitf(exitUsage, "help: %v", err)
+	}
+	return ctx.PrintUsage(false)
 }
 
 // exitFor returns the exit code and the one-line message for a command's

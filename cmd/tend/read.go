@@ -23,7 +23,7 @@ type lsCmd struct {
 	All     bool          `help:"List every run, not only the active ones and those that ended in the last 24 hours."`
 	State   []string      `help:"Only runs in these states (comma-separated or repeated)." placeholder:"STATE"`
 	Session string        `help:"Only runs of this session." placeholder:"S"`
-	Label   []string      `short:"l" help:"Only runs with this label (repeatable: all must match)." placeholder:"K=V"`
+	Label   []string      `short:"l" sep:"none" help:"Only runs with this label (repeatable: all must match)." placeholder:"K=V"`
 	Since   time.Duration `help:"Only runs created within this long (e.g. 2h)."`
 }
 
@@ -34,16 +34,19 @@ position in the queue. INFO is a live run's progress (or how long it has
 been quiet), CPU and memory, and why a run ended with no exit code (it could
 not start, or its end was lost). Examples:
   tend ls --state failed --since 1h
-  tend ls --session agent-7 -l kind=test --json | jq '.[].id'`
+  tend ls --session agent-7 -l kind=test --json`
 }
 
 // infoText is ls's INFO column: progress, else how long the run has been
 // quiet, and its CPU and memory while it runs; for a run that ended with
 // neither an exit code nor a signal (it could not start, or its end was
 // lost), why.
-func infoText(r tend.Listed) string {
+func infoText(r tend.Listed, t term) string {
 	if endedUnexplained(r.Record) && r.Reason != "" {
-		return cut(r.Reason, maxReasonWidth)
+		if t.width == 0 {
+			return oneLine(r.Reason) // piped: whole
+		}
+		return cut(oneLine(r.Reason), maxReasonWidth)
 	}
 	var parts []string
 	if r.Progress != "" {
@@ -60,7 +63,8 @@ func infoText(r tend.Listed) string {
 	return strings.Join(parts, ", ")
 }
 
-// maxReasonWidth is how much of a reason ls shows; tend show has it whole.
+// maxReasonWidth is how much of a reason ls shows on a terminal; tend show
+// has it whole, as has ls piped.
 const maxReasonWidth = 48
 
 // endedUnexplained reports whether st ended with neither an exit code nor
@@ -68,6 +72,9 @@ const maxReasonWidth = 48
 func endedUnexplained(st *tracker.State) bool {
 	return tracker.Final(st.State) && st.ExitCode == nil && st.Signal == ""
 }
+
+// oneLine puts s on one line: a reason may quote a program's output.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func bytesText(n int64) string {
 	switch {
@@ -145,7 +152,7 @@ func printRuns(e *env, runs []tend.Listed, now time.Time) error {
 			state = fmt.Sprintf("queued #%d", r.Position)
 		}
 		row := []cell{{text: r.ID}, {text: state, state: r.State}, {text: exitText(r.Record)},
-			{text: timeText(r.Record, now)}, {text: infoText(r)}, {text: commandText(r.Command, 0)}}
+			{text: timeText(r.Record, now)}, {text: infoText(r, e.term)}, {text: commandText(r.Command, 0)}}
 		if sessions {
 			row = slices.Insert(row, 2, cell{text: orDash(r.Session)})
 		}
@@ -216,7 +223,9 @@ func (c *showCmd) Help() string {
 session, process, times, labels, notes, progress, live usage, how long its
 output has been quiet, a service's restarts and health, what was dropped
 from its output, where its files are, and its last lines of output (both
-streams, in order). Example: tend show build; tend show build --json`
+streams, in order). Examples:
+  tend show build
+  tend show build --json`
 }
 
 func (c *showCmd) Run(e *env) error {
@@ -513,8 +522,9 @@ type waitCmd struct {
 
 func (c *waitCmd) Help() string {
 	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
-could not start), or 124 if --timeout came first. Example: tend wait build && echo built
-  tend start --id db --health-tcp 127.0.0.1:5432 -- postgres ... && tend wait db --ready --timeout 1m && make test`
+could not start), or 124 if --timeout came first. Examples:
+  tend wait build && echo built
+  tend start --id svc --ready-file -- 'sleep 1; touch "$TEND_READY"; exec sleep 600' && tend wait svc --ready --timeout 1m`
 }
 
 func (c *waitCmd) Run(e *env) error {

@@ -21,7 +21,8 @@ type historyCmd struct {
 
 func (c *historyCmd) Help() string {
 	return `Prints a run's transitions from ROOT/history.jsonl, deleted runs
-included. Example: tend history build`
+included. Example:
+  tend history build`
 }
 
 func (c *historyCmd) Run(e *env) error {
@@ -60,13 +61,15 @@ func (c *historyCmd) Run(e *env) error {
 type rmCmd struct {
 	IDs     []string `arg:"" name:"id" help:"The runs to delete."`
 	Session string   `help:"Act as this session: only its runs may be deleted." env:"TEND_SESSION"`
+	IfRev   int64    `help:"Delete the run (one) only if its record is still at this revision (else: conflict, exit 7)."`
 	JSON    bool     `help:"Print each outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
 func (c *rmCmd) Help() string {
 	return `Deletes finished runs: their record, output and outcomes. A queued or
 live run is refused (still_active) and left alone. Each deletion stays in
-history.jsonl. Prints one line per run: ID: outcome. Example: tend rm build test`
+history.jsonl. Prints one line per run: ID: outcome. Example:
+  tend rm build test`
 }
 
 func (c *rmCmd) Run(e *env) error {
@@ -75,18 +78,21 @@ func (c *rmCmd) Run(e *env) error {
 			return err
 		}
 	}
+	if c.IfRev != 0 && len(c.IDs) != 1 {
+		return exitf(exitUsage, "rm: --if-rev is one run's revision: give one ID with it")
+	}
 	e.json = c.JSON
-	return deleteRuns(e, c.IDs, c.Session)
+	return deleteRuns(e, c.IDs, c.Session, c.IfRev)
 }
 
 // deleteRuns submits a delete request for each run and prints the
 // outcomes. It exits 0 only if every run was deleted.
-func deleteRuns(e *env, ids []string, session string) error {
+func deleteRuns(e *env, ids []string, session string, ifRev int64) error {
 	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	outcomes, err := client.Delete(e.context(), tend.Control{}, ids...)
+	outcomes, err := client.Delete(e.context(), tend.Control{IfRev: ifRev}, ids...)
 	if err != nil {
 		return err
 	}
@@ -99,8 +105,10 @@ func deleteRuns(e *env, ids []string, session string) error {
 		case spool.Deleted:
 		case spool.NotFound:
 			code = max(code, exitNotFound)
+		case spool.Conflict:
+			code = max(code, exitConflict)
 		default:
-			code = exitRefused
+			code = max(code, exitRefused)
 		}
 	}
 	if code != exitOK {
@@ -120,7 +128,8 @@ type gcCmd struct {
 func (c *gcCmd) Help() string {
 	return `Deletes finished runs beyond the retention: older than --older-than, or
 beyond the newest --keep. The watcher applies the same retention by itself
-every 10 minutes. Example: tend gc --older-than 24h`
+every 10 minutes. Example:
+  tend gc --older-than 24h`
 }
 
 func (c *gcCmd) Run(e *env) error {
@@ -153,5 +162,5 @@ func (c *gcCmd) Run(e *env) error {
 		}
 		return nil
 	}
-	return deleteRuns(e, ids, c.Session)
+	return deleteRuns(e, ids, c.Session, 0)
 }

@@ -34,7 +34,8 @@ type signalCmd struct {
 
 func (c *signalCmd) Help() string {
 	return `Sends a signal to the run's process group, after checking it is still
-the run's. Example: tend signal web HUP`
+the run's. Example:
+  tend signal web HUP`
 }
 
 func (c *signalCmd) Run(e *env) error {
@@ -51,7 +52,8 @@ type restartCmd struct {
 func (c *restartCmd) Help() string {
 	return `Stops the run (SIGTERM, then SIGKILL after the grace) and starts it
 again under the same ID; its attempt count grows. A run waiting to be
-restarted starts at once. Example: tend restart web`
+restarted starts at once. Example:
+  tend restart web`
 }
 
 func (c *restartCmd) Run(e *env) error {
@@ -65,7 +67,8 @@ type pauseCmd struct{ controlArgs }
 
 func (c *pauseCmd) Help() string {
 	return `Stops the run's process group with SIGSTOP (state paused); its timeout
-stops counting. Example: tend pause build`
+stops counting. Example:
+  tend pause build`
 }
 
 func (c *pauseCmd) Run(e *env) error {
@@ -77,7 +80,8 @@ func (c *pauseCmd) Run(e *env) error {
 type resumeCmd struct{ controlArgs }
 
 func (c *resumeCmd) Help() string {
-	return "Continues a paused run's process group with SIGCONT. Example: tend resume build"
+	return `Continues a paused run's process group with SIGCONT. Example:
+  tend resume build`
 }
 
 func (c *resumeCmd) Run(e *env) error {

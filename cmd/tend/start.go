@@ -17,11 +17,11 @@ type startCmd struct {
 	ID      string        `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
 	JSON    bool          `help:"Print the run's record once it is taken, not just its ID (docs/schema/record.schema.json)."`
 	Cwd     string        `help:"Working directory (default: the current one)." placeholder:"DIR"`
-	Env     []string      `short:"e" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
+	Env     []string      `short:"e" sep:"none" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
 	Timeout time.Duration `help:"Stop the run (SIGTERM, then SIGKILL after the grace) if it runs longer than this."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL when the run is stopped (default 10s)."`
 	Session string        `help:"The session the run belongs to." env:"TEND_SESSION"`
-	Label   []string      `short:"l" help:"Attach a label (repeatable)." placeholder:"K=V"`
+	Label   []string      `short:"l" sep:"none" help:"Attach a label (repeatable)." placeholder:"K=V"`
 
 	Restart           string        `help:"Restart policy: never, on-failure or always." placeholder:"POLICY" group:"Services"`
 	RestartLimit      int           `help:"At most this many restarts within --restart-window." default:"5" group:"Services"`
@@ -39,13 +39,12 @@ type startCmd struct {
 }
 
 func (c *startCmd) Help() string {
-	return `Examples:
-  tend start -- make test                  # executes make with argument test
-  tend start --id web -- 'npm run dev 2>&1' # one argument: run by /bin/sh -c
-  tend start --timeout 10m -- ./long-job.sh
-
-Prints the run's ID. The run gets this shell's environment and working
-directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION.`
+	return `Prints the run's ID. The run gets this shell's environment and working
+directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION. Examples:
+  tend start -- ls -l /                      # executes ls with arguments -l and /
+  tend start --id nap -- 'sleep 5; echo up'  # one argument: run by /bin/sh -c
+  tend start --timeout 2s -- sleep 60        # stopped after 2s: timed_out
+  tend start -e LIST=a,b -l kind=demo -- 'echo "$LIST"'`
 }
 
 func (c *startCmd) Run(e *env) error {
