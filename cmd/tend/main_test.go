@@ -117,6 +117,7 @@ func scriptParams(dir string) testscript.Params {
 			"fixture":   cmdFixture,
 			"need":      cmdNeed,
 			"edits":     cmdEdits,
+			"readme":    cmdReadme,
 		},
 	}
 }
