@@ -93,4 +93,22 @@ touch go-e
 rc=0; tend_wait e || rc=$?
 [ "$rc" = 0 ] || fail "tend_wait e returned $rc, want 0"
 
-echo "e2e.sh: 5 passed, 0 failed"
+# 6. A queued run's request submitted again is an edit of it: accepted,
+# and what runs.
+printf '{"max_running": 1}\n' >"$root/config.json"
+i=0
+until grep -q 'config: max_running 1,' "$work/watcher.log"; do
+	i=$((i + 1))
+	[ "$i" -lt 1200 ] || fail "timed out waiting for the watcher to read config.json"
+	sleep 0.05
+done
+tend_start f 'until [ -e go-f ]; do sleep 0.05; done' >/dev/null || fail "f.start"
+tend_start g 'echo old > g.out' >/dev/null || fail "g.start"
+[ "$(tend_state g)" = queued ] || fail "run g: $(tend_state g), want queued"
+o=$(tend_start g 'echo new > g.out') || fail "g.start again: $o"
+[ "$o" = "accepted: edited while queued (rev 2)" ] || fail "g.start again: $o"
+touch go-f
+tend_wait g || fail "tend_wait g"
+[ "$(cat g.out)" = new ] || fail "run g wrote $(cat g.out), want new"
+
+echo "e2e.sh: 6 passed, 0 failed"

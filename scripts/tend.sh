@@ -59,12 +59,13 @@ tend_state() {
 
 # tend_start ID COMMAND: start COMMAND (run by /bin/sh -c) as run ID, and
 # wait until the watcher has taken it. Prints the outcome; returns 0 if it
-# was accepted.
+# was accepted (also as an edit of ID while it is queued: "accepted:
+# edited while queued (rev N)").
 tend_start() {
 	tend_submit "$1.start" "$2" || return 1
 	_o=$(tend_outcome "$1.start") || return 1
 	printf '%s\n' "$_o"
-	[ "$_o" = accepted ]
+	case $_o in accepted | "accepted: "*) ;; *) return 1 ;; esac
 }
 
 # tend_wait ID: wait until run ID has ended; return as a shell would for

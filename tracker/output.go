@@ -68,6 +68,16 @@ func readAt(path string, off, max, base, dropped int64) (Slice, error) {
 	}
 	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	// Never more than the file holds past the offset: max may be anything
+	// a client asked for.
+	fi, err := f.Stat()
+	if err != nil {
+		return sl, err
+	}
+	max = min(max, fi.Size()-(sl.Offset-base))
+	if max <= 0 {
+		return sl, nil
+	}
 	buf := make([]byte, max)
 	n, err := f.ReadAt(buf, sl.Offset-base)
 	if err != nil && err != io.EOF {

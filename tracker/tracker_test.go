@@ -371,3 +371,34 @@ func TestDurabilityFsyncs(t *testing.T) {
 		}
 	}
 }
+
+// ReadOutput reads no more than the stream holds, whatever a client asks
+// for: a huge max, or an offset past the end, is no allocation of that
+// size and no panic.
+func TestReadOutputBounds(t *testing.T) {
+	s := NewStore(t.TempDir())
+	if err := s.MakeRunDir("a"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(s.Path("a", "stdout"), []byte("hello\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	st := &State{ID: "a"}
+	tests := []struct {
+		off, max int64
+		want     string
+		wantNext int64
+	}{
+		{0, 1 << 62, "hello\n", 6},
+		{2, 2, "ll", 4},
+		{6, 100, "", 6},
+		{1 << 40, 1 << 40, "", 1 << 40},
+		{3, -5, "", 3},
+	}
+	for _, tt := range tests {
+		sl, err := s.ReadOutput(st, "stdout", tt.off, tt.max)
+		if err != nil || string(sl.Data) != tt.want || sl.Next != tt.wantNext {
+			t.Errorf("ReadOutput(%d, %d) = %q next %d, %v; want %q next %d", tt.off, tt.max, sl.Data, sl.Next, err, tt.want, tt.wantNext)
+		}
+	}
+}

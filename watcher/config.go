@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -30,6 +32,11 @@ type Settings struct {
 	// Durability is what every run record survives once written, and so
 	// once anyone may have seen it or acted on it.
 	Durability tracker.Durability
+	// QueueEditWindow is how long a queued run's request may be missing
+	// from the spool before its removal cancels the run: editors and tools
+	// that save by removing and re-creating a file (vim with a backup,
+	// install(1), mv from another file system) leave such a moment.
+	QueueEditWindow time.Duration
 	// Users and Groups are who else may submit requests to a watcher
 	// running as root: the uids named, and the members of the gids named.
 	// Their requests run as their writers.
@@ -40,13 +47,15 @@ type Settings struct {
 func (s Settings) Equal(o Settings) bool {
 	return s.MaxRunning == o.MaxRunning && s.MaxPerSession == o.MaxPerSession &&
 		s.KeepFinishedFor == o.KeepFinishedFor && s.KeepFinished == o.KeepFinished &&
-		s.Durability == o.Durability && slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups)
+		s.Durability == o.Durability && s.QueueEditWindow == o.QueueEditWindow &&
+		slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups)
 }
 
 // DefaultSettings are the settings when neither flags nor config.json say
 // otherwise: no cap on runs, finished records kept for a week, at most
-// 1,000 of them, and every record durable against a power loss.
-var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss}
+// 1,000 of them, every record durable against a power loss, and a second
+// for a queued request's writer to put it back.
+var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second}
 
 // ConfigPath returns the path of root's config.json.
 func ConfigPath(root string) string { return filepath.Join(root, "config.json") }
@@ -55,11 +64,22 @@ func ConfigPath(root string) string { return filepath.Join(root, "config.json") 
 type configFile struct {
 	MaxRunning           *int            `json:"max_running"`
 	MaxRunningPerSession *int            `json:"max_running_per_session"`
-	KeepFinishedFor      *spool.Duration `json:"keep_finished_for"`
+	KeepFinishedFor      json.RawMessage `json:"keep_finished_for"`
 	KeepFinished         *int            `json:"keep_finished"`
 	Durability           *string         `json:"durability"`
+	QueueEditWindow      json.RawMessage `json:"queue_edit_window"`
 	Users                *[]string       `json:"users"`
 	Groups               *[]string       `json:"groups"`
+}
+
+// configKeys returns the fields config.json may have.
+func configKeys() []string {
+	var keys []string
+	t := reflect.TypeFor[configFile]()
+	for i := range t.NumField() {
+		keys = append(keys, t.Field(i).Tag.Get("json"))
+	}
+	return keys
 }
 
 // maxConfig bounds config.json: it is a few lines, and a file that is not
@@ -91,6 +111,13 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
+		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+			msg := "unknown field " + field
+			if s := spool.Suggest(strings.Trim(field, `"`), configKeys()); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return base, fmt.Errorf("%s: %s: fields are %s", ConfigPath(root), msg, strings.Join(configKeys(), ", "))
+		}
 		return base, fmt.Errorf("%s: %w", ConfigPath(root), err)
 	}
 	l := base
@@ -111,8 +138,22 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		}
 		*f.dst = *f.v
 	}
-	if c.KeepFinishedFor != nil {
-		l.KeepFinishedFor = c.KeepFinishedFor.D()
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *time.Duration
+	}{
+		{"keep_finished_for", c.KeepFinishedFor, &l.KeepFinishedFor},
+		{"queue_edit_window", c.QueueEditWindow, &l.QueueEditWindow},
+	} {
+		if f.raw == nil || string(f.raw) == "null" {
+			continue
+		}
+		var d spool.Duration
+		if err := d.UnmarshalJSON(f.raw); err != nil {
+			return base, fmt.Errorf("%s: %q: %v", ConfigPath(root), f.name, err)
+		}
+		*f.dst = d.D()
 	}
 	if c.Durability != nil {
 		d, err := tracker.ParseDurability(*c.Durability)

@@ -141,17 +141,21 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
 	if err := unix.Lstat(path, &size); err != nil || size.Mode&unix.S_IFMT != unix.S_IFREG {
 		return false
 	}
-	if st.Output == nil {
-		st.Output = &tracker.Output{Limit: limit}
+	out := st.Output
+	if out == nil {
+		// Recorded only once something is cut: a record says "output"
+		// when its output was capped, or its request set the cap.
+		out = &tracker.Output{Limit: limit}
 	}
-	s := &st.Output.Stdout
+	s := &out.Stdout
 	if name == "stderr" {
-		s = &st.Output.Stderr
+		s = &out.Stderr
 	}
 	total := s.Base + size.Size
 	if total-s.Dropped <= limit+limit/8 {
 		return false
 	}
+	st.Output = out
 	const block = 4096 // what both operations need their range aligned to
 	cut := (total - limit - s.Dropped) / block * block
 	if cut <= 0 {

@@ -27,6 +27,11 @@ type queuedRun struct {
 	st  *tracker.State
 	req spool.Start // the request as last read
 	ino uint64      // the spool file it was last read from
+	// removed is set when its request is removed from the spool, until a
+	// new version is taken; gone then fires after the edit window, and
+	// cancels the run unless the request is back.
+	removed bool
+	gone    *time.Timer
 }
 
 // QueuePath returns the path of root's queue file.
@@ -85,15 +90,29 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 	w.outcome(n, spool.Accepted, "")
 }
 
+// editQueued takes a new version of queued run q's request, named n, from
+// the spool, and answers it if it is one: its content changed, or it came
+// back after its removal (see queuedRequestRemoved). A slot may have freed
+// while it could not be read.
+func (w *watcher) editQueued(q *queuedRun, n spool.Name, f spool.File, req spool.Start) {
+	back := q.removed
+	q.stopGone()
+	if w.updateQueued(q, f, req) || back {
+		w.answer(n, spool.Accepted, fmt.Sprintf("edited while queued (rev %d)", q.st.Rev))
+	}
+	w.dequeue()
+}
+
 // updateQueued takes a new version of queued run q's request: the record
-// shows the new command (and the rest), and its revision grows.
-func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) {
+// shows the new command (and the rest), and its revision grows. It
+// reports whether the record changed.
+func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool {
 	q.ino = f.Ino
 	next := w.newRun(q.st.ID, f.UID, req)
 	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
 		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && fmt.Sprint(next.Labels) == fmt.Sprint(q.st.Labels) &&
 		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) {
-		return
+		return false
 	}
 	q.req = req
 	st := q.st
@@ -101,6 +120,7 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) {
 	st.Reason = "its request was edited while queued"
 	w.save(st)
 	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
+	return true
 }
 
 // dequeue starts queued runs, in order, while slots are free.
@@ -174,12 +194,47 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 
 // endQueued records queued run q ended in state, without starting it.
 func (w *watcher) endQueued(q *queuedRun, state, reason string) {
+	q.stopGone()
 	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
 	w.writeQueue()
 	now := time.Now()
 	q.st.State, q.st.Reason, q.st.EndedAt = state, reason, &now
 	w.save(q.st)
 	w.log.Printf("run %s: %s (%s)", q.st.ID, state, reason)
+}
+
+// queuedRequestRemoved handles the removal of queued run q's request from
+// the spool. Editors and tools that save by removing and re-creating the
+// file (vim with a backup, install(1), mv from another file system) leave
+// a moment with no file, so the run is canceled only if the name stays
+// empty for the settings' QueueEditWindow; a file that appears under it
+// meanwhile is an edit (editQueued).
+func (w *watcher) queuedRequestRemoved(q *queuedRun) {
+	q.stopGone()
+	q.removed = true
+	w.log.Printf("run %s: its queued request was removed from the spool: it is canceled unless it is back within %v", q.st.ID, w.settings.QueueEditWindow)
+	var t *time.Timer
+	t = w.after(w.settings.QueueEditWindow, func() {
+		if q.gone != t || w.queued(q.st.ID) != q {
+			return // started, canceled, taken back or removed again meanwhile
+		}
+		q.gone = nil
+		if exists(filepath.Join(w.spool.Spool(), spool.Name{ID: q.st.ID, Verb: spool.VerbStart}.String())) {
+			return // back, and being written: its examination decides
+		}
+		w.queuedRequestGone(q, "its request was removed from the spool while queued")
+	})
+	q.gone = t
+}
+
+// stopGone forgets a removal of q's request: a new version was taken, or
+// the run leaves the queue.
+func (q *queuedRun) stopGone() {
+	if q.gone != nil {
+		q.gone.Stop()
+		q.gone = nil
+	}
+	q.removed = false
 }
 
 // queuedRequestGone handles the removal (or rejection) of queued run q's
@@ -203,7 +258,9 @@ func (w *watcher) writeQueue() {
 
 // recoverQueued puts run st, recorded queued by an earlier watcher, back
 // in the queue, if its request is still in the spool. One whose request
-// was claimed is started; one whose request is gone ends canceled.
+// was claimed is started; one whose request is gone is queued too, and
+// ends canceled unless it is back within the edit window (the watcher may
+// have stopped in the middle of an editor's save).
 func (w *watcher) recoverQueued(st *tracker.State) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
 	if f, err := w.spool.Read(n.String()); err == nil || !errors.Is(err, fs.ErrNotExist) {
@@ -217,7 +274,7 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		w.neverRan(st, "it was leaving the queue when the watcher stopped")
 		return
 	}
-	now := time.Now()
-	st.State, st.Reason, st.EndedAt = tracker.Canceled, "its request was removed from the spool while queued; it never started", &now
-	w.save(st)
+	q := &queuedRun{st: st}
+	w.queue = append(w.queue, q)
+	w.queuedRequestRemoved(q)
 }

@@ -91,7 +91,7 @@ func (w *watcher) examine(name string) {
 		delete(w.faulted, name)
 		if nameErr == nil {
 			if q := w.queued(n.ID); q != nil && n.Verb == spool.VerbStart {
-				w.queuedRequestGone(q, "its request was removed from the spool while queued")
+				w.queuedRequestRemoved(q)
 			}
 			w.afterStartDecided(n) // a removed start is decided too
 		}
@@ -233,7 +233,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		}
 	}()
 	if q := w.queued(n.ID); q != nil {
-		w.updateQueued(q, f, req) // edited while it waits
+		w.editQueued(q, n, f, req) // edited while it waits
 		return
 	}
 	if !w.slotFor(req.Session) || len(w.queue) > 0 {

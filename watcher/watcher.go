@@ -424,7 +424,7 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			w.reapOrphans()
 		case sig := <-w.cfg.Stop:
 			if sig == syscall.SIGUSR1 {
-				w.log.Printf("%v: leaving %d runs running, for the next watcher to adopt", sig, len(w.runs))
+				w.log.Printf("%v: leaving %s running, for the next watcher to adopt", sig, runsText(len(w.runs)))
 				return nil
 			}
 			w.shutdown(sig)
@@ -523,8 +523,8 @@ func (w *watcher) reloadSettings() {
 				w.log.Printf("%v", err)
 			}
 		}
-		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s",
-			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor, l.Durability)
+		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s, queue_edit_window %v",
+			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor, l.Durability, l.QueueEditWindow)
 		w.dequeue()
 	}
 }
@@ -552,6 +552,14 @@ func (w *watcher) rescan() {
 	}
 }
 
+// runsText is "1 run", "2 runs".
+func runsText(n int) string {
+	if n == 1 {
+		return "1 run"
+	}
+	return fmt.Sprintf("%d runs", n)
+}
+
 // shutdown stops every run; a second signal kills what is left at once.
 func (w *watcher) shutdown(sig os.Signal) {
 	w.stopping++
@@ -559,13 +567,13 @@ func (w *watcher) shutdown(sig os.Signal) {
 		for _, b := range w.waiting {
 			w.endBackoff(b, tracker.Canceled, "the watcher was stopped while it waited to start again")
 		}
-		w.log.Printf("%v: stopping %d runs (send it again to kill them at once)", sig, len(w.runs))
+		w.log.Printf("%v: stopping %s (send it again to kill them at once)", sig, runsText(len(w.runs)))
 		for _, r := range w.runs {
 			w.stop(r, tracker.Canceled, "the watcher was stopped", r.grace(), "")
 		}
 		return
 	}
-	w.log.Printf("%v: killing %d runs", sig, len(w.runs))
+	w.log.Printf("%v: killing %s", sig, runsText(len(w.runs)))
 	for _, r := range w.runs {
 		r.killAt = time.Now()
 		w.killGroup(r)

@@ -184,20 +184,28 @@ func TestPermitted(t *testing.T) {
 }
 
 func TestLoadSettings(t *testing.T) {
+	with := func(change func(*Settings)) Settings {
+		s := DefaultSettings
+		change(&s)
+		return s
+	}
 	tests := []struct {
 		config  string
 		want    Settings
 		wantErr string
 	}{
 		{"", DefaultSettings, ""}, // no file
-		{`{"max_running": 2, "max_running_per_session": 1}`, Settings{MaxRunning: 2, MaxPerSession: 1, KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
-		{`{"keep_finished_for": "24h", "keep_finished": 0}`, Settings{KeepFinishedFor: 24 * time.Hour, Durability: tracker.PowerLoss}, ""},
-		{`{"keep_finished_for": 60}`, Settings{KeepFinishedFor: time.Minute, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
-		{`{"durability": "watcher_crash"}`, Settings{KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.WatcherCrash}, ""},
+		{`{"max_running": 2, "max_running_per_session": 1}`, with(func(s *Settings) { s.MaxRunning, s.MaxPerSession = 2, 1 }), ""},
+		{`{"keep_finished_for": "24h", "keep_finished": 0}`, with(func(s *Settings) { s.KeepFinishedFor, s.KeepFinished = 24*time.Hour, 0 }), ""},
+		{`{"keep_finished_for": 60}`, with(func(s *Settings) { s.KeepFinishedFor = time.Minute }), ""},
+		{`{"durability": "watcher_crash"}`, with(func(s *Settings) { s.Durability = tracker.WatcherCrash }), ""},
 		{`{"durability": "power_loss"}`, DefaultSettings, ""},
 		{"\ufeff{\"durability\": \"power_loss\"}\r\n", DefaultSettings, ""}, // saved by Notepad
 		{`{"durability": "none"}`, DefaultSettings, `config.json: "durability": "none" is neither "power_loss" nor "watcher_crash"`},
-		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing"`},
+		{`{"queue_edit_window": "5s"}`, with(func(s *Settings) { s.QueueEditWindow = 5 * time.Second }), ""},
+		{`{"queue_edit_window": 0}`, with(func(s *Settings) { s.QueueEditWindow = 0 }), ""},
+		{`{"queue_edit_window": "-1s"}`, DefaultSettings, `"queue_edit_window"`},
+		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing" (did you mean "max_running"?): fields are max_running, max_running_per_session`},
 		{`{"max_running": -1}`, DefaultSettings, `"max_running": -1 is negative`},
 		{`{"max_running": `, DefaultSettings, "config.json"},
 	}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/tendhq/tend/spool"
-	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend"
 )
 
 type cancelCmd struct {
@@ -25,7 +23,8 @@ and prints the outcome once the run has ended:
   already_finished  it had ended already (exit 5)
   not_found         no run has this ID (exit 3)
   not_cancellable   it cannot be signaled (exit 4)
-Canceling twice is safe. Example: tend cancel web --grace 2s`
+Canceling twice is safe. Example:
+  tend cancel web --grace 2s`
 }
 
 func (c *cancelCmd) Run(e *env) error {
@@ -33,38 +32,28 @@ func (c *cancelCmd) Run(e *env) error {
 	if c.All {
 		return c.cancelAll(e)
 	}
-	if err := spool.ValidID(c.ID); err != nil {
-		return exitf(exitUsage, "cancel: %v", err)
+	if c.ID == "" {
+		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID, or tend cancel --all --session S for all of a session's runs; tend ls lists the runs)")
 	}
-	body, err := c.body()
+	if err := checkID("cancel", c.ID); err != nil {
+		return err
+	}
+	client, err := e.client(c.Session)
 	if err != nil {
 		return err
 	}
-	n := spool.Name{ID: c.ID, Verb: spool.VerbCancel}
-	outcome, detail, err := submit(e, n, body, true)
-	if err != nil {
-		return err
+	o, err := client.Cancel(e.context(), c.ID, tend.Control{Grace: c.Grace, IfRev: c.IfRev})
+	if o.Outcome == "" {
+		return err // not answered
 	}
 	if e.json {
-		if err := printOutcome(e, n, outcome, detail, false); err != nil {
+		if err := printOutcome(e, o, false); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(e.stdout, outcome) // the outcome alone: scripts compare it
+		fmt.Fprintln(e.stdout, o.Outcome) // the outcome alone: scripts compare it
 	}
-	return exitFor(n, outcome, detail)
-}
-
-func (c *cancelCmd) body() ([]byte, error) {
-	req := spool.Cancel{Session: c.Session}
-	if c.IfRev > 0 {
-		req.IfRev = &c.IfRev
-	}
-	if c.Grace > 0 {
-		g := spool.Duration(c.Grace)
-		req.Grace = &g
-	}
-	return json.Marshal(req)
+	return outcomeErr(o)
 }
 
 // cancelAll cancels every active run of the session, side by side, and
@@ -76,29 +65,19 @@ func (c *cancelCmd) cancelAll(e *env) error {
 	if c.Session == "" {
 		return exitf(exitUsage, "cancel --all: name the session whose runs to cancel (--session or TEND_SESSION)")
 	}
-	body, err := c.body()
+	client, err := e.client(c.Session)
 	if err != nil {
 		return err
 	}
-	runs, _ := tracker.NewStore(e.root).ListBrief() // sessions and states only
-	var reqs []request
-	for _, st := range runs {
-		if st.Session == c.Session && !tracker.Final(st.State) {
-			reqs = append(reqs, request{spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body})
-		}
-	}
-	if len(reqs) == 0 {
-		return nil
-	}
-	answers, err := submitAll(e, reqs, true)
+	outcomes, err := client.CancelAll(e.context(), tend.Control{Grace: c.Grace, IfRev: c.IfRev})
 	if err != nil {
 		return err
 	}
-	for i, a := range answers {
+	for _, o := range outcomes {
 		if e.json {
-			printOutcome(e, reqs[i].name, a.outcome, a.detail, true)
+			printOutcome(e, o, true)
 		} else {
-			fmt.Fprintf(e.stdout, "%s: %s\n", reqs[i].name.ID, a.outcome)
+			fmt.Fprintf(e.stdout, "%s: %s\n", o.ID, o.Outcome)
 		}
 	}
 	return nil

@@ -20,7 +20,10 @@ its run directory, the history and /proc, leftover temporary files, and
 orphaned outcomes and run directories. Prints each problem with its path
 and exits 1 if there is any. While a watcher runs, what it finds is checked
 again a second later, and only what is still there is a problem (not a
-write in flight). Example: tend fsck || tend down --keep-runs && tend fsck --repair`
+write in flight). --repair is refused while a watcher runs: stop it
+(keeping its runs) first. Examples:
+  tend fsck
+  tend fsck || { tend down --keep-runs; tend fsck --repair; tend up; }`
 }
 
 func (c *fsckCmd) Run(e *env) error {

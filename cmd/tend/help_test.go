@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"io"
+	"regexp"
+	"runtime/debug"
 	"strings"
 	"testing"
 
@@ -24,4 +28,156 @@ func TestEveryCommandHasAnExample(t *testing.T) {
 			t.Errorf("tend %s --help has no example (\"Example: tend ...\"):\n%s", n.Name, n.Detail)
 		}
 	}
+}
+
+// Every example in a command's help is shown on a line of its own, whole,
+// so that it can be pasted: kong reflows a paragraph, but not the lines
+// indented under "Example:" or "Examples:".
+func TestHelpExamplesAreWhole(t *testing.T) {
+	var c cli
+	var out bytes.Buffer
+	parser, err := kong.New(&c, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Writers(&out, &out), kong.Exit(func(int) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range parser.Model.Node.Children {
+		if n.Hidden {
+			continue
+		}
+		out.Reset()
+		parser.Parse([]string{n.Name, "--help"})
+		shown := out.String()
+		for _, ex := range examples(n.Detail) {
+			if !strings.Contains(shown, "\n    "+ex+"\n") && !strings.Contains(shown, "\n    "+ex+" ") {
+				t.Errorf("tend %s --help does not show %q on a line of its own:\n%s", n.Name, ex, shown)
+			}
+		}
+	}
+}
+
+// examples returns the commands a help text gives as examples: the text
+// after "Example:" on its line, and the lines indented under it.
+func examples(detail string) []string {
+	var out []string
+	in := false
+	for _, line := range strings.Split(detail, "\n") {
+		switch {
+		case exampleHead.MatchString(line):
+			in = true
+			if ex := strings.TrimSpace(exampleHead.FindStringSubmatch(line)[1]); ex != "" {
+				out = append(out, ex)
+			}
+		case in && strings.HasPrefix(line, "  "):
+			ex, _, _ := strings.Cut(strings.TrimSpace(line), "  #")
+			out = append(out, strings.TrimSpace(ex))
+		default:
+			in = false
+		}
+	}
+	return out
+}
+
+var exampleHead = regexp.MustCompile(`Examples?:(.*)$`)
+
+// The version comes from -ldflags, else from what the Go toolchain
+// recorded: a module version, else the commit.
+func TestVersionFrom(t *testing.T) {
+	vcs := func(rev, modified string) *debug.BuildInfo {
+		return &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified}}}
+	}
+	tests := []struct {
+		linked string
+		bi     *debug.BuildInfo
+		want   string
+	}{
+		{"v1.2.0-3-gabc", vcs("0123456789abcdef", "false"), "v1.2.0-3-gabc"},
+		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "v1.3.0"}}, "v1.3.0"},
+		{"dev", vcs("0123456789abcdef", "false"), "0123456789ab"},
+		{"dev", vcs("0123456789abcdef", "true"), "0123456789ab-dirty"},
+		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel)"},
+		{"dev", nil, "(devel)"},
+	}
+	for _, tt := range tests {
+		if got := versionFrom(tt.linked, tt.bi); got != tt.want {
+			t.Errorf("versionFrom(%q, %+v) = %q, want %q", tt.linked, tt.bi, got, tt.want)
+		}
+	}
+}
+
+// Every tend command in a help example parses: its flags and arguments
+// are the command's own (the words are split as sh would, at && || ; |
+// and braces).
+func TestHelpExamplesParse(t *testing.T) {
+	var c cli
+	parser, err := kong.New(&c, kong.Name("tend"), kong.Vars{"version": "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range parser.Model.Node.Children {
+		for _, ex := range examples(n.Detail) {
+			for _, words := range simpleCommands(ex) {
+				if len(words) == 0 || words[0] != "tend" {
+					continue
+				}
+				var c cli
+				p, err := kong.New(&c, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := p.Parse(words[1:]); err != nil {
+					t.Errorf("tend %s --help: example %q: %v", n.Name, strings.Join(words, " "), err)
+				}
+			}
+		}
+	}
+}
+
+// simpleCommands splits a shell line into its simple commands' words,
+// with quotes and redirections removed; a comment ends it.
+func simpleCommands(line string) [][]string {
+	var cmds [][]string
+	var words []string
+	var word strings.Builder
+	inWord, redirect := false, false
+	endWord := func() {
+		if inWord && !redirect {
+			words = append(words, word.String())
+		}
+		if inWord {
+			word.Reset()
+			inWord, redirect = false, false
+		}
+	}
+	endCmd := func() {
+		endWord()
+		cmds = append(cmds, words)
+		words = nil
+	}
+	for i := 0; i < len(line); i++ {
+		switch ch := line[i]; {
+		case ch == '\'':
+			j := strings.IndexByte(line[i+1:], '\'')
+			word.WriteString(line[i+1 : i+1+j])
+			inWord, i = true, i+1+j
+		case ch == '"':
+			j := strings.IndexByte(line[i+1:], '"')
+			word.WriteString(line[i+1 : i+1+j])
+			inWord, i = true, i+1+j
+		case ch == '#' && !inWord:
+			endCmd()
+			return cmds
+		case ch == ' ' || ch == '\t':
+			endWord()
+		case ch == '>' || ch == '<':
+			endWord()
+			redirect = true
+		case strings.IndexByte(";|&{}", ch) >= 0:
+			endCmd()
+		default:
+			word.WriteByte(ch)
+			inWord = true
+		}
+	}
+	endCmd()
+	return cmds
 }

@@ -5,18 +5,61 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
+	"syscall"
 
 	"github.com/alecthomas/kong"
+	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/watcher"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build does); buildVersion says what a plain go build or go install
+// recorded otherwise.
 var version = "dev"
+
+// buildVersion returns tend's version: -ldflags' if set, else what the Go
+// toolchain recorded in the binary (see versionFrom).
+func buildVersion() string {
+	bi, _ := debug.ReadBuildInfo()
+	return versionFrom(version, bi)
+}
+
+// versionFrom returns the version set at link time if there is one, else
+// the module's version (go install ...@v1.2.0), else the commit it was
+// built from (as git describe --always --dirty names it), else "(devel)".
+func versionFrom(linked string, bi *debug.BuildInfo) string {
+	if linked != "dev" && linked != "" {
+		return linked
+	}
+	if bi == nil {
+		return "(devel)"
+	}
+	if v := bi.Main.Version; v != "" && v != "(devel)" {
+		return v
+	}
+	var rev, dirty string
+	for _, s := range bi.Settings {
+		switch {
+		case s.Key == "vcs.revision":
+			rev = s.Value[:min(12, len(s.Value))]
+		case s.Key == "vcs.modified" && s.Value == "true":
+			dirty = "-dirty"
+		}
+	}
+	if rev != "" {
+		return rev + dirty
+	}
+	return "(devel)"
+}
 
 // Exit codes, the same for every command (docs/protocol.md lists them).
 // "tend wait" and "tend logs -f" exit with the run's own code instead.
@@ -79,6 +122,7 @@ type cli struct {
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`
 	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
 
+	Help       helpCmd       `cmd:"" help:"Show the help of tend, or of a command (tend help start), as --help does."`
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh, fish)."`
 	Mcp        mcpCmd        `cmd:"" name:"mcp" help:"Serve tend's commands to agents as MCP tools, over stdio."`
 	Complete   completeCmd   `cmd:"" name:"__complete" hidden:"" help:"Print the words that complete a command line."`
@@ -92,6 +136,35 @@ type env struct {
 	stderr  io.Writer
 	term    term
 	json    bool // the command's --json: print JSON, not lines for people
+
+	ctx        context.Context // see context
+	stopSignal context.CancelFunc
+}
+
+// context returns the context a command waits in: it ends on Ctrl-C or
+// SIGTERM, which the command then exits on with exitInterrupted. Signals
+// are caught only from the first call on, so commands that never wait
+// keep the default handling.
+func (e *env) context() context.Context {
+	if e.ctx == nil {
+		e.ctx, e.stopSignal = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	}
+	return e.ctx
+}
+
+// client returns a client of the root acting as session ("" for none),
+// which starts a watcher when a request finds none, unless --no-start.
+func (e *env) client(session string) (*tend.Client, error) {
+	opts := tend.Options{Session: session}
+	if !e.noStart {
+		opts.Watcher = &tend.WatcherOptions{
+			Args: watchFlags{Settle: watcher.DefaultSettle}.args(),
+			Started: func(pid int) {
+				fmt.Fprintf(e.stderr, "tend: started a watcher on %s (pid %d)\n", e.root, pid)
+			},
+		}
+	}
+	return tend.Open(e.root, opts)
 }
 
 func main() {
@@ -104,12 +177,21 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kong.Name("tend"),
 		kong.Description("A process supervisor driven by plain files. Requests are files in ROOT/spool; state is in ROOT/runs."),
 		kong.Writers(stdout, stderr),
-		kong.Vars{"version": version},
+		kong.Vars{"version": buildVersion()},
 		kong.UsageOnError(),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
 		return exitFailed
+	}
+	if len(args) == 0 {
+		// As git and go do: what tend is, its commands, where help is.
+		parser.Stdout = stderr
+		if ctx, err := kong.Trace(parser, nil); err == nil {
+			ctx.PrintUsage(false)
+		}
+		fmt.Fprintln(stderr, `Or run "tend help <command>".`)
+		return exitUsage
 	}
 	ctx, err := parser.Parse(args)
 	if err != nil {
@@ -132,19 +214,68 @@ func run(args []string, stdout, stderr io.Writer) int {
 	outFile, _ := stdout.(*os.File)
 	errFile, _ := stderr.(*os.File)
 	t := termFor(outFile, errFile, c.Color)
-	err = ctx.Run(&env{root: root, noStart: noStart, stdout: stdout, stderr: stderr, term: t})
+	e := &env{root: root, noStart: noStart, stdout: stdout, stderr: stderr, term: t}
+	err = ctx.Run(e)
+	if e.stopSignal != nil {
+		e.stopSignal()
+	}
+	code, msg := exitFor(err)
+	if msg != "" {
+		fmt.Fprintln(stderr, "tend:", msg)
+	}
+	return code
+}
+
+type helpCmd struct {
+	Command []string `arg:"" optional:"" help:"The command whose help to show."`
+}
+
+func (c *helpCmd) Help() string {
+	return `Shows what tend --help or tend COMMAND --help shows. Examples:
+  tend help
+  tend help start`
+}
+
+func (c *helpCmd) Run(k *kong.Context) error {
+	ctx, err := kong.Trace(k.Kong, c.Command)
+	if err == nil {
+		err = ctx.Error
+	}
+	if err != nil {
+		return exitf(exitUsage, "help: %v", err)
+	}
+	return ctx.PrintUsage(false)
+}
+
+// exitFor returns the exit code and the one-line message for a command's
+// error: an exitError says both; the client's errors have a code of their
+// kind (docs/protocol.md lists them); anything else is a failure.
+func exitFor(err error) (int, string) {
 	var ee *exitError
 	switch {
 	case err == nil:
-		return exitOK
+		return exitOK, ""
 	case errors.As(err, &ee):
-		if ee.msg != "" {
-			fmt.Fprintln(stderr, "tend:", ee.msg)
-		}
-		return ee.code
+		return ee.code, ee.msg
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted, "interrupted"
 	}
-	fmt.Fprintln(stderr, "tend:", err)
-	return exitFailed
+	for _, k := range []struct {
+		kind error
+		code int
+	}{
+		{tend.ErrInvalid, exitUsage},
+		{tend.ErrNotFound, exitNotFound},
+		{tend.ErrNoWatcher, exitNoWatcher},
+		{tend.ErrFinished, exitFinished},
+		{tend.ErrConflict, exitConflict},
+		{tend.ErrRefused, exitRefused},
+	} {
+		if errors.Is(err, k.kind) {
+			return k.code, err.Error()
+		}
+	}
+	return exitFailed, err.Error()
 }
 
 // findRoot returns the root: the flag or TEND_ROOT if set, else the nearest
@@ -153,18 +284,7 @@ func findRoot(flag string) (string, error) {
 	if flag != "" {
 		return filepath.Abs(flag)
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if fi, err := os.Stat(filepath.Join(dir, ".tend")); err == nil && fi.IsDir() {
-			return filepath.Join(dir, ".tend"), nil
-		}
-		if dir == filepath.Dir(dir) {
-			return filepath.Join(wd, ".tend"), nil
-		}
-	}
+	return tend.FindRoot(".")
 }
 
 // envTrue reports whether an environment variable's value turns a switch

@@ -114,11 +114,15 @@ func scriptParams(dir string) testscript.Params {
 			"clockjump": cmdClockJump,
 			"settled":   cmdSettled,
 			"mcpcall":   cmdMCPCall,
+			"mcpfuzz":   cmdMCPFuzz,
 			"schema":    cmdSchema,
 			"fixture":   cmdFixture,
 			"mkusers":   cmdMkUsers,
 			"forge":     cmdForge,
 			"waitglob":  cmdWaitGlob,
+			"need":      cmdNeed,
+			"edits":     cmdEdits,
+			"readme":    cmdReadme,
 		},
 	}
 }

@@ -1,16 +1,22 @@
 package main
 
 import (
-	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
-	"strconv"
-	"time"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
 
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/spool"
 )
 
 type mcpCmd struct{}
@@ -18,42 +24,61 @@ type mcpCmd struct{}
 func (c *mcpCmd) Help() string {
 	return `Serves the Model Context Protocol over stdin and stdout, so that an agent
 gets tend's control surface as typed tools: start, ls, show, logs (by
-offset), cancel, wait, signal, delete. Each tool is the CLI command of the
-same name, run in this process with --json: a client of the spool like any
-other. The session is the server's TEND_SESSION, so an agent acts on its
-own runs only. Examples:
-  tend mcp                 # with TEND_SESSION=agent-1 in its environment
+offset), cancel, wait, signal, delete. Each answers JSON, with an output
+schema. The tools are a client of the spool like any other, with the
+session of the server's TEND_SESSION: the runs an agent starts are its
+session's, ls lists only them, and cancel, signal and delete act only on
+them (show, logs and wait read any run by its ID: a session is a scope,
+not a permission boundary). Every argument is checked as the spool checks
+it; a bad one is a tool error, and the server goes on serving. At the end
+of its input, the server answers every request it read, then exits.
+Examples:
+  tend mcp          # with TEND_SESSION=agent-1 in its environment
 in an MCP client's configuration:
   {"mcpServers": {"tend": {"command": "tend", "args": ["mcp"], "env": {"TEND_SESSION": "agent-1"}}}}`
 }
 
 func (c *mcpCmd) Run(e *env) error {
-	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: version}, nil)
-	t := &tools{root: e.root, noStart: e.noStart}
-	t.add(s)
-	return s.Run(context.Background(), &mcp.StdioTransport{})
+	session := os.Getenv("TEND_SESSION")
+	client, err := e.client(session)
+	if err != nil {
+		return exitf(exitUsage, "mcp: TEND_SESSION: %v", err)
+	}
+	if isTerminal(os.Stdin) {
+		fmt.Fprintln(e.stderr, `tend mcp: serving MCP on stdin and stdout, for an agent to run as a command: {"command": "tend", "args": ["mcp"], "env": {"TEND_SESSION": "agent-1"}} (Ctrl-D ends it)`)
+	}
+	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: buildVersion()}, nil)
+	addTools(s, &tools{client: client})
+	err = s.Run(e.context(), &drainingStdio{})
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
-// tools are the MCP tools, each a thin client of the spool: they run the
-// CLI's own commands (run) against the server's root.
+// tools are the MCP tools: each checks its arguments and calls the client.
 type tools struct {
-	root    string
-	noStart bool
+	client *tend.Client
 }
 
 type startIn struct {
 	Command string            `json:"command" jsonschema:"the shell command to run (run by /bin/sh -c)"`
-	ID      string            `json:"id,omitempty" jsonschema:"the run's ID (default: made from the command)"`
+	ID      string            `json:"id,omitempty" jsonschema:"the run's ID: 1 to 64 letters, digits, '.', '_' and '-', not starting with '.' or '-' (default: made from the command)"`
 	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory (default: the server's)"`
-	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the run if it runs longer than this Go duration, e.g. 10m"`
-	Env     map[string]string `json:"env,omitempty" jsonschema:"variables to set in the run's environment"`
+	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the run if it runs longer than this duration: a Go duration such as 10m, or seconds"`
+	Grace   string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the run is stopped (default 10s)"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"variables to set in the run's environment, on top of the server's"`
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
 }
 
 type lsIn struct {
 	All   bool     `json:"all,omitempty" jsonschema:"include runs that ended more than a day ago"`
-	State []string `json:"state,omitempty" jsonschema:"only runs in these states"`
-	Label []string `json:"label,omitempty" jsonschema:"only runs with these K=V labels"`
+	State []string `json:"state,omitempty" jsonschema:"only runs in these states: queued, starting, running, paused, backoff, stopping, completed, failed, canceled, timed_out"`
+	Label []string `json:"label,omitempty" jsonschema:"only runs with every one of these K=V labels"`
+}
+
+type lsOut struct {
+	Runs []tend.Listed `json:"runs" jsonschema:"the runs, oldest first"`
 }
 
 type idIn struct {
@@ -63,13 +88,23 @@ type idIn struct {
 type logsIn struct {
 	ID       string `json:"id" jsonschema:"the run's ID"`
 	Stream   string `json:"stream,omitempty" jsonschema:"stdout (default), stderr, or both (lines in the order written)"`
-	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read"`
-	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 65536)"`
+	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: of each stream)"`
+	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 65536, at most 4194304); not with both"`
 }
+
+// logsOut is a slice of one stream, or with stream both, the lines of
+// both from offset, each with its own offsets.
+type logsOut struct {
+	tend.LogSlice
+	Lines []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
+}
+
+// maxLogBytes bounds what one logs call returns.
+const maxLogBytes = 4 << 20
 
 type cancelIn struct {
 	ID    string `json:"id" jsonschema:"the run's ID"`
-	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration (default: the run's own)"`
+	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: the run's own)"`
 }
 
 type waitIn struct {
@@ -77,142 +112,332 @@ type waitIn struct {
 	Timeout float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30); the run goes on"`
 }
 
+type waitOut struct {
+	Ended bool `json:"ended" jsonschema:"whether the run has ended; if not, the wait timed out and the run goes on"`
+	*tend.Record
+}
+
 type signalIn struct {
 	ID     string `json:"id" jsonschema:"the run's ID"`
 	Signal string `json:"signal" jsonschema:"HUP, INT, TERM, USR1, ... or a number"`
 }
 
-func (t *tools) add(s *mcp.Server) {
-	mcp.AddTool(s, &mcp.Tool{Name: "start", Description: "Start a shell command in the background as a run; returns its record."}, t.start)
-	mcp.AddTool(s, &mcp.Tool{Name: "ls", Description: "List runs (this session's first); returns their records."}, t.ls)
-	mcp.AddTool(s, &mcp.Tool{Name: "show", Description: "One run's record: state, exit code, reason, times, usage."}, t.show)
-	mcp.AddTool(s, &mcp.Tool{Name: "logs", Description: "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice."}, t.logs)
-	mcp.AddTool(s, &mcp.Tool{Name: "cancel", Description: "Cancel a run: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended."}, t.cancel)
-	mcp.AddTool(s, &mcp.Tool{Name: "wait", Description: "Wait for a run to end, at most timeout_seconds; returns its record either way."}, t.wait)
-	mcp.AddTool(s, &mcp.Tool{Name: "signal", Description: "Send a signal to a run's process group."}, t.signal)
-	mcp.AddTool(s, &mcp.Tool{Name: "delete", Description: "Delete a finished run: its record, output and outcomes."}, t.delete)
+// addTools adds t's tools to s, each with the output schema of its result.
+func addTools(s *mcp.Server, t *tools) {
+	add(s, "start", "Start a shell command in the background as a run of this session; returns its record.", t.start)
+	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
+	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
+	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice.", t.logs)
+	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
+	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
+	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
+	add(s, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
 }
 
-// cli runs tend's own command line in this process, against the server's
-// root, and makes its result the tool's: its output, or its error (with
-// the exit code) as a tool error the agent can read.
-func (t *tools) cli(args ...string) (*mcp.CallToolResult, any, error) {
-	argv := append([]string{"--root", t.root}, args...)
-	if t.noStart {
-		argv = append([]string{"--no-start"}, argv...)
-	}
-	var out, errs bytes.Buffer
-	code := run(argv, &out, &errs)
-	if code != exitOK {
-		msg := fmt.Sprintf("tend %s: exit %d\n%s%s", args[0], code, out.String(), errs.String())
-		return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, nil, nil
-	}
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: out.String()}}}, nil, nil
+// add adds a tool whose handler never takes the server down: a panic is a
+// tool error like any other. Its results are structured content of type
+// Out, described by an output schema; a tool error carries one only if the
+// handler gives one (a refused request's outcome).
+func add[In, Out any](s *mcp.Server, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
+	tool := &mcp.Tool{Name: name, Description: desc, OutputSchema: outputSchema[Out]()}
+	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				res, out, err = toolError(fmt.Sprintf("%s: internal error: %v", name, p)), nil, nil
+			}
+		}()
+		res, o, err := h(ctx, in)
+		if o == nil {
+			return res, nil, err
+		}
+		return res, o, err
+	})
 }
 
-func (t *tools) start(ctx context.Context, _ *mcp.CallToolRequest, in startIn) (*mcp.CallToolResult, any, error) {
-	if in.Command == "" {
-		return toolError("start: command is empty")
+// structured is a tool's result. Its type is not any, so the SDK puts it
+// in the structured content, checked against the tool's output schema;
+// unlike a concrete type, it may be nil: an error's result has none.
+type structured interface{}
+
+// outputSchema is the JSON Schema of a tool's result of type T, as it is
+// marshaled: durations are strings.
+func outputSchema[T any]() *jsonschema.Schema {
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
 	}
-	args := []string{"start"}
-	for flag, v := range map[string]string{"--id": in.ID, "--cwd": in.Cwd, "--timeout": in.Timeout} {
-		if v != "" {
-			args = append(args, flag, v)
+	s, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[spool.Duration](): {Type: "string", Description: "a Go duration, such as 1m30s"},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("output schema of %v: %v", rt, err))
+	}
+	return s
+}
+
+func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *tend.Record, error) {
+	req := tend.Request{Shell: in.Command, Labels: in.Labels}
+	var err error
+	if req.Timeout, err = durationArg("timeout", in.Timeout); err != nil {
+		return toolError("start: " + err.Error()), nil, nil
+	}
+	if in.Grace != "" {
+		g, err := durationArg("grace", in.Grace)
+		if err != nil {
+			return toolError("start: " + err.Error()), nil, nil
+		}
+		req.Grace = &g
+	}
+	if req.Cwd, err = filepath.Abs(in.Cwd); err != nil { // "" is the server's
+		return toolError("start: cwd: " + err.Error()), nil, nil
+	}
+	req.Env = map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			req.Env[k] = v
 		}
 	}
 	for k, v := range in.Env {
-		args = append(args, "--env", k+"="+v)
+		req.Env[k] = v
 	}
-	for k, v := range in.Labels {
-		args = append(args, "--label", k+"="+v)
+	st, err := t.client.Start(ctx, in.ID, req)
+	if err != nil {
+		return errorResult("start", err), nil, nil
 	}
-	return t.cli(append(args, "--json", "--", in.Command)...)
+	return nil, st, nil
 }
 
-func (t *tools) ls(ctx context.Context, _ *mcp.CallToolRequest, in lsIn) (*mcp.CallToolResult, any, error) {
-	args := []string{"ls", "--json"}
-	if in.All {
-		args = append(args, "--all")
-	}
-	for _, s := range in.State {
-		args = append(args, "--state", s)
-	}
+func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, error) {
+	f := tend.Filter{All: in.All, States: in.State}
 	for _, l := range in.Label {
-		args = append(args, "--label", l)
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return toolError(fmt.Sprintf("ls: label %q: want K=V", l)), nil, nil
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
 	}
-	if s := os.Getenv("TEND_SESSION"); s != "" {
-		args = append(args, "--session", s)
+	runs, err := t.client.List(ctx, f)
+	var bad tend.RecordErrors
+	if err != nil && !errors.As(err, &bad) {
+		return errorResult("ls", err), nil, nil
 	}
-	return t.cli(args...)
+	if runs == nil {
+		runs = []tend.Listed{}
+	}
+	return nil, &lsOut{Runs: runs}, nil
 }
 
-func (t *tools) show(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, any, error) {
-	return t.cli("show", in.ID, "--json")
+func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Record, error) {
+	st, err := t.client.Show(ctx, in.ID)
+	if err != nil {
+		return errorResult("show", err), nil, nil
+	}
+	return nil, st, nil
 }
 
-func (t *tools) logs(ctx context.Context, _ *mcp.CallToolRequest, in logsIn) (*mcp.CallToolResult, any, error) {
-	args := []string{"logs", in.ID, "--json", "--offset", strconv.FormatInt(in.Offset, 10)}
+func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
+	if in.MaxBytes < 0 || in.MaxBytes > maxLogBytes {
+		return toolError(fmt.Sprintf("logs: max_bytes %d: want 0 to %d", in.MaxBytes, maxLogBytes)), nil, nil
+	}
 	switch in.Stream {
-	case "", "stdout":
-		args = append(args, "--max-bytes", strconv.FormatInt(cmpOr(in.MaxBytes, 65536), 10))
-	case "stderr":
-		args = append(args, "--stderr", "--max-bytes", strconv.FormatInt(cmpOr(in.MaxBytes, 65536), 10))
+	case "", tend.Stdout, tend.Stderr:
+		stream := cmp(in.Stream, tend.Stdout)
+		sl, err := t.client.ReadLog(ctx, in.ID, stream, in.Offset, cmp(in.MaxBytes, 65536))
+		if err != nil {
+			return errorResult("logs", err), nil, nil
+		}
+		return nil, &logsOut{LogSlice: sl}, nil
 	case "both":
-		args = append(args, "--both")
-	default:
-		return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream))
+		if in.MaxBytes != 0 {
+			return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
+		}
+		lines, dropped, err := t.client.ReadLines(ctx, in.ID, in.Offset)
+		if err != nil {
+			return errorResult("logs", err), nil, nil
+		}
+		st, err := t.client.Show(ctx, in.ID)
+		if err != nil {
+			return errorResult("logs", err), nil, nil
+		}
+		if lines == nil {
+			lines = []tend.LogLine{}
+		}
+		return nil, &logsOut{LogSlice: tend.LogSlice{Stream: "both", Offset: in.Offset, Next: in.Offset, Dropped: dropped, EOF: true, Final: tend.Ended(st)}, Lines: lines}, nil
 	}
-	return t.cli(args...)
+	return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream)), nil, nil
 }
 
-func (t *tools) cancel(ctx context.Context, _ *mcp.CallToolRequest, in cancelIn) (*mcp.CallToolResult, any, error) {
-	args := []string{"cancel", in.ID}
-	if in.Grace != "" {
-		args = append(args, "--grace", in.Grace)
+func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	grace, err := durationArg("grace", in.Grace)
+	if err != nil {
+		return toolError("cancel: " + err.Error()), nil, nil
 	}
-	return t.cli(args...)
+	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace.D()}))
 }
 
 // wait waits like tend wait, but at most its timeout: an agent's call must
 // come back, and the run goes on regardless.
-func (t *tools) wait(ctx context.Context, _ *mcp.CallToolRequest, in waitIn) (*mcp.CallToolResult, any, error) {
-	deadline := time.Now().Add(time.Duration(cmpOr(in.Timeout, 30) * float64(time.Second)))
-	e := &env{root: t.root, noStart: t.noStart, stdout: &bytes.Buffer{}, stderr: &bytes.Buffer{}}
-	st, err := waitRun(e, in.ID, deadline, func(st *tracker.State) bool {
-		return tracker.Final(st.State) || ctx.Err() != nil
-	})
-	if errors.Is(err, errTimedOut) {
+func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *waitOut, error) {
+	secs := in.Timeout
+	if secs == 0 {
+		secs = 30
+	}
+	raw, _ := json.Marshal(secs)
+	d, err := durationJSON("timeout_seconds", raw)
+	if err != nil {
+		return toolError("wait: " + err.Error()), nil, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.D())
+	defer cancel()
+	st, err := t.client.Wait(wctx, in.ID)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		if st == nil {
-			return toolError(fmt.Sprintf("wait: run %s has no record yet after %gs", in.ID, cmpOr(in.Timeout, 30)))
+			return toolError(fmt.Sprintf("wait: run %s has no record yet after %gs", in.ID, secs)), nil, nil
 		}
 		err = nil // the record as it is: "ended" says the run goes on
 	}
 	if err != nil {
-		return toolError("wait: " + err.Error())
+		return errorResult("wait", err), nil, nil
 	}
-	var b bytes.Buffer
-	writeJSON(&b, struct {
-		Ended bool `json:"ended"`
-		*tracker.State
-	}{tracker.Final(st.State), st})
-	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: b.String()}}}, nil, nil
+	return nil, &waitOut{Ended: tend.Ended(st), Record: st}, nil
 }
 
-func (t *tools) signal(ctx context.Context, _ *mcp.CallToolRequest, in signalIn) (*mcp.CallToolResult, any, error) {
-	return t.cli("signal", in.ID, in.Signal)
+func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	return outcomeResult("signal")(t.client.Signal(ctx, in.ID, in.Signal, tend.Control{}))
 }
 
-func (t *tools) delete(ctx context.Context, _ *mcp.CallToolRequest, in idIn) (*mcp.CallToolResult, any, error) {
-	return t.cli("rm", in.ID)
+func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	if err := tend.CheckID(in.ID); err != nil {
+		return errorResult("delete", err), nil, nil
+	}
+	outcomes, err := t.client.Delete(ctx, tend.Control{}, in.ID)
+	if err != nil {
+		return errorResult("delete", err), nil, nil
+	}
+	return outcomeResult("delete")(outcomes[0], outcomes[0].Err())
 }
 
-func toolError(msg string) (*mcp.CallToolResult, any, error) {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}, nil, nil
+// outcomeResult makes a control request's outcome the tool's result: a
+// refusal is a tool error, with the outcome as its structured content.
+func outcomeResult(verb string) func(tend.Outcome, error) (*mcp.CallToolResult, *tend.Outcome, error) {
+	return func(o tend.Outcome, err error) (*mcp.CallToolResult, *tend.Outcome, error) {
+		var oe *tend.OutcomeError
+		switch {
+		case err == nil:
+			return nil, &o, nil
+		case errors.As(err, &oe):
+			return &mcp.CallToolResult{IsError: true}, &o, nil
+		}
+		return errorResult(verb, err), nil, nil
+	}
 }
 
-func cmpOr[T int64 | float64](v, def T) T {
-	if v > 0 {
+// durationArg reads a duration argument as the spool reads one (a Go
+// duration or a number of seconds, not negative, at most a year); ""
+// is none.
+func durationArg(name, s string) (spool.Duration, error) {
+	var d spool.Duration
+	if s == "" {
+		return d, nil
+	}
+	raw, _ := json.Marshal(s)
+	return durationJSON(name, raw)
+}
+
+// durationJSON reads a duration given as JSON (a string or a number of
+// seconds) as the spool reads one.
+func durationJSON(name string, raw []byte) (spool.Duration, error) {
+	var d spool.Duration
+	if err := d.UnmarshalJSON(raw); err != nil {
+		return d, fmt.Errorf("%s: %v", name, err)
+	}
+	return d, nil
+}
+
+// errorResult is the tool error for err, prefixed with the tool's name.
+func errorResult(tool string, err error) *mcp.CallToolResult {
+	return toolError(tool + ": " + err.Error())
+}
+
+func toolError(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+func cmp[T int64 | string](v, def T) T {
+	var zero T
+	if v != zero {
 		return v
 	}
 	return def
+}
+
+// drainingStdio is the stdio transport, except that at the end of its
+// input it answers every request it read before it reports the end: a
+// client that pipes its requests in and closes stdin gets every answer.
+type drainingStdio struct{}
+
+func (drainingStdio) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := (&mcp.StdioTransport{}).Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &drainingConn{Connection: conn, pending: map[jsonrpc.ID]bool{}, answered: make(chan struct{}, 1)}, nil
+}
+
+// drainingConn counts the requests read and not yet answered.
+type drainingConn struct {
+	mcp.Connection
+	mu       sync.Mutex
+	pending  map[jsonrpc.ID]bool
+	answered chan struct{} // a token whenever a request is answered
+}
+
+func (c *drainingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err == nil {
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+			c.mu.Lock()
+			c.pending[req.ID] = true
+			c.mu.Unlock()
+		}
+		return msg, nil
+	}
+	if errors.Is(err, io.EOF) {
+		c.drain(ctx)
+	}
+	return nil, err
+}
+
+func (c *drainingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.mu.Lock()
+		delete(c.pending, resp.ID)
+		c.mu.Unlock()
+		select {
+		case c.answered <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// drain waits until every request read has been answered, or ctx ends.
+func (c *drainingConn) drain(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-c.answered:
+		case <-ctx.Done():
+			return
+		}
+	}
 }

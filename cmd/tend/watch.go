@@ -104,7 +104,7 @@ func (c *watcherCmd) Run(e *env) error {
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
 	defer signal.Stop(stop)
 	cfg := watcher.Config{
-		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Settings: c.settings(),
+		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: buildVersion(), Settings: c.settings(),
 		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch"}, c.args()...),
 		ForkProcs:    forkProcs,
 	}

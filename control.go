@@ -1,0 +1,176 @@
+package tend
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// Control are the options of a control request.
+type Control struct {
+	// IfRev, if not 0, is the revision of the run's record the caller saw:
+	// if the record has moved on, the request changes nothing and its
+	// outcome is a conflict (ErrConflict).
+	IfRev int64
+	// Grace, for Cancel and Restart, replaces the run's own time between
+	// SIGTERM and SIGKILL for this stop (0: the run's own).
+	Grace time.Duration
+}
+
+// Cancel cancels run id: SIGTERM to its process group, then SIGKILL after
+// the grace. It returns once the run has ended (or the watcher refused),
+// with the outcome: canceled, or an error wrapping ErrFinished if it had
+// ended already, ErrNotFound, or ErrRefused (another session's run,
+// say). A queued run ends at once, without starting.
+func (c *Client) Cancel(ctx context.Context, id string, opts Control) (Outcome, error) {
+	return c.control(ctx, id, spool.VerbCancel, opts, nil)
+}
+
+// CancelAll cancels every active run of the client's session, side by
+// side, and returns their outcomes (each one's Err says how it went). A
+// client that acts as no session cancels nothing: that is invalid.
+func (c *Client) CancelAll(ctx context.Context, opts Control) ([]Outcome, error) {
+	if c.session == "" {
+		return nil, invalidf("cancel all: the client acts as no session, so it would cancel every run; name a session")
+	}
+	body, err := c.controlBody(spool.VerbCancel, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	runs, _ := c.store.ListBrief() // sessions and states only
+	var reqs []request
+	for _, st := range runs {
+		if st.Session == c.session && !tracker.Final(st.State) {
+			reqs = append(reqs, request{spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body})
+		}
+	}
+	if len(reqs) == 0 {
+		return nil, nil
+	}
+	return c.submit(ctx, reqs)
+}
+
+// Delete deletes finished runs, side by side: their records, output and
+// outcomes (each deletion stays in the history). It returns one outcome a
+// run (each one's Err says how it went: a live or queued run is refused,
+// still_active, and left alone).
+func (c *Client) Delete(ctx context.Context, opts Control, ids ...string) ([]Outcome, error) {
+	if opts.IfRev != 0 && len(ids) != 1 {
+		return nil, invalidf("delete: a revision (if_rev) is one run's: give one ID with it")
+	}
+	body, err := c.controlBody(spool.VerbDelete, opts, nil)
+	if err != nil {
+		return nil, err
+	}
+	reqs := make([]request, len(ids))
+	for i, id := range ids {
+		if err := CheckID(id); err != nil {
+			return nil, err
+		}
+		reqs[i] = request{spool.Name{ID: id, Verb: spool.VerbDelete}, body}
+	}
+	return c.submit(ctx, reqs)
+}
+
+// Signal sends signal sig (HUP, SIGUSR1, 15, ...) to run id's process
+// group, after the watcher checked it is still the run's.
+func (c *Client) Signal(ctx context.Context, id, sig string, opts Control) (Outcome, error) {
+	if _, err := spool.SignalNamed(sig); err != nil {
+		return Outcome{ID: id, Verb: spool.VerbSignal}, invalidf("%v", err)
+	}
+	return c.control(ctx, id, spool.VerbSignal, opts, map[string]any{"signal": sig})
+}
+
+// Restart stops run id (SIGTERM, then SIGKILL after the grace) and starts
+// it again under the same ID; a run waiting to be restarted starts at once.
+func (c *Client) Restart(ctx context.Context, id string, opts Control) (Outcome, error) {
+	return c.control(ctx, id, spool.VerbRestart, opts, nil)
+}
+
+// Pause stops run id's process group with SIGSTOP; its timeout stops
+// counting.
+func (c *Client) Pause(ctx context.Context, id string, opts Control) (Outcome, error) {
+	return c.control(ctx, id, spool.VerbPause, opts, nil)
+}
+
+// Resume continues run id's paused process group with SIGCONT.
+func (c *Client) Resume(ctx context.Context, id string, opts Control) (Outcome, error) {
+	return c.control(ctx, id, spool.VerbResume, opts, nil)
+}
+
+// Label sets run id's labels to the values given, and removes those given
+// as nil.
+func (c *Client) Label(ctx context.Context, id string, labels map[string]*string, opts Control) (Outcome, error) {
+	return c.control(ctx, id, spool.VerbLabel, opts, map[string]any{"labels": labels})
+}
+
+// Note attaches a line of text to run id's record.
+func (c *Client) Note(ctx context.Context, id, text string, opts Control) (Outcome, error) {
+	return c.control(ctx, id, spool.VerbNote, opts, map[string]any{"text": text})
+}
+
+// control submits one control request and returns its outcome.
+func (c *Client) control(ctx context.Context, id, verb string, opts Control, fields map[string]any) (Outcome, error) {
+	o := Outcome{ID: id, Verb: verb}
+	if err := CheckID(id); err != nil {
+		return o, err
+	}
+	body, err := c.controlBody(verb, opts, fields)
+	if err != nil {
+		return o, err
+	}
+	return c.submitOne(ctx, spool.Name{ID: id, Verb: verb}, body)
+}
+
+// controlBody returns the body of a control request of verb with fields,
+// the client's session and opts, checked by the watcher's own parser.
+func (c *Client) controlBody(verb string, opts Control, fields map[string]any) ([]byte, error) {
+	body := map[string]any{}
+	for k, v := range fields {
+		body[k] = v
+	}
+	if c.session != "" {
+		body["session"] = c.session
+	}
+	if opts.IfRev < 0 {
+		return nil, invalidf("%s: if_rev %d is not a revision (they start at 1)", verb, opts.IfRev)
+	}
+	if opts.IfRev > 0 {
+		body["if_rev"] = opts.IfRev
+	}
+	if opts.Grace != 0 {
+		if verb != spool.VerbCancel && verb != spool.VerbRestart {
+			return nil, invalidf("%s: a grace is for cancel and restart", verb)
+		}
+		body["grace"] = spool.Duration(opts.Grace)
+	}
+	b, err := json.Marshal(body)
+	if err != nil {
+		return nil, invalidf("%s: %v", verb, err)
+	}
+	if err := parseControl(verb, b); err != nil {
+		return nil, invalidf("%s: %v", verb, err)
+	}
+	return b, nil
+}
+
+// parseControl parses a control request's body as the watcher will.
+func parseControl(verb string, body []byte) error {
+	var err error
+	switch verb {
+	case spool.VerbDelete:
+		_, err = spool.ParseDelete(body)
+	case spool.VerbLabel:
+		_, err = spool.ParseLabel(body)
+	case spool.VerbNote:
+		_, err = spool.ParseNote(body)
+	case spool.VerbSignal:
+		_, err = spool.ParseSignal(body)
+	default: // cancel, restart, pause and resume share one body
+		_, err = spool.ParseCancel(body)
+	}
+	return err
+}
