@@ -35,7 +35,7 @@ type startCmd struct {
 	HealthStartPeriod time.Duration `help:"Failed checks do not count for this long after each start." default:"30s" group:"Services"`
 	ReadyFile         bool          `help:"Starting until the run creates the file named in $TEND_READY." group:"Services"`
 
-	Command []string `arg:"" passthrough:"" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
+	Command []string `arg:"" passthrough:"partial" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
 }
 
 func (c *startCmd) Help() string {
