@@ -36,6 +36,15 @@ func (c *Client) CancelAll(ctx context.Context, opts Control) ([]Outcome, error)
 	if c.session == "" {
 		return nil, invalidf("cancel all: the client acts as no session, so it would cancel every run; name a session")
 	}
+	return c.CancelWhere(ctx, opts, func(session string) bool { return session == c.session })
+}
+
+// CancelWhere cancels, side by side, every active run whose session
+// (none: "") match accepts, and returns their outcomes (each one's Err
+// says how it went). Its requests are the client's: those of a client
+// that acts as no session are an operator's, which may cancel any run of
+// its user (root's: any run); the watcher refuses the others.
+func (c *Client) CancelWhere(ctx context.Context, opts Control, match func(session string) bool) ([]Outcome, error) {
 	body, err := c.controlBody(spool.VerbCancel, opts, nil)
 	if err != nil {
 		return nil, err
@@ -43,7 +52,7 @@ func (c *Client) CancelAll(ctx context.Context, opts Control) ([]Outcome, error)
 	runs, _ := c.store.ListBrief() // sessions and states only
 	var reqs []request
 	for _, st := range runs {
-		if st.Session == c.session && !tracker.Final(st.State) {
+		if match(st.Session) && !tracker.Final(st.State) {
 			reqs = append(reqs, request{spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body})
 		}
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -10,8 +11,8 @@ import (
 type cancelCmd struct {
 	ID      string        `arg:"" optional:"" help:"The run to cancel."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
-	Session string        `help:"Act as this session: only its runs may be canceled." env:"TEND_SESSION"`
-	All     bool          `help:"Cancel every active run of --session (and nothing else)."`
+	Session *string       `help:"Act as this session: only its runs may be canceled (default: $TEND_SESSION)."`
+	All     bool          `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with --session '', else of every session (an operator's)."`
 	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7)."`
 	JSON    bool          `help:"Print the outcome as a JSON line, one a run with --all (docs/schema/outcome.schema.json)."`
 }
@@ -23,8 +24,21 @@ and prints the outcome once the run has ended:
   already_finished  it had ended already (exit 5)
   not_found         no run has this ID (exit 3)
   not_cancellable   it cannot be signaled (exit 4)
-Canceling twice is safe. Example:
-  tend cancel web --grace 2s`
+Canceling twice is safe; the watcher keeps running. Examples:
+  tend cancel web --grace 2s
+  tend cancel --all --session agent-7   # every run of a session
+  tend cancel --all                     # every run (as an operator)`
+}
+
+// session returns the session c acts as, and whether one is named at all:
+// --session, even empty ("" is no session's runs with --all), else a
+// TEND_SESSION that is not empty.
+func (c *cancelCmd) session() (string, bool) {
+	if c.Session != nil {
+		return *c.Session, true
+	}
+	s := os.Getenv("TEND_SESSION")
+	return s, s != ""
 }
 
 func (c *cancelCmd) Run(e *env) error {
@@ -33,12 +47,13 @@ func (c *cancelCmd) Run(e *env) error {
 		return c.cancelAll(e)
 	}
 	if c.ID == "" {
-		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID, or tend cancel --all --session S for all of a session's runs; tend ls lists the runs)")
+		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID, or tend cancel --all [--session S] for every run (of a session); tend ls lists the runs)")
 	}
 	if err := checkID("cancel", c.ID); err != nil {
 		return err
 	}
-	client, err := e.client(c.Session)
+	session, _ := c.session()
+	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
@@ -56,20 +71,23 @@ func (c *cancelCmd) Run(e *env) error {
 	return outcomeErr(o)
 }
 
-// cancelAll cancels every active run of the session, side by side, and
-// prints one line per run: ID: outcome.
+// cancelAll cancels every active run of the session named (of none with
+// --session ""), or, if none is named, of every session, side by side, and
+// prints one line per run: ID: outcome. The watcher keeps running.
 func (c *cancelCmd) cancelAll(e *env) error {
 	if c.ID != "" {
 		return exitf(exitUsage, "cancel: give a run ID or --all, not both")
 	}
-	if c.Session == "" {
-		return exitf(exitUsage, "cancel --all: name the session whose runs to cancel (--session or TEND_SESSION)")
+	if c.IfRev != 0 {
+		return exitf(exitUsage, "cancel --all: --if-rev is one run's revision: give one ID with it")
 	}
-	client, err := e.client(c.Session)
+	session, scoped := c.session()
+	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	outcomes, err := client.CancelAll(e.context(), tend.Control{Grace: c.Grace, IfRev: c.IfRev})
+	outcomes, err := client.CancelWhere(e.context(), tend.Control{Grace: c.Grace},
+		func(s string) bool { return !scoped || s == session })
 	if err != nil {
 		return err
 	}
