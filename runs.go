@@ -117,7 +117,7 @@ func (c *Client) Show(ctx context.Context, id string) (*Record, error) {
 type Filter struct {
 	// All selects every run, however long ago it ended.
 	All bool
-	// States, if any, are the states to list (see States).
+	// States, if any, are the states to list (see tracker.States).
 	States []string
 	// Session selects one session's runs. A client that acts as a session
 	// lists only that session's runs whatever this says: another session
@@ -231,7 +231,7 @@ func (f *Filter) match(st *Record, now time.Time) bool {
 	if !f.All && tracker.Final(st.State) && st.EndedAt != nil && now.Sub(*st.EndedAt) > 24*time.Hour {
 		return false
 	}
-	if len(f.States) > 0 && !slices.Contains(f.States, st.State) {
+	if len(f.States) > 0 && !slices.Contains(f.States, string(st.State)) {
 		return false
 	}
 	if f.Session != "" && st.Session != f.Session {

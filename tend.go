@@ -157,21 +157,21 @@ func CheckID(id string) error {
 	return nil
 }
 
-// States lists every state a run can be in, in the order of its life.
-var States = []string{tracker.Queued, tracker.Starting, tracker.Running, tracker.Paused, tracker.Backoff, tracker.Stopping,
-	tracker.Completed, tracker.Failed, tracker.Canceled, tracker.TimedOut}
-
 // CheckState returns an error wrapping ErrInvalid if state is not one of
-// States, naming the states (and the one meant, for a near miss).
+// tracker.States, naming the states (and the one meant, for a near miss).
 func CheckState(state string) error {
-	if slices.Contains(States, state) {
+	if slices.Contains(tracker.States, tracker.StateName(state)) {
 		return nil
 	}
+	states := make([]string, len(tracker.States))
+	for i, s := range tracker.States {
+		states[i] = string(s)
+	}
 	msg := fmt.Sprintf("no state %q", state)
-	if s := spool.Suggest(state, States); s != "" {
+	if s := spool.Suggest(state, states); s != "" {
 		msg += fmt.Sprintf(" (did you mean %q?)", s)
 	}
-	return invalidf("%s: states are %s", msg, strings.Join(States, ", "))
+	return invalidf("%s: states are %s", msg, strings.Join(states, ", "))
 }
 
 // Ended reports whether the run r records has ended: it is in a state it

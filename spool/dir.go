@@ -355,6 +355,11 @@ const (
 	NotRunning      = "not_running"
 )
 
+// Outcomes lists the outcomes, the one source docs/schema/outcome.schema.json
+// is kept to (TestSchemasMatchTheCode).
+var Outcomes = []string{Accepted, Rejected, Canceled, AlreadyFinished, NotFound, NotCancellable, NotPermitted,
+	StillActive, Deleted, Updated, Conflict, Signaled, Restarted, Paused, Resumed, NotRunning}
+
 // OutcomePath returns the path of the outcome file for request n.
 func (d Dir) OutcomePath(n Name) string {
 	return filepath.Join(d.Outcomes(), n.String())

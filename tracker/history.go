@@ -21,7 +21,7 @@ type Event struct {
 	Time     time.Time `json:"time"`
 	ID       string    `json:"id"`
 	Rev      int64     `json:"rev"`
-	State    string    `json:"state"`
+	State    StateName `json:"state"`
 	Session  string    `json:"session,omitempty"`
 	PID      int       `json:"pid,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`

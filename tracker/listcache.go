@@ -247,7 +247,7 @@ func parseBrief(id, fields string) (*State, error) {
 	}
 	p := fieldParser{}
 	times := new([2]time.Time) // StartedAt and EndedAt: one allocation
-	st := &State{ID: id, State: f[0], Session: p.quoted(f[1]), CreatedAt: time.Unix(0, p.i64(f[2])).UTC(),
+	st := &State{ID: id, State: StateName(f[0]), Session: p.quoted(f[1]), CreatedAt: time.Unix(0, p.i64(f[2])).UTC(),
 		StartedAt: p.time(f[3], &times[0]), EndedAt: p.time(f[4], &times[1]), ExitCode: p.int(f[5]),
 		Signal: p.quoted(f[6]), DurationSeconds: p.float(f[7]), Progress: p.quoted(f[8])}
 	rest := f[10:]

@@ -36,8 +36,8 @@ func TestParseBriefRefusesWhatItDidNotWrite(t *testing.T) {
 	good := briefFields(&State{ID: "a", State: Completed, Command: []string{"x"}, Labels: map[string]string{"k": "v"}})
 	for _, fields := range []string{
 		"",
-		strings.Replace(good, Completed, Running, 1), // only finished runs are cached
-		strings.TrimSuffix(good, "\t\"v\""),          // a label cut short
+		strings.Replace(good, string(Completed), string(Running), 1), // only finished runs are cached
+		strings.TrimSuffix(good, "\t\"v\""),                          // a label cut short
 		strings.Replace(good, "\t1\t\"x\"", "\t2\t\"x\"", 1),
 		strings.Replace(good, `"x"`, `"x`, 1),
 		strings.Replace(good, "\t1\t\"k\"", "\t-1\t\"k\"", 1),
@@ -152,7 +152,7 @@ func TestListBriefSurvivesABadCache(t *testing.T) {
 		"a line that does not parse": func(path string) error {
 			b, err := os.ReadFile(path)
 			if err == nil {
-				err = os.WriteFile(path, []byte(strings.Replace(string(b), Completed, "finished", 1)), 0o600)
+				err = os.WriteFile(path, []byte(strings.Replace(string(b), string(Completed), "finished", 1)), 0o600)
 			}
 			return err
 		},

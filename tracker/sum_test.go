@@ -31,7 +31,7 @@ func TestChecksumOfFiles(t *testing.T) {
 		name      string
 		file      []byte
 		fast, ok  bool // fileSumMatches; ParseState trusts it
-		wantState string
+		wantState StateName
 	}{
 		{"as written", written, true, true, Running},
 		{"reindented", reindented.Bytes(), true, true, Running},
@@ -175,7 +175,7 @@ func fullState(zone *time.Location) *State {
 		Timeout: spool.Duration(time.Hour), Grace: spool.Duration(1500 * time.Millisecond),
 		PID: 10, PGID: 10, ProcStart: 12345,
 		CreatedAt: t, StartedAt: &t, EndedAt: &t, ExitCode: &code, Signal: "SIGTERM", Reason: "exited with code 3",
-		Stop:      &Stop{Cause: Canceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},
+		Stop:      &Stop{Cause: CauseCanceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},
 		Notes:     []Note{{Time: t, Text: "n"}},
 		Restart:   &spool.Restart{Policy: "on-failure", Limit: 5, Window: d, Delay: d, MaxDelay: d},
 		Health:    &spool.Health{HTTP: "http://x/", Interval: d, Timeout: d, Retries: 2, StartPeriod: d},

@@ -122,7 +122,7 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 	r := w.runs[n.ID]
 	switch {
 	case r == nil && tracker.Final(st.State):
-		w.answer(n, spool.AlreadyFinished, st.State)
+		w.answer(n, spool.AlreadyFinished, string(st.State))
 	case r == nil:
 		w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
 	case r.exit != nil:
@@ -132,7 +132,7 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		if req.Grace != nil {
 			grace = req.Grace.D()
 		}
-		w.stop(r, tracker.Canceled, "canceled", grace, n.String())
+		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.String())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
 }
@@ -148,7 +148,7 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 	}
 	defer done()
 	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
-		w.answer(n, spool.StillActive, "run is "+st.State)
+		w.answer(n, spool.StillActive, "run is "+string(st.State))
 		return
 	}
 	if w.held(st) {

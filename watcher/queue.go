@@ -193,7 +193,7 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 }
 
 // endQueued records queued run q ended in state, without starting it.
-func (w *watcher) endQueued(q *queuedRun, state, reason string) {
+func (w *watcher) endQueued(q *queuedRun, state tracker.StateName, reason string) {
 	q.stopGone()
 	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
 	w.writeQueue()

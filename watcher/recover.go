@@ -189,10 +189,10 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 	st.PID, st.PGID, st.ProcStart, st.StartedAt = 0, 0, 0, nil
 	if st.Stop != nil {
 		now := time.Now()
-		st.State, st.EndedAt = st.Stop.Cause, &now
+		st.State, st.EndedAt = st.Stop.Cause.Ends(), &now
 		st.Reason += "; it never ran: " + why
 		w.save(st)
-		w.answerStop(st, st.State)
+		w.answerStop(st, string(st.State))
 		return
 	}
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}

@@ -202,7 +202,7 @@ func (w *watcher) scheduleTimeout(r *run) {
 	r.timeout = w.after(max(left, 0), func() {
 		if w.runs[r.st.ID] == r && r.st.Stop == nil && r.exit == nil && r.st.PausedAt == nil {
 			w.log.Printf("run %s: timed out after %s", r.st.ID, r.st.Timeout.D())
-			w.stop(r, tracker.TimedOut, "timed out after "+r.st.Timeout.D().String(), r.grace(), "")
+			w.stop(r, tracker.CauseTimedOut, "timed out after "+r.st.Timeout.D().String(), r.grace(), "")
 		}
 	})
 	r.timers = append(r.timers, r.timeout)
@@ -438,7 +438,7 @@ func lookPath(name, cwd string, env []string) (string, error) {
 // grace. The run ends in state cause (Canceled or TimedOut) once no process
 // of its group is left. request names the cancel request that asked, if one
 // did; it is answered when the run has ended.
-func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, request string) {
+func (w *watcher) stop(r *run, cause tracker.StopCause, reason string, grace time.Duration, request string) {
 	now := time.Now()
 	killAt := now.Add(grace)
 	if r.st.Stop != nil {
@@ -448,9 +448,9 @@ func (w *watcher) stop(r *run, cause, reason string, grace time.Duration, reques
 		if changed {
 			r.st.Stop.Requests = append(r.st.Stop.Requests, request)
 		}
-		if cause == tracker.Canceled && r.st.Stop.Cause == causeRestart {
+		if cause == tracker.CauseCanceled && r.st.Stop.Cause == tracker.CauseRestart {
 			// A cancel wins over a restart under way: the run is not started again.
-			r.st.Stop.Cause, r.st.Reason, changed = tracker.Canceled, reason, true
+			r.st.Stop.Cause, r.st.Reason, changed = tracker.CauseCanceled, reason, true
 		}
 		if killAt.Before(r.st.Stop.KillAt) {
 			r.st.Stop.KillAt = killAt
@@ -710,15 +710,15 @@ func (w *watcher) finish(r *run) {
 		st.Reason = fmt.Sprintf("restart limit reached: %d restarts within %v; last attempt: %s", st.Restart.Limit, st.Restart.Window.D(), how)
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
-		w.answerStop(st, st.State)
+		w.answerStop(st, string(st.State))
 		w.afterSaved(w.dequeue)
 		return
 	}
 	switch {
-	case st.Stop != nil && st.Stop.Cause == tracker.Canceled:
+	case st.Stop != nil && st.Stop.Cause == tracker.CauseCanceled:
 		st.State = tracker.Canceled
 		st.Reason = st.Reason + "; " + how
-	case st.Stop != nil && st.Stop.Cause == tracker.TimedOut:
+	case st.Stop != nil && st.Stop.Cause == tracker.CauseTimedOut:
 		st.State = tracker.TimedOut
 		st.Reason = st.Reason + "; " + how
 	case !r.unknown && e.Signal == 0 && e.Code == 0:
@@ -730,7 +730,7 @@ func (w *watcher) finish(r *run) {
 	}
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
-	w.answerStop(st, st.State)
+	w.answerStop(st, string(st.State))
 	w.afterSaved(w.dequeue) // its slot is free, once its end is flushed
 }
 

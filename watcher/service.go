@@ -22,10 +22,6 @@ import (
 // its process creates), and may be started again when it ends (its
 // restart policy). Between attempts it is in backoff, with no process.
 
-// causeRestart is the stop cause of a run stopped to be started again: by
-// a restart request, or because it turned unhealthy.
-const causeRestart = "restart"
-
 // readyPath is the file a run creates to say it is ready ($TEND_READY).
 func (w *watcher) readyPath(id string) string {
 	return filepath.Join(w.store.RunDir(id), "ready")
@@ -135,7 +131,7 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 		w.save(r.st)
 		return
 	}
-	w.stop(r, causeRestart, "unhealthy: "+detail, r.grace(), "")
+	w.stop(r, tracker.CauseRestart, "unhealthy: "+detail, r.grace(), "")
 }
 
 // A check is one health check of a run, as it is performed: an exec
@@ -232,7 +228,7 @@ func wantsRestart(st *tracker.State, e procfs.Exit, unknown bool) bool {
 		return false
 	}
 	if st.Stop != nil {
-		return st.Stop.Cause == causeRestart
+		return st.Stop.Cause == tracker.CauseRestart
 	}
 	failed := unknown || e.Signal != 0 || e.Code != 0
 	return st.Restart.Policy == spool.RestartAlways || failed && st.Restart.Policy == spool.RestartOnFailure
@@ -266,7 +262,7 @@ func (w *watcher) enterBackoff(st *tracker.State, how string) {
 	now := time.Now()
 	keepAttempt(st, how)
 	delay := restartDelay(st, recentRestarts(st, now)-1)
-	if st.Stop != nil && st.Stop.Cause == causeRestart && len(st.Stop.Requests) > 0 {
+	if st.Stop != nil && st.Stop.Cause == tracker.CauseRestart && len(st.Stop.Requests) > 0 {
 		delay = 0 // asked for: no backoff
 	}
 	next := now.Add(delay)
@@ -333,14 +329,14 @@ func resetAttempt(st *tracker.State) {
 
 // restartLimitReached reports whether st may not be restarted again.
 func restartLimitReached(st *tracker.State) bool {
-	if st.Stop != nil && st.Stop.Cause == causeRestart && len(st.Stop.Requests) > 0 {
+	if st.Stop != nil && st.Stop.Cause == tracker.CauseRestart && len(st.Stop.Requests) > 0 {
 		return false // asked for by a person or an agent
 	}
 	return st.Restart.Limit == 0 || recentRestarts(st, time.Now()) >= st.Restart.Limit
 }
 
 // endBackoff ends run b, in backoff, in state without starting it again.
-func (w *watcher) endBackoff(b *backoff, state, reason string) {
+func (w *watcher) endBackoff(b *backoff, state tracker.StateName, reason string) {
 	b.timer.Stop()
 	delete(w.waiting, b.st.ID)
 	now := time.Now()

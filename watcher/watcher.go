@@ -569,7 +569,7 @@ func (w *watcher) shutdown(sig os.Signal) {
 		}
 		w.log.Printf("%v: stopping %s (send it again to kill them at once)", sig, runsText(len(w.runs)))
 		for _, r := range w.runs {
-			w.stop(r, tracker.Canceled, "the watcher was stopped", r.grace(), "")
+			w.stop(r, tracker.CauseCanceled, "the watcher was stopped", r.grace(), "")
 		}
 		return
 	}

@@ -269,9 +269,9 @@ func TestWantsRestart(t *testing.T) {
 		{onFailure, nil, bad, false, true},
 		{onFailure, nil, killed, false, true},
 		{onFailure, nil, ok, true, true}, // an unknown end counts as a failure
-		{always, &tracker.Stop{Cause: tracker.Canceled}, killed, false, false},
-		{always, &tracker.Stop{Cause: tracker.TimedOut}, killed, false, false},
-		{onFailure, &tracker.Stop{Cause: causeRestart}, killed, false, true},
+		{always, &tracker.Stop{Cause: tracker.CauseCanceled}, killed, false, false},
+		{always, &tracker.Stop{Cause: tracker.CauseTimedOut}, killed, false, false},
+		{onFailure, &tracker.Stop{Cause: tracker.CauseRestart}, killed, false, true},
 	}
 	for i, tt := range tests {
 		st := &tracker.State{Restart: tt.restart, Stop: tt.stop}

@@ -19,7 +19,7 @@ import (
 
 // chaosRun is what one run of the chaos test must end as.
 type chaosRun struct {
-	state  string
+	state  tracker.StateName
 	code   int    // its exit code, if it exits
 	signal string // the signal that kills it, if one does
 }

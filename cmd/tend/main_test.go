@@ -185,7 +185,7 @@ func cmdWaitState(ts *testscript.TestScript, neg bool, args []string) {
 		if err != nil {
 			return err.Error()
 		}
-		if st.State != args[1] {
+		if string(st.State) != args[1] {
 			return fmt.Sprintf("run %s is %s, want %s (reason: %s)", args[0], st.State, args[1], st.Reason)
 		}
 		return ""
@@ -250,7 +250,7 @@ func cmdWaitRuns(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		n := 0
 		for _, st := range runs {
-			if st.State == args[1] {
+			if string(st.State) == args[1] {
 				n++
 			}
 		}
@@ -561,7 +561,7 @@ func cmdHolds(ts *testscript.TestScript, neg bool, args []string) {
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		st, err := store.Read(args[0])
 		ts.Check(err)
-		if st.State != args[1] {
+		if string(st.State) != args[1] {
 			ts.Fatalf("run %s became %s (%s) within %v, want it %s throughout", args[0], st.State, st.Reason, d, args[1])
 		}
 	}
@@ -693,10 +693,10 @@ func cmdSettled(ts *testscript.TestScript, neg bool, args []string) {
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
 	store := tracker.NewStore(ts.MkAbs(".tend"))
-	var counts map[string]int
+	var counts map[tracker.StateName]int
 	poll(ts, func() string {
 		runs, _ := store.List()
-		counts = map[string]int{}
+		counts = map[tracker.StateName]int{}
 		for _, st := range runs {
 			counts[st.State]++
 		}

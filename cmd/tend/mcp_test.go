@@ -173,7 +173,7 @@ func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
 		st.CreatedAt = t0.Add(time.Duration(i) * time.Minute)
 		st.StartedAt, st.EndedAt = at(time.Duration(i)*time.Minute+100*time.Millisecond), at(time.Duration(i)*time.Minute+2*time.Second)
 		ts.Check(os.MkdirAll(store.RunDir(st.ID), 0o755))
-		for j, state := range []string{tracker.Starting, tracker.Running, st.State} {
+		for j, state := range []tracker.StateName{tracker.Starting, tracker.Running, st.State} {
 			c := *st
 			c.State, c.Rev = state, int64(j+1)
 			when := *st.StartedAt

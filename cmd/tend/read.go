@@ -147,11 +147,11 @@ func printRuns(e *env, runs []tend.Listed, now time.Time) error {
 	}
 	rows := make([][]cell, 0, len(runs))
 	for _, r := range runs {
-		state := r.State
+		state := string(r.State)
 		if r.Position > 0 {
 			state = fmt.Sprintf("queued #%d", r.Position)
 		}
-		row := []cell{{text: r.ID}, {text: state, state: r.State}, {text: exitText(r.Record)},
+		row := []cell{{text: r.ID}, {text: state, state: string(r.State)}, {text: exitText(r.Record)},
 			{text: timeText(r.Record, now)}, {text: infoText(r, e.term)}, {text: commandText(r.Command, 0)}}
 		if sessions {
 			row = slices.Insert(row, 2, cell{text: orDash(r.Session)})
@@ -251,7 +251,7 @@ func (c *showCmd) Run(e *env) error {
 		}
 	}
 	row("id", st.ID)
-	row("state", st.State)
+	row("state", string(st.State))
 	if live.Position > 0 {
 		row("position", fmt.Sprintf("%d in the queue", live.Position))
 	}

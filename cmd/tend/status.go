@@ -85,7 +85,7 @@ func readStatus(root string) (status, error) {
 	}
 	runs, errs := tracker.NewStore(root).ListBrief() // counts states only
 	for _, st := range runs {
-		s.Runs[st.State]++
+		s.Runs[string(st.State)]++
 	}
 	for _, err := range errs {
 		s.Problems = append(s.Problems, err.Error())

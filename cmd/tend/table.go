@@ -53,7 +53,7 @@ func isTerminal(f *os.File) bool {
 
 // stateColors are the ANSI colors of states: green for good, yellow for in
 // between, red for bad, cyan for not yet.
-var stateColors = map[string]string{
+var stateColors = map[tracker.StateName]string{
 	tracker.Running: "32", tracker.Completed: "32",
 	tracker.Queued: "36", tracker.Starting: "36",
 	tracker.Stopping: "33", tracker.Backoff: "33", tracker.Paused: "33", tracker.Canceled: "33",
@@ -62,7 +62,7 @@ var stateColors = map[string]string{
 
 // paint wraps s in the color of state, if t colors.
 func (t term) paint(state, s string) string {
-	c, ok := stateColors[state]
+	c, ok := stateColors[tracker.StateName(state)]
 	if !t.color || !ok {
 		return s
 	}

@@ -177,7 +177,7 @@ func (r *root) drop(name, body string) {
 // waitStates waits until n runs have reached state, as the history says.
 // It reads only what was appended since it last looked, so the waiting
 // costs next to nothing on the CPUs tend is measured on.
-func (r *root) waitStates(n int, state string) {
+func (r *root) waitStates(n int, state tracker.StateName) {
 	end := time.Now().Add(10 * time.Minute)
 	f, err := os.Open(filepath.Join(r.path, "history.jsonl"))
 	for errors.Is(err, fs.ErrNotExist) && time.Now().Before(end) { // made by the first record
