@@ -111,4 +111,17 @@ touch go-f
 tend_wait g || fail "tend_wait g"
 [ "$(cat g.out)" = new ] || fail "run g wrote $(cat g.out), want new"
 
-echo "e2e.sh: 6 passed, 0 failed"
+# 7. Runs that wait for others: TEND_SH_AFTER names them, and the command
+# goes through JSON whole, quotes and all.
+tend_start h 'until [ -e go-h ]; do sleep 0.05; done; exit 2' >/dev/null || fail "h.start"
+TEND_SH_AFTER="h:ended" tend_start i 'printf "%s\n" "it \"ran\"" > i.out' >/dev/null || fail "i.start"
+[ "$(tend_state i)" = queued ] || fail "run i: $(tend_state i), want queued"
+TEND_SH_AFTER="h" tend_start j 'echo j > j.out' >/dev/null || fail "j.start"
+touch go-h
+tend_wait i || fail "tend_wait i"
+[ "$(cat i.out)" = 'it "ran"' ] || fail "run i wrote $(cat i.out)"
+rc=0; tend_wait j || rc=$?
+[ "$(tend_state j)" = canceled ] || fail "run j: $(tend_state j), want canceled (h failed)"
+[ ! -e j.out ] || fail "run j ran"
+
+echo "e2e.sh: 7 passed, 0 failed"

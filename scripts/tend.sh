@@ -29,6 +29,14 @@ tend_submit() {
 	mv "$_r/spool/.$1.sh$$.tmp" "$_r/spool/$1"
 }
 
+# _tend_json TEXT: print TEXT as a JSON string. Backslashes, quotes, tabs
+# and newlines are escaped; another control character makes the request
+# one the watcher rejects, with the reason.
+_tend_json() {
+	printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/	/\\t/g' |
+		awk 'BEGIN { printf "\"" } NR > 1 { printf "\\n" } { printf "%s", $0 } END { printf "\"" }'
+}
+
 # _tend_poll TEST-ARGS...: wait until test(1) holds.
 _tend_poll() {
 	_i=0
@@ -60,9 +68,27 @@ tend_state() {
 # tend_start ID COMMAND: start COMMAND (run by /bin/sh -c) as run ID, and
 # wait until the watcher has taken it. Prints the outcome; returns 0 if it
 # was accepted (also as an edit of ID while it is queued: "accepted:
-# edited while queued (rev N)").
+# edited while queued (rev N)"). With $TEND_SH_AFTER (run IDs, each with an
+# optional :ended or :ready, separated by spaces) or $TEND_SH_NOT_BEFORE
+# (an RFC 3339 time, or a duration such as 10m), the run waits for those
+# runs, or that time, queued.
 tend_start() {
-	tend_submit "$1.start" "$2" || return 1
+	_b=$2
+	if [ -n "${TEND_SH_AFTER:-}${TEND_SH_NOT_BEFORE:-}" ]; then
+		_b="{\"command\": $(_tend_json "$2")"
+		if [ -n "${TEND_SH_AFTER:-}" ]; then
+			_sep=
+			_b="$_b, \"after\": ["
+			for _d in $TEND_SH_AFTER; do
+				_b="$_b$_sep$(_tend_json "$_d")"
+				_sep=", "
+			done
+			_b="$_b]"
+		fi
+		[ -z "${TEND_SH_NOT_BEFORE:-}" ] || _b="$_b, \"not_before\": $(_tend_json "$TEND_SH_NOT_BEFORE")"
+		_b="$_b}"
+	fi
+	tend_submit "$1.start" "$_b" || return 1
 	_o=$(tend_outcome "$1.start") || return 1
 	printf '%s\n' "$_o"
 	case $_o in accepted | "accepted: "*) ;; *) return 1 ;; esac

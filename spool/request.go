@@ -46,6 +46,11 @@ type Start struct {
 	// OutputLimit caps each output file: past it, the oldest bytes are
 	// dropped (0: DefaultOutputLimit).
 	OutputLimit int64 `json:"output_limit,omitempty"`
+
+	// After are the runs it waits for (see wait.go), and NotBefore when it
+	// may start at the earliest: until then it is queued.
+	After     []Dep
+	NotBefore *NotBefore
 }
 
 // DefaultOutputLimit is the output cap of a run that sets none: 64 MiB per
@@ -68,6 +73,8 @@ type startJSON struct {
 	ReadyFile   bool            `json:"ready_file,omitempty"`
 	Limits      json.RawMessage `json:"limits,omitempty"`
 	OutputLimit int64           `json:"output_limit,omitempty"`
+	After       json.RawMessage `json:"after,omitempty"`
+	NotBefore   json.RawMessage `json:"not_before,omitempty"`
 }
 
 // MarshalJSON writes s in the request format that ParseStart reads.
@@ -89,6 +96,16 @@ func (s Start) MarshalJSON() ([]byte, error) {
 		j.Grace, _ = s.Grace.MarshalJSON()
 	}
 	j.ReadyFile, j.OutputLimit = s.ReadyFile, s.OutputLimit
+	if s.After != nil {
+		names := make([]string, len(s.After))
+		for i, d := range s.After {
+			names[i] = d.String()
+		}
+		j.After, _ = json.Marshal(names)
+	}
+	if s.NotBefore != nil {
+		j.NotBefore, _ = s.NotBefore.MarshalJSON()
+	}
 	for _, f := range []struct {
 		v   any
 		dst *json.RawMessage
@@ -146,6 +163,12 @@ func ParseStart(body []byte) (Start, error) {
 		return Start{}, err
 	}
 	if s.Limits, err = parseRlimits(j.Limits); err != nil {
+		return Start{}, err
+	}
+	if s.After, err = parseAfter(j.After); err != nil {
+		return Start{}, err
+	}
+	if s.NotBefore, err = parseNotBefore(j.NotBefore); err != nil {
 		return Start{}, err
 	}
 	return s, s.validate()

@@ -95,6 +95,11 @@ type State struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 	Timeout spool.Duration    `json:"timeout,omitempty"`
 	Grace   spool.Duration    `json:"grace"`
+	// After names the runs it waits for, as its request does (ID, or
+	// ID:condition), and NotBefore when it may start at the earliest: it
+	// is queued until then (see spool.Dep).
+	After     []string   `json:"after,omitempty"`
+	NotBefore *time.Time `json:"not_before,omitempty"`
 
 	// PID, PGID and ProcStart identify the run's process: a PID names the
 	// same process only while /proc/<pid>/stat shows this start time (in

@@ -173,6 +173,7 @@ func fullState(zone *time.Location) *State {
 		ID: "a@b", State: Failed, Rev: 12, Session: "s", OwnerUID: 1000,
 		Command: []string{"/bin/sh", "-c", "echo \"é <&>\" \\ \u2028"}, Cwd: "/w", Labels: map[string]string{"k": "v"},
 		Timeout: spool.Duration(time.Hour), Grace: spool.Duration(1500 * time.Millisecond),
+		After: []string{"build", "db:ready"}, NotBefore: &t,
 		PID: 10, PGID: 10, ProcStart: 12345,
 		CreatedAt: t, StartedAt: &t, EndedAt: &t, ExitCode: &code, Signal: "SIGTERM", Reason: "exited with code 3",
 		Stop:      &Stop{Cause: CauseCanceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},

@@ -248,6 +248,10 @@ func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 	if err != nil {
 		return err
 	}
+	if w.waitedOn(st.ID) {
+		w.deletedAs[st.ID] = st.State // what the runs that wait for it ask
+		w.dequeueSoon()
+	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, reason, trash)
 	return nil
 }

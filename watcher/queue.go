@@ -12,6 +12,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // A start request that finds no free slot (Settings.MaxRunning, MaxPerSession) makes a queued run:
@@ -32,6 +33,29 @@ type queuedRun struct {
 	// cancels the run unless the request is back.
 	removed bool
 	gone    *time.Timer
+	// at fires when the run's not_before comes (see settleWaits).
+	at *time.Timer
+}
+
+// addQueued puts q at the end of the queue.
+func (w *watcher) addQueued(q *queuedRun) {
+	w.queue = append(w.queue, q)
+	if waits(q.st) {
+		w.waiters++
+	}
+}
+
+// removeQueued takes q out of the queue.
+func (w *watcher) removeQueued(q *queuedRun) {
+	q.stopGone()
+	if q.at != nil {
+		q.at.Stop()
+		q.at = nil
+	}
+	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+	if waits(q.st) {
+		w.waiters--
+	}
 }
 
 // QueuePath returns the path of root's queue file.
@@ -82,9 +106,9 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	st := w.newRun(n.ID, f.UID, req)
-	st.State = tracker.Queued
+	st.State, st.Reason = tracker.Queued, waitReason(st)
 	w.save(st)
-	w.queue = append(w.queue, &queuedRun{st: st, req: req, ino: f.Ino})
+	w.addQueued(&queuedRun{st: st, req: req, ino: f.Ino})
 	w.writeQueue()
 	w.log.Printf("run %s: queued (position %d)", n.ID, len(w.queue))
 	w.outcome(n, spool.Accepted, "")
@@ -111,13 +135,30 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	next := w.newRun(q.st.ID, f.UID, req)
 	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
 		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && fmt.Sprint(next.Labels) == fmt.Sprint(q.st.Labels) &&
-		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) {
+		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) {
 		return false
 	}
+	old := q.req
 	q.req = req
 	st := q.st
+	if waits(st) {
+		w.waiters--
+	}
 	st.Command, st.Cwd, st.Session, st.Labels, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Labels, next.Timeout, next.Grace
+	if !sameWaits(req, old) {
+		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
+		if q.at != nil {
+			q.at.Stop()
+			q.at = nil
+		}
+	}
+	if waits(st) {
+		w.waiters++
+	}
 	st.Reason = "its request was edited while queued"
+	if r := waitReason(st); r != "" {
+		st.Reason += "; " + r
+	}
 	w.save(st)
 	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
 	return true
@@ -128,15 +169,21 @@ func (w *watcher) dequeue() {
 	if w.stopping > 0 || len(w.queue) == 0 {
 		return
 	}
-	changed := false
+	now := time.Now()
+	changed := w.waiters > 0 && w.settleWaits(now)
 	for _, q := range slices.Clone(w.queue) {
 		if w.settings.MaxRunning > 0 && w.runsStarted() >= w.settings.MaxRunning {
 			break
 		}
+		if waits(q.st) {
+			if waiting, never := w.conditions(q.st, now); waiting != "" || never != "" {
+				continue // it waits for another run, or a time
+			}
+		}
 		if !w.slotFor(q.st.Session) || !w.startQueued(q) {
 			continue // its session is at its cap, or its writer is busy with it
 		}
-		w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+		w.removeQueued(q)
 		changed = true
 	}
 	if changed {
@@ -154,8 +201,8 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		return false // another's file is never its request: examine rejects it
 	}
 	req, err := spool.ParseStart(f.Body)
-	if err != nil || !f.Settled {
-		return false
+	if err != nil || !f.Settled || !sameWaits(req, q.req) {
+		return false // a version whose waits changed is taken as an edit first
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(w.store.RunDir(n.ID), "request"))
 	if err != nil {
@@ -172,6 +219,13 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		if err != nil {
 			w.endQueued(q, tracker.Failed, "the request claimed to start it is not its own: "+err.Error())
 			return true
+		}
+		if !sameWaits(req, q.req) {
+			// Edited at that very moment to wait for something else: back
+			// to the spool, to be taken as an edit.
+			if unix.Renameat2(unix.AT_FDCWD, filepath.Join(w.store.RunDir(n.ID), "request"), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE) == nil {
+				return false
+			}
 		}
 	}
 	w.forget(n.String())
@@ -194,8 +248,7 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 
 // endQueued records queued run q ended in state, without starting it.
 func (w *watcher) endQueued(q *queuedRun, state tracker.StateName, reason string) {
-	q.stopGone()
-	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+	w.removeQueued(q)
 	w.writeQueue()
 	now := time.Now()
 	q.st.State, q.st.Reason, q.st.EndedAt = state, reason, &now
@@ -267,7 +320,7 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		// One that does not parse now, or is not its owner's, is decided on
 		// rescan.
 		req, _ := spool.ParseStart(f.Body)
-		w.queue = append(w.queue, &queuedRun{st: st, req: req})
+		w.addQueued(&queuedRun{st: st, req: req})
 		return
 	}
 	if _, err := os.Stat(filepath.Join(w.store.RunDir(st.ID), "request")); err == nil {
@@ -275,6 +328,13 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		return
 	}
 	q := &queuedRun{st: st}
-	w.queue = append(w.queue, q)
+	w.addQueued(q)
 	w.queuedRequestRemoved(q)
+}
+
+// sameWaits reports whether requests a and b wait for the same runs and
+// time.
+func sameWaits(a, b spool.Start) bool {
+	return slices.Equal(a.After, b.After) && (a.NotBefore == nil) == (b.NotBefore == nil) &&
+		(a.NotBefore == nil || a.NotBefore.At.Equal(b.NotBefore.At) && a.NotBefore.In == b.NotBefore.In)
 }

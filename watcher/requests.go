@@ -232,11 +232,19 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 			w.afterStartDecided(n)
 		}
 	}()
+	if len(req.After) > 0 {
+		// Checked before anything else: a run that would wait for no run,
+		// or for itself, is refused, as an edit of a queued one too.
+		if err := w.checkDeps(n.ID, req.After); err != nil {
+			w.reject(n.String(), n, nil, err.Error())
+			return
+		}
+	}
 	if q := w.queued(n.ID); q != nil {
 		w.editQueued(q, n, f, req) // edited while it waits
 		return
 	}
-	if !w.slotFor(req.Session) || len(w.queue) > 0 {
+	if !w.slotFor(req.Session) || len(w.queue) > 0 || len(req.After) > 0 || req.NotBefore != nil {
 		if dir := w.store.RunDir(n.ID); exists(dir) && !emptyDir(dir) {
 			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, w.store.RunDir(n.ID)))
 			return
@@ -290,6 +298,13 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
 		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
 		Restart: req.Restart, Health: req.Health, ReadyFile: req.ReadyFile, Limits: req.Limits,
+	}
+	for _, d := range req.After {
+		st.After = append(st.After, d.String())
+	}
+	if req.NotBefore != nil {
+		t := req.NotBefore.From(st.CreatedAt)
+		st.NotBefore = &t
 	}
 	if req.OutputLimit > 0 {
 		st.Output = &tracker.Output{Limit: req.OutputLimit}

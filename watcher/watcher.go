@@ -330,6 +330,11 @@ type watcher struct {
 	written  map[string]tracker.Stamp
 	settings Settings
 	pending  map[string]*pending // spool entries not yet taken, by file name
+	// waiters counts the queued runs that wait for other runs or a time
+	// (see deps.go), and dequeueDue is set while a dequeue is scheduled.
+	waiters    int
+	dequeueDue bool
+	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
@@ -374,6 +379,7 @@ func newWatcher(cfg Config) *watcher {
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),
+		deletedAs:  make(map[string]tracker.StateName),
 		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
@@ -628,6 +634,9 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 	ev.Labels, ev.Note = change.Labels, change.Note
 	events := append(w.passed, ev)
 	w.passed = nil
+	if w.waitedOn(st.ID) {
+		w.dequeueSoon() // once what it waits for is recorded
+	}
 	if w.batch.active {
 		w.hold(st, events)
 		return

@@ -7,6 +7,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/alecthomas/kong"
 )
@@ -180,4 +181,30 @@ func simpleCommands(line string) [][]string {
 	}
 	endCmd()
 	return cmds
+}
+
+func TestParseAt(t *testing.T) {
+	loc := time.FixedZone("X", 3600)
+	now := time.Date(2026, 11, 26, 14, 30, 0, 0, loc)
+	for _, tt := range []struct {
+		in, want string // want in RFC 3339; "" for an error
+	}{
+		{"22:00", "2026-11-26T22:00:00+01:00"},
+		{"14:30", "2026-11-27T14:30:00+01:00"}, // now: the next one
+		{"09:15:30", "2026-11-27T09:15:30+01:00"},
+		{"2026-12-01T08:00:00Z", "2026-12-01T08:00:00Z"},
+		{"25:00", ""},
+		{"tomorrow", ""},
+	} {
+		got, err := parseAt(tt.in, now)
+		if tt.want == "" {
+			if err == nil {
+				t.Errorf("parseAt(%q) = %v, want an error", tt.in, got)
+			}
+			continue
+		}
+		if err != nil || got.Format(time.RFC3339) != tt.want {
+			t.Errorf("parseAt(%q) = %v, %v; want %s", tt.in, got.Format(time.RFC3339), err, tt.want)
+		}
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -69,6 +70,9 @@ type startIn struct {
 	Grace   string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the run is stopped (default 10s)"`
 	Env     map[string]string `json:"env,omitempty" jsonschema:"variables to set in the run's environment, on top of the server's"`
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
+	After   []string          `json:"after,omitempty" jsonschema:"runs to wait for, each ID or ID:condition: completed (the default), ended (however it ended) or ready (it runs and is ready); the run is queued until every one holds, and canceled if one no longer can"`
+	// NotBefore is a string: an RFC 3339 time or a duration.
+	NotBefore string `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
 }
 
 type lsIn struct {
@@ -199,6 +203,22 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 	}
 	for k, v := range in.Env {
 		req.Env[k] = v
+	}
+	for _, name := range in.After {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			return toolError("start: after: " + err.Error()), nil, nil
+		}
+		req.After = append(req.After, d)
+	}
+	if in.NotBefore != "" {
+		if at, err := time.Parse(time.RFC3339, in.NotBefore); err == nil {
+			req.NotBefore = &spool.NotBefore{At: at}
+		} else if d, err := durationArg("not_before", in.NotBefore); err == nil {
+			req.NotBefore = &spool.NotBefore{In: d.D()}
+		} else {
+			return toolError("start: not_before: want an RFC 3339 time or a duration such as 10m"), nil, nil
+		}
 	}
 	st, err := t.client.Start(ctx, in.ID, req)
 	if err != nil {

@@ -42,7 +42,9 @@ not start, or its end was lost). Examples:
 // neither an exit code nor a signal (it could not start, or its end was
 // lost), why.
 func infoText(r tend.Listed, t term) string {
-	if endedUnexplained(r.Record) && r.Reason != "" {
+	// A run that ended with no exit code, or that waits for other runs or
+	// a time: its reason says why, or for what.
+	if (endedUnexplained(r.Record) || r.State == tracker.Queued) && r.Reason != "" {
 		if t.width == 0 {
 			return oneLine(r.Reason) // piped: whole
 		}

@@ -22,6 +22,9 @@ type startCmd struct {
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL when the run is stopped (default 10s)."`
 	Session string        `help:"The session the run belongs to." env:"TEND_SESSION"`
 	Label   []string      `short:"l" sep:"none" help:"Attach a label (repeatable)." placeholder:"K=V"`
+	After   []string      `sep:"none" help:"Start only once run ID has completed (ID:ended: however it ended; ID:ready: once it runs and is ready); repeatable. Canceled if that can no longer happen." placeholder:"ID[:COND]"`
+	At      string        `help:"Start no earlier than this time: HH:MM[:SS] (today, or tomorrow if past) or RFC 3339." placeholder:"TIME" xor:"when"`
+	In      time.Duration `help:"Start no earlier than this long after the request is taken." placeholder:"DURATION" xor:"when"`
 
 	Restart           string        `help:"Restart policy: never, on-failure or always." placeholder:"POLICY" group:"Services"`
 	RestartLimit      int           `help:"At most this many restarts within --restart-window." default:"5" group:"Services"`
@@ -44,7 +47,9 @@ directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION. Examples:
   tend start -- ls -l /                      # executes ls with arguments -l and /
   tend start --id nap -- 'sleep 5; echo up'  # one argument: run by /bin/sh -c
   tend start --timeout 2s -- sleep 60        # stopped after 2s: timed_out
-  tend start -e LIST=a,b -l kind=demo -- 'echo "$LIST"'`
+  tend start -e LIST=a,b -l kind=demo -- 'echo "$LIST"'
+  tend start --id test --after build -- make test   # once build completed
+  tend start --after build --after lint:ended --in 10m -- ./deploy`
 }
 
 func (c *startCmd) Run(e *env) error {
@@ -130,8 +135,43 @@ func (c *startCmd) request(args []string) (tend.Request, error) {
 		}
 	}
 	c.service(&req)
+	for _, name := range c.After {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			return req, fmt.Errorf("--after %v", err)
+		}
+		req.After = append(req.After, d)
+	}
+	switch {
+	case c.At != "":
+		at, err := parseAt(c.At, time.Now())
+		if err != nil {
+			return req, err
+		}
+		req.NotBefore = &spool.NotBefore{At: at}
+	case c.In > 0:
+		req.NotBefore = &spool.NotBefore{In: c.In}
+	}
 	_, err = tend.Body(req)
 	return req, err
+}
+
+// parseAt reads --at: an RFC 3339 time, or a time of day (HH:MM or
+// HH:MM:SS, local time), the next one after now.
+func parseAt(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"15:04", "15:04:05"} {
+		if t, err := time.ParseInLocation(layout, s, now.Location()); err == nil {
+			at := time.Date(now.Year(), now.Month(), now.Day(), t.Hour(), t.Minute(), t.Second(), 0, now.Location())
+			if !at.After(now) {
+				at = at.AddDate(0, 0, 1)
+			}
+			return at, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--at %q: want HH:MM, HH:MM:SS or an RFC 3339 time", s)
 }
 
 func addPairs(m map[string]string, pairs []string, flag string) (map[string]string, error) {
