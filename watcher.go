@@ -165,7 +165,8 @@ func (c *Client) logPath() string { return filepath.Join(c.root, "watcher.log") 
 // appended to watcher.log, and waits for its watcher to say it is ready,
 // or for the keeper to give up (another may have won the root meanwhile).
 func (c *Client) spawnKeeper(ctx context.Context, opts WatcherOptions) error {
-	logf, err := os.OpenFile(c.logPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	// The watcher's user's alone: it logs what runs do, whoever they are.
+	logf, err := os.OpenFile(c.logPath(), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}

@@ -71,9 +71,13 @@ type File struct {
 	Dev  uint64
 	Ino  uint64
 	// Links is the file's link count: a request that has another name
-	// elsewhere may be a file its owner never meant as one (see
-	// Dir.Owners).
+	// elsewhere may be a file its owner never meant as one.
 	Links int
+	// Marked is set for a file of root's that carries the mark root's
+	// clients put on their requests (see Mark): in a spool others may
+	// write, a file of root's without it may have been moved there by
+	// anyone.
+	Marked bool
 	// Settled is true when the kernel confirmed (with a read lease) that no
 	// one held the file open for writing while it was read. Where leases are
 	// not available it is false, and the caller must judge completeness by
@@ -104,6 +108,9 @@ func readFile(path, name string) (File, error) {
 	}
 	defer unix.Close(fd)
 	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino, Links: int(st.Nlink)}
+	if st.Uid == 0 {
+		out.Marked = marked(fd)
+	}
 	if st.Size > MaxBody {
 		return out, fmt.Errorf("%s: %d bytes: %w", name, st.Size, ErrTooLarge)
 	}
@@ -415,6 +422,7 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 	if err != nil {
 		return &os.PathError{Op: "create", Path: filepath.Join(d.Spool(), tmp), Err: err}
 	}
+	Mark(fd)
 	err = WriteAll(fd, body)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -434,4 +442,28 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 		unix.Unlinkat(dir, tmp, 0)
 	}
 	return err
+}
+
+// markAttr is the extended attribute root's clients put on their request
+// files. Only a process with CAP_SYS_ADMIN may set or read attributes in
+// the trusted namespace, so no other user can put it on a file, nor find
+// one of root's files that has it outside a root's spool and runs.
+const markAttr = "trusted.tend"
+
+// Mark puts the mark of a request of root's on the file open as fd, if
+// this process is root's (a shared root takes a request of root's from a
+// spool others may write only with it; see docs/protocol.md, "Who may do
+// what"). Where the file system has no such attributes it does nothing:
+// such a request is refused there, with the reason.
+func Mark(fd int) {
+	if os.Geteuid() == 0 {
+		unix.Fsetxattr(fd, markAttr, []byte("request"), 0)
+	}
+}
+
+// marked reports whether the file open as fd carries the mark.
+func marked(fd int) bool {
+	var buf [16]byte
+	n, err := unix.Fgetxattr(fd, markAttr, buf[:])
+	return err == nil && string(buf[:n]) == "request"
 }

@@ -411,11 +411,15 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			st.StartedAt = &t
 		}
 	}
-	// Whose the run is, from what only its owner could have put there: the
-	// request, else the directory (a run of another user's is theirs).
-	var owner unix.Stat_t
-	if unix.Lstat(s.Path(id, "request"), &owner) == nil || unix.Lstat(s.RunDir(id), &owner) == nil {
-		st.OwnerUID = int(owner.Uid)
+	// Whose the run is: a run directory handed over to its owner says (its
+	// owner may have put anything in it, a file of root's too); one that
+	// is still this user's holds the request as it was claimed.
+	var dir, req unix.Stat_t
+	if unix.Lstat(s.RunDir(id), &dir) == nil {
+		st.OwnerUID = int(dir.Uid)
+		if int(dir.Uid) == os.Geteuid() && unix.Lstat(s.Path(id, "request"), &req) == nil {
+			st.OwnerUID = int(req.Uid)
+		}
 	}
 	if b, _, err := spool.ReadRegular(s.Path(id, "request"), spool.MaxBody); err == nil {
 		if req, err := spool.ParseStart(b); err == nil {

@@ -131,7 +131,7 @@ func (h *History) lock() error {
 	path := filepath.Join(h.root, "history.lock")
 	for range 3 {
 		if h.lockFD < 0 {
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 			if err != nil {
 				return err
 			}
@@ -415,9 +415,13 @@ func historyAndPending(root string) []string {
 // ReadAllHistory reads every event of root's history, across its rotated
 // files, oldest first. It holds a shared lock, so no rotation happens
 // meanwhile. It fails closed, like ReadHistory.
+//
+// A reader who may not open history.lock (another user of a shared root)
+// reads without it: a rotation under way may then hide its last lines for
+// a moment, never show them twice or torn.
 func ReadAllHistory(root string) ([]Event, error) {
 	l := historyLock(root)
-	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) {
+	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
 		return nil, fmt.Errorf("%s: %w", l.Path(), err)
 	}
 	defer l.Unlock()
@@ -473,10 +477,11 @@ func parseEvent(b []byte) (Event, error) {
 }
 
 // historyLock returns the flock on root's history.lock, which orders the
-// appends and rotations of its history (see History). It is readable by
-// every user of the root, who may read the history under it, and never
-// opened through a link.
+// appends and rotations of its history (see History), never opened
+// through a link. It is the watcher's user's alone (0600): anyone who may
+// open it may hold it, and hold up every append. Other users read the
+// history without it (see ReadAllHistory).
 func historyLock(root string) *flock.Flock {
 	return flock.New(filepath.Join(root, "history.lock"),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o644))
+		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o600))
 }

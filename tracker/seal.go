@@ -102,8 +102,10 @@ func (st *State) sealed(key []byte) bool {
 
 // SealAll seals every record of s that has no seal, as it is: what a
 // watcher does once, when it makes the key of a root whose records an
-// earlier tend wrote. Records that do not parse, or whose sum does not
-// match, are left for fsck. It returns the IDs of those it sealed.
+// earlier tend wrote. Records that do not parse, whose sum does not match,
+// or that are not this user's (only a shared root's runs of other users
+// are, and a user may have written them) are left for fsck. It returns
+// the IDs of those it sealed.
 func (s *Store) SealAll() ([]string, []error) {
 	dir, ids, err := s.openRuns()
 	if err != nil {
@@ -115,9 +117,9 @@ func (s *Store) SealAll() ([]string, []error) {
 	var sealed []string
 	var errs []error
 	for _, id := range ids {
-		b, _, err := spool.ReadRegular(s.Path(id, "state.json"), maxRecord)
-		if err != nil {
-			continue
+		b, fi, err := spool.ReadRegular(s.Path(id, "state.json"), maxRecord)
+		if err != nil || int(fi.Uid) != os.Geteuid() {
+			continue // another user's record is theirs to forge: never trusted once
 		}
 		st, err := ParseState(s.Path(id, "state.json"), b)
 		if err != nil || st.Seal != "" {

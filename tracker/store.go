@@ -487,11 +487,15 @@ func (s *Store) Trashed() map[string]string {
 // another user (a run of a shared root, whose directory is its owner's),
 // else the writer's. Nothing in a directory a user may write is ever
 // root's, or that user could move it into the spool as root's request.
+//
+// Its mode is 0600 whatever the file it replaces had: the owner of a run's
+// directory may chmod its files, and a mode kept from such a file (setgid,
+// say) would be given to the watcher's file.
 func RunPerm(owner int) spool.Perm {
 	if owner > 0 && os.Geteuid() == 0 {
-		return spool.Perm{Owner: owner}
+		return spool.Perm{Mode: 0o600, Owner: owner}
 	}
-	return spool.Perm{}
+	return spool.Perm{Mode: 0o600}
 }
 
 // OpenRunFile opens the file at path in a run's directory with flags,

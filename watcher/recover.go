@@ -71,7 +71,7 @@ func (w *watcher) recoverClaimed(id string) {
 	if err == nil {
 		// Checked again: whoever owns the run's directory could have put
 		// another request there.
-		err = w.admit(spool.File{UID: int(fi.Uid), Links: int(fi.Nlink)})
+		err = w.admitOwner(spool.File{UID: int(fi.Uid), Links: int(fi.Nlink)})
 	}
 	if err == nil && perr == nil {
 		var dst unix.Stat_t

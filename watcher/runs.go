@@ -56,7 +56,7 @@ type run struct {
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }
 
-// launch starts st's process in its own process group, with its output
+// launch starts st's process in its own session and process group, with its output
 // going straight to files in the run's directory (so output survives the
 // watcher), and records it running, or failed if it could not start.
 //
@@ -259,14 +259,18 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	sp.files[2], sp.gate = pipe[0], pipe[1]
-	sp.env = childEnv(os.Environ(), as.env(), extraEnv, map[string]string{
+	sp.env = childEnv(as.baseEnv(), as.env(), extraEnv, map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
 		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
-	if _, err := lookPath(st.Command[0], st.Cwd, sp.env); err != nil {
-		return nil, err
+	// Not for a run of another user: the watcher would look as root, and
+	// tell that user of paths only root may see; its shell says, as it.
+	if as == nil {
+		if _, err := lookPath(st.Command[0], st.Cwd, sp.env); err != nil {
+			return nil, err
+		}
 	}
 	if as != nil {
 		if err := handOver(dir, *as); err != nil {
@@ -333,7 +337,7 @@ func (sp *spawn) fork() {
 	f := sp.files
 	sp.pid, sp.err = syscall.ForkExec(sp.argv[0], sp.argv, &syscall.ProcAttr{
 		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(sp.stdin), uintptr(f[0]), uintptr(f[1]), uintptr(f[2])},
-		Sys: &syscall.SysProcAttr{Setpgid: true, PidFD: &sp.pidfd, Credential: sp.cred},
+		Sys: &syscall.SysProcAttr{Setsid: true, PidFD: &sp.pidfd, Credential: sp.cred},
 	})
 	sp.closeFiles()
 }
@@ -354,6 +358,11 @@ func (sp *spawn) handle() (h *procfs.Handle, err error) {
 		}
 	}()
 	if sp.err != nil {
+		if sp.cred != nil {
+			// The errno of the child's chdir or exec, as that user: what
+			// the watcher would find looking as root is not theirs to know.
+			return nil, fmt.Errorf("could not start as uid %d in %s: %w", sp.cred.Uid, sp.st.Cwd, sp.err)
+		}
 		return nil, startError(sp.err, sp.st.Cwd)
 	}
 	if sp.pidfd < 0 {

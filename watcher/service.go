@@ -78,7 +78,7 @@ func (w *watcher) scheduleCheck(r *run, d time.Duration) {
 		w.log.Printf("run %s: health check: %v", r.st.ID, err)
 		return
 	}
-	check := check{health: h, cwd: r.st.Cwd, env: childEnv(os.Environ(), as.env())}
+	check := check{health: h, cwd: r.st.Cwd, env: childEnv(as.baseEnv(), as.env())}
 	if as != nil {
 		check.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
 	}
@@ -131,7 +131,9 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 		w.save(r.st)
 		return
 	}
-	w.stop(r, tracker.CauseRestart, "unhealthy: "+detail, r.grace(), "")
+	// The check's output stays in the record, its owner's: the reason goes
+	// to the history too, which every user of a shared root reads.
+	w.stop(r, tracker.CauseRestart, fmt.Sprintf("unhealthy: %d health checks failed in a row (tend show %s)", hs.Failures, r.st.ID), r.grace(), "")
 }
 
 // A check is one health check of a run, as it is performed: an exec

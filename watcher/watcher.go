@@ -91,6 +91,13 @@ func probe(lockPath, pidPath string) (running bool, pid int, err error) {
 	if errors.Is(err, os.ErrNotExist) {
 		return false, 0, nil
 	}
+	if errors.Is(err, os.ErrPermission) {
+		// Another user's client in a shared root: the lock is the
+		// watcher's user's alone, so the PID file (the watcher's, or the
+		// keeper's) says, if a process of that name still has that PID.
+		pid := readPID(pidPath)
+		return pid > 0 && daemonAlive(pid), pid, nil
+	}
 	if err != nil {
 		return false, 0, err
 	}
@@ -108,10 +115,12 @@ func readPID(path string) int {
 }
 
 // newLock returns the flock on the lock file at path, made if it is
-// missing, readable by every user of the root (whose clients probe it),
-// and never opened through a link.
+// missing, and never opened through a link. It is the watcher's user's
+// alone (0600): anyone who may open a lock file may hold it, and so keep
+// the next watcher from starting. Other users' clients probe for a
+// watcher by watcher.json instead (see Probe).
 func newLock(path string) *flock.Flock {
-	return flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o644))
+	return flock.New(path, flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o600))
 }
 
 // lock takes the root's watcher lock. Clients probing with a shared lock
@@ -715,4 +724,13 @@ func (w *watcher) retryUnsaved() {
 		}
 		w.retryUnsaved()
 	})
+}
+
+// daemonAlive reports whether process pid runs and is a watcher or a
+// keeper (by the name it gives itself), for a client that may not probe
+// the locks.
+func daemonAlive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
+	comm := strings.TrimSpace(string(b))
+	return err == nil && (comm == WatcherComm || comm == KeeperComm)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/tendhq/tend/procfs"
@@ -29,6 +30,11 @@ write in flight). --repair is refused while a watcher runs: stop it
 func (c *fsckCmd) Run(e *env) error {
 	var repaired []string
 	if c.Repair {
+		// It writes there, as this user: only in a root nobody else could
+		// change (sudo tend fsck --repair in a teammate's checkout).
+		if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
+			return exitf(exitRefused, "fsck --repair: %v", err)
+		}
 		if running, pid, _ := watcher.Probe(e.root); running {
 			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
 		}

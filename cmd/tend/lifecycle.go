@@ -79,6 +79,11 @@ func (c *downCmd) Help() string {
 }
 
 func (c *downCmd) Run(e *env) error {
+	// The PIDs it signals are the root's to say: only one nobody else
+	// could change is believed (sudo tend down in a teammate's checkout).
+	if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
+		return exitf(exitRefused, "down: %v", err)
+	}
 	client, err := e.client("")
 	if err != nil {
 		return err

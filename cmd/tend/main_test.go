@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 		"httpserver":  httpServer,
 		"asuser":      asUser,
 		"raceswap":    raceSwap,
+		"markreq":     markRequest,
 	})
 }
 

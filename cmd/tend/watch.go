@@ -13,6 +13,7 @@ import (
 
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
 )
 
 type watchCmd struct {
@@ -61,6 +62,7 @@ Examples:
 // Run makes this process the keeper; the watcher is a child of it, running
 // this same program (the hidden "watcher" command).
 func (c *watchCmd) Run(e *env) error {
+	closeOnExec()
 	oneProc()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
@@ -96,6 +98,7 @@ type watcherCmd struct {
 }
 
 func (c *watcherCmd) Run(e *env) error {
+	closeOnExec()
 	forkProcs := 0
 	if oneProc() {
 		forkProcs = 2 // docs/performance.md, round 10
@@ -160,4 +163,13 @@ func profileCPU(path string) (stop func(), err error) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}, nil
+}
+
+// closeOnExec marks every descriptor above stderr close-on-exec: whatever
+// the process that started the keeper left open without it (a CI runner's
+// pipe, a lock, a log root may write) would else reach every run, whoever
+// it runs as. The keeper and the watcher still use those they were given
+// (--ready-fd); a child gets only what it is passed on purpose.
+func closeOnExec() {
+	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
 }
