@@ -77,11 +77,16 @@ func permitted(uid int, session string, st *tracker.State) (bool, string) {
 }
 
 // lookup returns the record of run id: the live one if the watcher
-// supervises or queues it, or has a save of it held back, else the one on
-// disk.
+// supervises, forks or queues it, or has a save of it held back, else the
+// one on disk.
 func (w *watcher) lookup(id string) (*tracker.State, error) {
 	if r := w.runs[id]; r != nil {
 		return r.st, nil
+	}
+	for _, sp := range w.spawning {
+		if sp.st.ID == id {
+			return sp.st, nil
+		}
 	}
 	if st := w.heldState(id); st != nil {
 		return st, nil

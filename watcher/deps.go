@@ -52,9 +52,12 @@ func (w *watcher) checkDeps(id string, deps []spool.Dep) error {
 		if d.ID == id {
 			return fmt.Errorf(`"after": run %s cannot wait for itself`, id)
 		}
-		if w.queued(d.ID) == nil {
+		if w.queued(d.ID) == nil && !w.startWaiting(d.ID) {
+			// A start request in the spool, not taken yet, counts: a client
+			// that drops a run and what waits for it at once has both taken,
+			// in whichever order.
 			if _, err := w.lookup(d.ID); errors.Is(err, tracker.ErrNotFound) {
-				return fmt.Errorf(`"after": no run %s (a run waits only for runs that exist when it is taken)`, d.ID)
+				return fmt.Errorf(`"after": no run %s (a run waits only for runs that exist, or whose start request waits in the spool, when it is taken)`, d.ID)
 			}
 		}
 		if path := w.waitPath(d.ID, id, nil); path != nil {
@@ -100,14 +103,21 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			return "", fmt.Sprintf("it waits for %q, which names no run", name)
 		}
 		dep, err := w.lookup(d.ID)
+		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
+			return d.String(), "" // its start request is not taken yet
+		}
 		if errors.Is(err, tracker.ErrNotFound) {
 			// Deleted: only finished runs are, and the history says how it
 			// ended.
 			if d.When == spool.Ended {
 				continue
 			}
-			if state, ok := w.endedAs(d.ID); ok && state == tracker.Completed && d.When == spool.Completed {
+			state, ok := w.endedAs(d.ID)
+			if ok && state == tracker.Completed && d.When == spool.Completed {
 				continue
+			}
+			if !ok {
+				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
 			}
 			return "", fmt.Sprintf("run %s, which it waited for, was deleted before it %s", d.ID, map[spool.Condition]string{spool.Completed: "completed", spool.Ready: "was ready"}[d.When])
 		}

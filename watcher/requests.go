@@ -213,6 +213,9 @@ func (w *watcher) afterStartDecided(n spool.Name) {
 	if n.Verb != spool.VerbStart {
 		return
 	}
+	if w.waitedOn(n.ID) {
+		w.dequeueSoon() // what waits for it may never start now
+	}
 	names := w.afterStart[n.ID]
 	delete(w.afterStart, n.ID)
 	for _, name := range names {
