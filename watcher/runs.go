@@ -536,31 +536,72 @@ func (w *watcher) leadersExited(batch []*run) {
 	w.drainAgainIn(time.Millisecond)
 }
 
-// recordWait is how long an adopted run's end waits for its keeper's exit
-// record. The keeper writes it within milliseconds; the wait is long so that
-// only a keeper that is gone, not a slow one, makes a status unknown.
+// recordWait is how long an adopted run's end waits for its status: an
+// exit record from its keeper, or the kernel's (see takeExitInfo). The
+// keeper writes it within milliseconds, and init reaps at once; the wait
+// is long so that only a status that is gone, not a slow one, makes it
+// unknown.
 const recordWait = 30 * time.Second
 
 // adoptedExited takes the exit status of adopted run r from its exit
-// record, or waits a while for the keeper to write it.
+// record or from its pidfd, or waits a while for either.
 func (w *watcher) adoptedExited(r *run) {
-	if w.takeExitRecord(r) {
+	if w.takeExitRecord(r) || w.takeExitInfo(r) || r.exit != nil {
 		return
 	}
-	if !r.kept {
-		r.exit, r.unknown = &procfs.Exit{Code: -1}, true
-		return
-	}
-	r.awaiting = time.AfterFunc(recordWait, func() {
+	w.awaitExit(r, time.Now(), 10*time.Millisecond)
+}
+
+// awaitExit looks again, after d, for the status of adopted run r, whose
+// leader has exited: a keeper may be about to write its record, or its
+// parent about to reap it. Exit records are also taken as they come (see
+// exitRecorded). After recordWait its status is unknown.
+func (w *watcher) awaitExit(r *run, since time.Time, d time.Duration) {
+	r.awaiting = time.AfterFunc(d, func() {
 		w.do <- func() {
-			if r.awaiting != nil && r.exit == nil {
-				w.log.Printf("run %s: no exit record from the keeper for pid %d", r.st.ID, r.st.PID)
-				r.awaiting = nil
-				r.exit, r.unknown = &procfs.Exit{Code: -1}, true
-				w.drain()
+			if r.awaiting == nil || r.exit != nil {
+				return
 			}
+			r.awaiting = nil
+			switch {
+			case w.takeExitRecord(r) || w.takeExitInfo(r) || r.exit != nil:
+			case time.Since(since) >= recordWait:
+				w.log.Printf("run %s: no exit status for pid %d, from its keeper or the kernel", r.st.ID, r.st.PID)
+				r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+			default:
+				w.awaitExit(r, since, min(2*d, time.Second))
+				return
+			}
+			w.drain()
 		}
 	})
+}
+
+// takeExitInfo sets adopted run r's exit from the status the kernel keeps
+// for its pidfd once its parent has reaped it, whoever the parent is: a
+// keeper that died before it wrote the record, or init. Where the kernel
+// keeps none, a run whose parent is no keeper ends with its status
+// unknown, at once.
+func (w *watcher) takeExitInfo(r *run) bool {
+	e, ok, err := r.proc.ExitInfo()
+	if err != nil {
+		if !r.kept {
+			r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+			if !errors.Is(err, procfs.ErrNoExitInfo) {
+				w.log.Printf("run %s: %v", r.st.ID, err)
+			}
+		}
+		return false
+	}
+	if !ok {
+		return false
+	}
+	r.exit = &e
+	if r.awaiting != nil {
+		r.awaiting.Stop()
+		r.awaiting = nil
+	}
+	return true
 }
 
 // takeExitRecord sets r's exit from its exit record, if there is one.

@@ -69,8 +69,11 @@ func scriptParams(dir string) testscript.Params {
 		// (review the diff before committing it).
 		UpdateScripts: os.Getenv("TEND_UPDATE_GOLDEN") != "",
 		Condition: func(cond string) (bool, error) {
-			if cond == "root" {
+			switch cond {
+			case "root":
 				return os.Getuid() == 0, nil
+			case "exitinfo":
+				return keepsExitInfo(), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -84,36 +87,37 @@ func scriptParams(dir string) testscript.Params {
 			return nil
 		},
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){
-			"waitfile":  cmdWaitFile,
-			"waitstate": cmdWaitState,
-			"waitmatch": cmdWaitMatch,
-			"nogroup":   cmdNoGroup,
-			"dead":      cmdDead,
-			"drop":      cmdDrop,
-			"lines":     cmdLines,
-			"waitruns":  cmdWaitRuns,
-			"sig":       cmdSig,
-			"fakerun":   cmdFakeRun,
-			"watchers":  cmdWatchers,
-			"strays":    cmdStrays,
-			"chaos":     cmdChaos,
-			"maxlive":   cmdMaxLive,
-			"races":     cmdRaces,
-			"freeport":  cmdFreePort,
-			"gaps":      cmdGaps,
-			"pstate":    cmdPState,
-			"holds":     cmdHolds,
-			"filesize":  cmdFileSize,
-			"dropall":   cmdDropAll,
-			"dropped":   cmdDropped,
-			"readall":   cmdReadAll,
-			"mksock":    cmdMkSock,
-			"tmpfs":     cmdTmpfs,
-			"clockjump": cmdClockJump,
-			"settled":   cmdSettled,
-			"mcpcall":   cmdMCPCall,
-			"schema":    cmdSchema,
-			"fixture":   cmdFixture,
+			"waitfile":   cmdWaitFile,
+			"waitstate":  cmdWaitState,
+			"waitmatch":  cmdWaitMatch,
+			"nogroup":    cmdNoGroup,
+			"dead":       cmdDead,
+			"drop":       cmdDrop,
+			"lines":      cmdLines,
+			"waitruns":   cmdWaitRuns,
+			"sig":        cmdSig,
+			"fakerun":    cmdFakeRun,
+			"watchers":   cmdWatchers,
+			"strays":     cmdStrays,
+			"chaos":      cmdChaos,
+			"maxlive":    cmdMaxLive,
+			"races":      cmdRaces,
+			"freeport":   cmdFreePort,
+			"gaps":       cmdGaps,
+			"pstate":     cmdPState,
+			"holds":      cmdHolds,
+			"filesize":   cmdFileSize,
+			"dropall":    cmdDropAll,
+			"dropped":    cmdDropped,
+			"readall":    cmdReadAll,
+			"mksock":     cmdMkSock,
+			"tmpfs":      cmdTmpfs,
+			"clockjump":  cmdClockJump,
+			"settled":    cmdSettled,
+			"mcpcall":    cmdMCPCall,
+			"schema":     cmdSchema,
+			"fixture":    cmdFixture,
+			"newwatcher": cmdNewWatcher,
 		},
 	}
 }

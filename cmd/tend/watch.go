@@ -18,6 +18,9 @@ import (
 type watchCmd struct {
 	watchFlags
 	ReadyFD int `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
+	// Set by a watcher that becomes the keeper (watcher.Config.BecomeKeeper).
+	Successor bool     `hidden:"" help:"This process was a watcher whose keeper died: keep its runs whatever happens."`
+	Hold      []string `hidden:"" sep:"none" placeholder:"FD:PID:START" help:"Record the end of this process, by the pidfd FD inherited (repeatable)."`
 }
 
 // watchFlags are the watcher's settings, the same for watch, up and the
@@ -71,8 +74,17 @@ func (c *watchCmd) Run(e *env) error {
 		ready = os.NewFile(uintptr(c.ReadyFD), "ready")
 		args = append(args, "--ready-fd", "3")
 	}
+	var held []watcher.Held
+	for _, s := range c.Hold {
+		h, err := watcher.ParseHeld(s)
+		if err != nil {
+			return exitf(exitUsage, "--hold: %v", err)
+		}
+		held = append(held, h)
+	}
 	code, err := watcher.Keep(watcher.KeeperConfig{
 		Root: e.root, Log: e.stderr, Ready: ready, Signals: sigs, Refused: exitRefused, CannotStart: exitCannotStart,
+		Held: held, Successor: c.Successor,
 		// /proc/self/exe is this very program even if its file has been
 		// replaced meanwhile, so a restarted watcher matches its keeper.
 		Path: "/proc/self/exe", Args: args,
@@ -105,7 +117,7 @@ func (c *watcherCmd) Run(e *env) error {
 	defer signal.Stop(stop)
 	cfg := watcher.Config{
 		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Settings: c.settings(),
-		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch"}, c.args()...),
+		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch", "--successor"}, c.args()...),
 		ForkProcs:    forkProcs,
 	}
 	if c.ReadyFD >= 0 {
