@@ -105,6 +105,14 @@ func (w *watcher) spawned(sp *spawn) {
 		w.notStarted(st, err)
 		return
 	}
+	if err := setLimits(h.PID(), st); err != nil {
+		// Its gate closed, the process exits 125 without running anything.
+		unix.Close(sp.gate)
+		h.Reap()
+		h.Close()
+		w.notStarted(st, err)
+		return
+	}
 	now := time.Now()
 	r := &run{st: st, proc: h, started: now}
 	st.Attempt++
@@ -157,14 +165,23 @@ const gateLine = `IFS= read -r go <&3 || exit 125; exec 3<&-; unset go; : >"$1" 
 // gateArgv returns the argv of st's process: a shell that waits at the
 // gate, then runs st's command.
 func gateArgv(st *tracker.State, started string) []string {
-	ulimit := ""
-	if ul := st.Limits.Ulimit(); ul != "" {
-		ulimit = ul + " "
-	}
 	if c := st.Command; len(c) == 3 && c[0] == "/bin/sh" && c[1] == "-c" {
-		return []string{"/bin/sh", "-c", ulimit + gateLine + c[2], "/bin/sh", started}
+		return []string{"/bin/sh", "-c", gateLine + c[2], "/bin/sh", started}
 	}
-	return append([]string{"/bin/sh", "-c", ulimit + gateScript, "tend", started}, st.Command...)
+	return append([]string{"/bin/sh", "-c", gateScript, "tend", started}, st.Command...)
+}
+
+// setLimits sets st's resource limits on its process, pid, held at its
+// gate: with prlimit(2), not the gate shell's ulimit, whose flags differ
+// from shell to shell (-p is the process limit in dash, the pipe size in
+// bash).
+func setLimits(pid int, st *tracker.State) error {
+	for _, l := range st.Limits.List() {
+		if err := unix.Prlimit(pid, l.Resource, &l.Rlimit, nil); err != nil {
+			return fmt.Errorf("limits: %s %d: %w", l.Name, l.Cur, err)
+		}
+	}
+	return nil
 }
 
 // startedPath is the file a run's process creates once past its gate.
