@@ -330,7 +330,7 @@ func newWatcher(cfg Config) *watcher {
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
 		waiting:    make(map[string]*backoff),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string)},
+		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -601,34 +601,76 @@ func (w *watcher) passing(st *tracker.State) {
 }
 
 // unsaved holds what could not be written (a full or read-only disk): it
-// is written again every second until it is, so the records catch up.
+// is written again every second until it is, so the records catch up. A
+// record whose run directory was removed is tried a few times only (see
+// gone).
 type unsaved struct {
 	events   []tracker.Event
 	states   map[string]*tracker.State
 	waiting  map[string][]func() // for a record in states (see whenWritten)
 	outcomes map[spool.Name][2]string
-	retrying bool
+	// gone holds the records in states whose run directory is gone,
+	// tried again with a growing delay, then given up.
+	gone     map[string]*goneRecord
+	retrying *time.Timer
 }
 
+// A goneRecord is how often, and until when, the record of a run whose
+// directory was removed has been tried again.
+type goneRecord struct {
+	tries int
+	next  time.Time
+}
+
+// goneTries is how often a record whose run directory is gone is tried
+// again (after 0.1 s, doubling: about 3 s in all) before it is given up.
+// Removing the directory throws away the record; trying longer would only
+// keep the run's leader from being reaped.
+const goneTries = 5
+
+// runDirGone reports whether run id's directory no longer exists.
+func (w *watcher) runDirGone(id string) bool {
+	_, err := os.Lstat(w.store.RunDir(id))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// retryUnsaved schedules the next try of what could not be written: in a
+// second, or sooner for a record whose run directory is gone.
 func (w *watcher) retryUnsaved() {
 	u := &w.unsaved
-	if u.retrying || len(u.events)+len(u.states)+len(u.outcomes) == 0 {
+	if len(u.events)+len(u.states)+len(u.outcomes) == 0 {
 		return
 	}
-	u.retrying = true
-	w.after(time.Second, func() {
-		u.retrying = false
+	d := time.Second
+	for _, g := range u.gone {
+		d = min(d, max(time.Until(g.next), time.Millisecond))
+	}
+	if u.retrying != nil {
+		if d == time.Second || !u.retrying.Stop() {
+			return // the try scheduled comes soon enough, or is under way
+		}
+	}
+	u.retrying = w.after(d, func() {
+		u.retrying = nil
 		if len(u.events) > 0 && w.hist.Append(u.events...) == nil {
 			w.log.Printf("history: %d events that could not be written are written now", len(u.events))
 			u.events = nil
 		}
 		var written []string
 		for id, st := range u.states {
+			if g := u.gone[id]; g != nil && time.Now().Before(g.next) {
+				continue
+			}
 			if w.store.Write(st) == nil {
 				w.log.Printf("run %s: its record (%s, rev %d) is written now", id, st.State, st.Rev)
 				delete(u.states, id)
+				delete(u.gone, id)
 				w.stamp(st)
 				written = append(written, id)
+				continue
+			}
+			if w.giveUpGone(st) {
+				written = append(written, id) // what waited for it goes ahead
 			}
 		}
 		for _, id := range written {
@@ -641,4 +683,31 @@ func (w *watcher) retryUnsaved() {
 		}
 		w.retryUnsaved()
 	})
+}
+
+// giveUpGone counts a failed try of st's record if its run directory is
+// gone, and gives the record up after goneTries: what waited for it (the
+// reaping of its leader, the answers to its cancel requests) then goes
+// ahead, and its events stay in the history. It reports whether it gave up.
+func (w *watcher) giveUpGone(st *tracker.State) bool {
+	u := &w.unsaved
+	if !w.runDirGone(st.ID) {
+		delete(u.gone, st.ID) // a full disk, say: tried every second until written
+		return false
+	}
+	g := u.gone[st.ID]
+	if g == nil {
+		g = &goneRecord{}
+		u.gone[st.ID] = g
+	}
+	g.tries++
+	if g.tries <= goneTries {
+		g.next = time.Now().Add(50 * time.Millisecond << g.tries)
+		return false
+	}
+	w.log.Printf("run %s: its directory %s is gone: its record (%s, rev %d) is not written; its history has its events", st.ID, w.store.RunDir(st.ID), st.State, st.Rev)
+	delete(u.states, st.ID)
+	delete(u.gone, st.ID)
+	delete(w.written, st.ID)
+	return true
 }

@@ -69,3 +69,18 @@ func keepsExitInfo() bool {
 	_, ok, err := h.ExitInfo()
 	return ok && err == nil
 }
+
+// reaped pidfile...: wait until each PID the files hold, which has ended,
+// is reaped: no zombie holds it (it is gone, or another process has it).
+func cmdReaped(ts *testscript.TestScript, neg bool, args []string) {
+	for _, a := range args {
+		pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(a)))
+		ts.Check(err)
+		poll(ts, func() string {
+			if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
+				return fmt.Sprintf("pid %d (%s, from %s) is a zombie, not reaped", pid, st.Comm, a)
+			}
+			return ""
+		})
+	}
+}

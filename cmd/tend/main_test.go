@@ -118,6 +118,7 @@ func scriptParams(dir string) testscript.Params {
 			"schema":     cmdSchema,
 			"fixture":    cmdFixture,
 			"newwatcher": cmdNewWatcher,
+			"reaped":     cmdReaped,
 		},
 	}
 }
