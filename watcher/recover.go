@@ -40,6 +40,9 @@ func (w *watcher) recoverRuns() {
 		}
 		id := e.Name()
 		st, err := w.store.Read(id)
+		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
+			w.settleCuts(st)
+		}
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
 			w.recoverClaimed(id)

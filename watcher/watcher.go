@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -59,6 +60,10 @@ type Config struct {
 	// forks: a fork holds its thread's P until the child has exec'd, and
 	// a watcher on one P does nothing else meanwhile.
 	ForkProcs int
+	// CrashAt is for tests of crash safety: the steps (see crash) at
+	// which a watcher kills itself with SIGKILL, each the first time a
+	// watcher on the root reaches it.
+	CrashAt []string
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -710,4 +715,22 @@ func (w *watcher) giveUpGone(st *tracker.State) bool {
 	delete(u.gone, st.ID)
 	delete(w.written, st.ID)
 	return true
+}
+
+// crash kills the watcher, as a crash at this step would, if step is one
+// of Config.CrashAt that no watcher on the root has reached yet (a file
+// ROOT/.crashed-STEP says one has): tests use it to kill a watcher between
+// two writes that must survive it in either order.
+func (w *watcher) crash(step string) {
+	if !slices.Contains(w.cfg.CrashAt, step) {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(w.cfg.Root, ".crashed-"+step), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // reached before
+	}
+	f.Close()
+	w.log.Printf("crashing at %s, as TEND_TEST_CRASH_AT says", step)
+	unix.Kill(os.Getpid(), unix.SIGKILL)
+	time.Sleep(time.Minute) // it does not return
 }

@@ -1,14 +1,18 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
 )
 
 // newwatcher PIDFILE...: wait until a watcher other than those whose PIDs
@@ -83,4 +87,62 @@ func cmdReaped(ts *testscript.TestScript, neg bool, args []string) {
 			return ""
 		})
 	}
+}
+
+// readcheck id want: read run id's stdout the way an agent does, with
+// "tend logs --offset N --max-bytes M --json" from the last next, while
+// it runs and until it has ended and all is read; every byte read must
+// be the byte of file want at its absolute offset (bytes dropped by the
+// cap may be skipped, never misplaced), and the read must end at want's
+// end.
+func cmdReadCheck(ts *testscript.TestScript, neg bool, args []string) {
+	want := []byte(ts.ReadFile(args[1]))
+	var off int64
+	end := time.Now().Add(deadline)
+	for reads := 0; ; reads++ {
+		cmd := exec.Command("tend", "logs", args[0], "--offset", strconv.FormatInt(off, 10), "--max-bytes", "20000", "--json")
+		cmd.Dir = ts.MkAbs(".")
+		cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_NO_START=1")
+		out, err := cmd.Output()
+		if err != nil {
+			ts.Fatalf("tend logs: %v", err)
+		}
+		var sl struct {
+			Offset, Next int64
+			EOF, Final   bool
+			Data         string
+		}
+		ts.Check(json.Unmarshal(out, &sl))
+		if sl.Offset < off || sl.Next != sl.Offset+int64(len(sl.Data)) || sl.Next > int64(len(want)) {
+			ts.Fatalf("asked for offset %d, got %d bytes at %d, next %d (%d bytes in all)", off, len(sl.Data), sl.Offset, sl.Next, len(want))
+		}
+		if got := want[sl.Offset:sl.Next]; string(got) != sl.Data {
+			ts.Fatalf("read %d bytes at offset %d that are not the run's there: got %.40q..., want %.40q...", len(sl.Data), sl.Offset, sl.Data, got)
+		}
+		off = sl.Next
+		if sl.EOF && sl.Final {
+			break
+		}
+		if time.Now().After(end) {
+			ts.Fatalf("after %s and %d reads, still not at the end (offset %d)", deadline, reads, off)
+		}
+	}
+	if off != int64(len(want)) {
+		ts.Fatalf("the run has ended, and its output with it at offset %d, not %d", off, len(want))
+	}
+}
+
+// canCollapse reports whether the file system of the temporary directory,
+// where the scripts run, can cut a file's start (FALLOC_FL_COLLAPSE_RANGE).
+func canCollapse() bool {
+	f, err := os.CreateTemp("", "collapse")
+	if err != nil {
+		return false
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if _, err := f.Write(make([]byte, 1<<16)); err != nil {
+		return false
+	}
+	return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, 1<<15) == nil
 }

@@ -74,6 +74,8 @@ func scriptParams(dir string) testscript.Params {
 				return os.Getuid() == 0, nil
 			case "exitinfo":
 				return keepsExitInfo(), nil
+			case "collapse":
+				return canCollapse(), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -119,6 +121,7 @@ func scriptParams(dir string) testscript.Params {
 			"fixture":    cmdFixture,
 			"newwatcher": cmdNewWatcher,
 			"reaped":     cmdReaped,
+			"readcheck":  cmdReadCheck,
 		},
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -119,6 +120,9 @@ func (c *watcherCmd) Run(e *env) error {
 		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: version, Settings: c.settings(),
 		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch", "--successor"}, c.args()...),
 		ForkProcs:    forkProcs,
+	}
+	if steps := os.Getenv("TEND_TEST_CRASH_AT"); steps != "" {
+		cfg.CrashAt = strings.Split(steps, ",")
 	}
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
