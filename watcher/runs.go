@@ -275,8 +275,8 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	sp.files[2], sp.gate = pipe[0], pipe[1]
-	sp.env = childEnv(os.Environ(), extraEnv, map[string]string{
-		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
+	sp.env = childEnv(os.Environ(), withoutMarks(extraEnv), map[string]string{
+		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session, w.mark: st.ID,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
 		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
 	})

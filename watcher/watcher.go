@@ -243,6 +243,7 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	w.fsw = fsw
 	w.recoverRuns()
+	w.lookForEscapes()
 	w.writeQueue()
 	w.sweepExitRecords()
 	w.restoreControls()
@@ -307,6 +308,11 @@ type watcher struct {
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
+	// mark is the variable that marks the processes of this root's runs
+	// (MarkVar); escapes is set while some of them may be outside the
+	// tree of this watcher and the keepers (see lookForEscapes).
+	mark    string
+	escapes bool
 
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited
@@ -334,6 +340,7 @@ func newWatcher(cfg Config) *watcher {
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
+		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
 		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
