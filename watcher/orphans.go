@@ -270,28 +270,28 @@ func (w *watcher) drainAgainIn(d time.Duration) {
 // group that tend signals, is a process of one of this root's runs, and
 // of which ("" if it cannot tell). A process is known as this root's by
 // its descent: a child of this watcher or of its own keeper can only have
-// come from its runs; or by the mark it inherited (see MarkVar), when it is
-// a child of another keeper, or anywhere while escapes are looked for. A
-// process marked TEND_ROOT=this root by a run started before marks is
-// known as its TEND_RUN_ID's.
+// come from its runs; or, as a child of another keeper, by the mark it
+// inherited (see MarkVar), or TEND_ROOT naming this root for a run
+// started before marks (its TEND_RUN_ID is its run). While escapes are
+// looked for, any process is, by its mark only: a client that is no run
+// may name the root in its TEND_ROOT (scripts/e2e.sh does), and must not
+// be taken for a stray.
 func (w *watcher) strayOf(p procfs.Stat, keepers map[int]bool, escapes bool) (id string, ok bool) {
 	own := p.PPID == os.Getpid() || w.keeper != 0 && p.PPID == w.keeper
-	if !own && !keepers[p.PPID] && !escapes {
-		return "", false
-	}
-	if p.PID <= 2 || p.PPID == 2 {
-		return "", false // init and the kernel's threads
+	inTree := own || keepers[p.PPID]
+	if !inTree && !escapes || p.PID <= 2 || p.PPID == 2 {
+		return "", false // (init and the kernel's threads are no one's)
 	}
 	env, readable := procfs.Lookup(p.PID, w.mark, "TEND_ROOT", "TEND_RUN_ID")
 	switch {
 	case readable && env[0] != "":
 		id = env[0]
-	case readable && env[1] == w.cfg.Root:
+	case readable && inTree && env[1] == w.cfg.Root:
 		id = env[2]
 	default:
 		return "", own
 	}
-	if !own && !keepers[p.PPID] && !w.mayOwn(p.PID, id) {
+	if !inTree && !w.mayOwn(p.PID, id) {
 		return "", false
 	}
 	return id, true
