@@ -141,7 +141,7 @@ func killDaemon(ts *testscript.TestScript, root, comm string) int {
 }
 
 // recoverFrom waits until a watcher other than old takes requests on
-// root (see cmdNewWatcher), its keeper alive: the end of a recovery
+// root (see cmdRecovered), its keeper alive: the end of a recovery
 // window.
 func recoverFrom(ts *testscript.TestScript, root string, old int) {
 	poll(ts, func() string {
@@ -149,7 +149,7 @@ func recoverFrom(ts *testscript.TestScript, root string, old int) {
 		if err != nil {
 			return err.Error()
 		}
-		return recovered(info, map[int]bool{old: true})
+		return whyNotRecovered(info, map[int]bool{old: true})
 	})
 }
 

@@ -15,12 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// newwatcher PIDFILE...: wait until a watcher other than those whose PIDs
+// recovered PIDFILE...: wait until a watcher other than those whose PIDs
 // the files hold takes requests on this script's root (its watcher.json
 // names it, and it and its keeper are alive): the runs of the watchers
 // before it are recovered, adopted or recorded. That ends a recovery
 // window, after which another crash is a separate one.
-func cmdNewWatcher(ts *testscript.TestScript, neg bool, args []string) {
+func cmdRecovered(ts *testscript.TestScript, neg bool, args []string) {
 	old := make(map[int]bool)
 	for _, a := range args {
 		pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(a)))
@@ -33,13 +33,13 @@ func cmdNewWatcher(ts *testscript.TestScript, neg bool, args []string) {
 		if err != nil {
 			return err.Error()
 		}
-		return recovered(info, old)
+		return whyNotRecovered(info, old)
 	})
 }
 
-// recovered says why info does not name a new watcher and keeper that
+// whyNotRecovered says why info does not name a new watcher and keeper that
 // run, or "" if it does.
-func recovered(info watcher.Info, old map[int]bool) string {
+func whyNotRecovered(info watcher.Info, old map[int]bool) string {
 	if old[info.PID] {
 		return fmt.Sprintf("watcher.json still names the old watcher %d", info.PID)
 	}
