@@ -146,3 +146,11 @@ func canCollapse() bool {
 	}
 	return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, 1<<15) == nil
 }
+
+// ofRoot reports whether process pid is of one of root's runs by its
+// environment: it names root in TEND_ROOT, or carries root's mark (which a
+// run's daemon keeps when it changes TEND_ROOT).
+func ofRoot(pid int, root string) bool {
+	env, _ := procfs.Lookup(pid, "TEND_ROOT", watcher.MarkVar(root))
+	return len(env) == 2 && (env[0] == root || env[1] != "")
+}

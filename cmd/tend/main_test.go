@@ -362,7 +362,7 @@ func killLeftovers(root string) {
 		}
 	}
 	for _, p := range all {
-		if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root {
+		if ofRoot(p.PID, root) {
 			unix.Kill(p.PID, unix.SIGKILL)
 		}
 	}
@@ -442,13 +442,14 @@ func countDaemons(root string) (watchers, keepers int) {
 	return watchers, keepers
 }
 
-// strays: no process whose environment names this script's root is left.
+// strays: no process whose environment names this script's root, or
+// carries its mark, is left.
 func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
 	root := ts.MkAbs(".tend")
 	poll(ts, func() string {
 		all, _ := procfs.All()
 		for _, p := range all {
-			if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root && p.State != 'Z' {
+			if ofRoot(p.PID, root) && p.State != 'Z' {
 				id, _ := procfs.Getenv(p.PID, "TEND_RUN_ID")
 				return fmt.Sprintf("pid %d (%s) of run %s is still alive", p.PID, p.Comm, id)
 			}
