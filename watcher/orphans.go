@@ -111,7 +111,10 @@ func (w *watcher) drain() {
 	// tree (see lookForEscapes), every process is looked at; once none
 	// is, only its and the keepers' children are again.
 	escapes := w.escapes
-	ours := w.descendants(all, keepers)
+	var ours map[int]bool // only the runs a watcher adopted can be outside
+	if escapes || w.adoptedLive() {
+		ours = w.descendants(all, keepers)
+	}
 	w.escapes = w.runsOutside(ours) > 0
 	seen := make(map[int]bool)
 	for _, p := range all {
@@ -129,7 +132,7 @@ func (w *watcher) drain() {
 		if !ok {
 			continue
 		}
-		if !ours[p.PID] {
+		if escapes && !ours[p.PID] {
 			w.escapes = true // still outside: look again next time
 		}
 		r := w.runs[id]
@@ -380,15 +383,26 @@ func (w *watcher) lookForEscapes() {
 }
 
 // runsOutside counts the live runs whose leader is not in ours (see
-// descendants): what they spawn and leave goes to init.
+// descendants): what they spawn and leave goes to init. Only an adopted
+// run's leader can be outside.
 func (w *watcher) runsOutside(ours map[int]bool) int {
 	n := 0
 	for _, r := range w.runs {
-		if r.exit == nil && r.proc != nil && !ours[r.st.PID] {
+		if r.adopted && r.exit == nil && r.proc != nil && !ours[r.st.PID] {
 			n++
 		}
 	}
 	return n
+}
+
+// adoptedLive reports whether a run this watcher adopted is alive.
+func (w *watcher) adoptedLive() bool {
+	for _, r := range w.runs {
+		if r.adopted && r.exit == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // MarkVar returns the name of the environment variable that marks the

@@ -2,10 +2,12 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -139,6 +141,19 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		w.neverRan(st, "its process ended at the start gate")
 		return
 	}
+	if w.keeperHolds(st) {
+		// A keeper that took over from a watcher which had adopted the run
+		// holds a pidfd on it, and writes its record from it (see
+		// KeeperConfig.Held): once its parent, init, has reaped it, so not
+		// before it is gone, as a parent's is. It is awaited as an adopted
+		// run's.
+		now := time.Now()
+		r := &run{st: st, adopted: true, kept: true, exitedAt: now, killAt: now.Add(st.Grace.D())}
+		w.log.Printf("recover: run %s (pid %d) has ended; its keeper holds it, and is to write how", st.ID, st.PID)
+		w.runs[st.ID] = r
+		w.awaitExit(r, now, 10*time.Millisecond)
+		return
+	}
 	if st.Restart != nil {
 		// Its end is unknown (the machine restarted, or the keeper died too),
 		// but a service is brought back whatever it was.
@@ -208,4 +223,36 @@ func (w *watcher) sweepExitRecords() {
 	for _, e := range names {
 		w.exitRecorded(e.Name())
 	}
+}
+
+// keeperHolds reports whether a keeper of this root holds a pidfd on run
+// st's process: its command line says so (tend watch --hold, see
+// holdArgs). The keepers are looked at once, when first asked.
+func (w *watcher) keeperHolds(st *tracker.State) bool {
+	if w.heldByKeepers == nil {
+		w.heldByKeepers = make(map[string]bool)
+		all, err := procfs.All()
+		if err != nil {
+			w.log.Printf("scanning /proc: %v", err)
+		}
+		for _, p := range all {
+			if p.Comm != KeeperComm || p.State == 'Z' {
+				continue
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+			args := strings.Split(string(b), "\x00")
+			if !slices.Contains(args, w.cfg.Root) {
+				continue // another root's
+			}
+			for i, a := range args {
+				if a != "--hold" || i+1 == len(args) {
+					continue
+				}
+				if h, err := ParseHeld(args[i+1]); err == nil {
+					w.heldByKeepers[exitRecordName(h.PID, h.Start)] = true
+				}
+			}
+		}
+	}
+	return w.heldByKeepers[exitRecordName(st.PID, st.ProcStart)]
 }

@@ -600,6 +600,9 @@ func (w *watcher) awaitExit(r *run, since time.Time, d time.Duration) {
 // keeps none, a run whose parent is no keeper ends with its status
 // unknown, at once.
 func (w *watcher) takeExitInfo(r *run) bool {
+	if r.proc == nil {
+		return false // gone before this watcher looked: its record is awaited
+	}
 	e, ok, err := r.proc.ExitInfo()
 	if err != nil {
 		if !r.kept {

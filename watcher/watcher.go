@@ -313,6 +313,10 @@ type watcher struct {
 	// tree of this watcher and the keepers (see lookForEscapes).
 	mark    string
 	escapes bool
+	// heldByKeepers are the processes, by exit record name, on which a
+	// keeper of the root holds a pidfd, as recovery found them (see
+	// keeperHolds).
+	heldByKeepers map[string]bool
 
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited

@@ -263,7 +263,7 @@ func checkChaos(ts *testscript.TestScript, root, ranLog string, want map[string]
 		case mayLose && lostStatus(st):
 			lost++
 		default:
-			ts.Fatalf("run %s ended %+v (reason %q), want %+v\n%s", id, got, st.Reason, w, ts.ReadFile(filepath.Join(store.RunDir(id), "request")))
+			ts.Fatalf("run %s ended %+v (reason %q), want %+v\n%s", id, got, st.Reason, w, runDiagnosis(root, id))
 		}
 		if ran[id] != 1 {
 			ts.Fatalf("run %s ran %d times", id, ran[id])
