@@ -259,6 +259,23 @@ func (h *Handle) Inherit() (int, error) {
 	return fd, nil
 }
 
+// Dup returns a new pidfd, close-on-exec, on the same process, for the
+// caller to pass to a child it starts.
+func (h *Handle) Dup() (int, error) {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := conn.Control(func(p uintptr) { fd, derr = unix.FcntlInt(p, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("pidfd of %d: %w", h.pid, derr)
+	}
+	return fd, nil
+}
+
 // Close releases the pidfd. It does not signal or reap the process.
 func (h *Handle) Close() error { return h.f.Close() }
 

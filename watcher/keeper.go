@@ -198,11 +198,16 @@ func (k *keeper) startWatcher() error {
 	if k.cfg.Ready != nil {
 		files = append(files, k.cfg.Ready)
 	}
+	held, args := k.passHeld(len(files))
+	files = append(files, held...)
 	// Its own process group: Ctrl-C at a terminal reaches the keeper only,
 	// which passes it on once.
-	p, err := os.StartProcess(k.cfg.Path, k.cfg.Args, &os.ProcAttr{
+	p, err := os.StartProcess(k.cfg.Path, append(slices.Clone(k.cfg.Args), args...), &os.ProcAttr{
 		Files: files, Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
+	for _, f := range held {
+		f.Close()
+	}
 	if k.cfg.Ready != nil {
 		k.cfg.Ready.Close() // only the first watcher says it is ready
 		k.cfg.Ready = nil
@@ -318,6 +323,26 @@ func (k *keeper) reap() (finished bool) {
 		}
 		procfs.ReapChild(pid)
 	}
+}
+
+// passHeld returns copies of the pidfds of the processes this keeper
+// holds and has not recorded yet, for a watcher it starts to have from
+// file descriptor first on, and the arguments that tell it which is which
+// (tend watcher --held). The watcher adopts their runs through them: a
+// process reaped by init before the keeper has written its record can be
+// found by no other means, and its status would be lost if the keeper
+// died next.
+func (k *keeper) passHeld(first int) (files []*os.File, args []string) {
+	for _, p := range k.held {
+		fd, err := p.h.Dup()
+		if err != nil {
+			k.log.Printf("%v", err)
+			continue
+		}
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", p.PID)))
+		args = append(args, "--held", Held{FD: first + len(files) - 1, PID: p.PID, Start: p.Start}.String())
+	}
+	return files, args
 }
 
 // hold starts waiting for the processes in held.

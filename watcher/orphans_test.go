@@ -1,11 +1,16 @@
 package watcher
 
 import (
+	"io"
+	"log"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"testing"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
 )
 
 func TestMarkVar(t *testing.T) {
@@ -52,6 +57,40 @@ func TestDescendants(t *testing.T) {
 	for pid, want := range map[int]bool{200: true, 201: true, 202: true, 300: true, keeper: false, 400: false, 401: false, 500: false, 501: false} {
 		if got[pid] != want {
 			t.Errorf("pid %d: in the tree = %v, want %v", pid, got[pid], want)
+		}
+	}
+}
+
+// TestKeeperHolds: a watcher knows the processes a keeper of its root
+// holds by the keeper's --hold arguments, and not another root's.
+func TestKeeperHolds(t *testing.T) {
+	dir := t.TempDir()
+	sh := filepath.Join(dir, KeeperComm) // so that its comm is a keeper's
+	b, err := os.ReadFile("/bin/sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(sh, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	keeper := func(root, held string) {
+		cmd := exec.Command(sh, "-c", "sleep 100; :", "tend", "--root", root, "watch", "--hold", held)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	}
+	keeper("/srv/a/.tend", "7:4242:100")
+	keeper("/srv/b/.tend", "7:4343:100")
+	// Start returns once each has exec'd, its comm set.
+	w := &watcher{cfg: Config{Root: "/srv/a/.tend"}, log: log.New(io.Discard, "", 0)}
+	for _, tt := range []struct {
+		pid   int
+		start uint64
+		want  bool
+	}{{4242, 100, true}, {4242, 101, false}, {4343, 100, false}} {
+		if got := w.keeperHolds(&tracker.State{PID: tt.pid, ProcStart: tt.start}); got != tt.want {
+			t.Errorf("keeperHolds(pid %d, start %d) = %v, want %v", tt.pid, tt.start, got, tt.want)
 		}
 	}
 }

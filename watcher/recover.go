@@ -97,7 +97,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	}
 	// Open before looking for an exit record: the keeper writes the record
 	// before it reaps, so a process found gone has its record by then.
-	h, err := procfs.Open(st.PID, st.ProcStart)
+	h, err := w.openProcess(st)
 	if err != nil {
 		w.recoverEnded(st, err)
 		return
@@ -114,7 +114,11 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	if ps, err := procfs.ReadStat(st.PID); err == nil {
 		r.kept = isKeeper(ps.PPID)
 	}
-	w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	if h.Exited() {
+		w.log.Printf("recover: run %s (pid %d) has ended: adopted, for its status", st.ID, st.PID)
+	} else {
+		w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	}
 	w.watchRunDir(r)
 	w.supervise(r)
 	if st.Stop != nil {
@@ -255,4 +259,37 @@ func (w *watcher) keeperHolds(st *tracker.State) bool {
 		}
 	}
 	return w.heldByKeepers[exitRecordName(st.PID, st.ProcStart)]
+}
+
+// takePassed takes over the pidfds the keeper passed on (Config.Held).
+func (w *watcher) takePassed() {
+	w.fromKeeper = make(map[string]*procfs.Handle)
+	for _, held := range w.cfg.Held {
+		h, err := procfs.NewHandle(held.FD, held.PID)
+		if err != nil {
+			w.log.Printf("recover: %v", err)
+			continue
+		}
+		w.fromKeeper[exitRecordName(held.PID, held.Start)] = h
+	}
+}
+
+// openProcess returns a handle on run st's process: the pidfd the keeper
+// passed on, which refers to it even once it is reaped (and keeps its exit
+// status: see takeExitInfo), or else one opened on its PID and start time.
+func (w *watcher) openProcess(st *tracker.State) (*procfs.Handle, error) {
+	name := exitRecordName(st.PID, st.ProcStart)
+	if h := w.fromKeeper[name]; h != nil {
+		delete(w.fromKeeper, name)
+		return h, nil
+	}
+	return procfs.Open(st.PID, st.ProcStart)
+}
+
+// closePassed closes the pidfds the keeper passed on that no run needed.
+func (w *watcher) closePassed() {
+	for _, h := range w.fromKeeper {
+		h.Close()
+	}
+	w.fromKeeper = nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
@@ -60,6 +61,11 @@ type Config struct {
 	// forks: a fork holds its thread's P until the child has exec'd, and
 	// a watcher on one P does nothing else meanwhile.
 	ForkProcs int
+	// Held are the processes on which the watcher's keeper holds pidfds
+	// (KeeperConfig.Held), each passed on by it as the file descriptor
+	// named: the watcher adopts their runs through them (see
+	// openProcess).
+	Held []Held
 	// CrashAt is for tests of crash safety: the steps (see crash) at
 	// which a watcher kills itself with SIGKILL, each the first time a
 	// watcher on the root reaches it.
@@ -242,7 +248,9 @@ func runWatcher(cfg Config, started *bool) error {
 		}
 	}
 	w.fsw = fsw
+	w.takePassed()
 	w.recoverRuns()
+	w.closePassed()
 	w.lookForEscapes()
 	w.writeQueue()
 	w.sweepExitRecords()
@@ -317,6 +325,9 @@ type watcher struct {
 	// keeper of the root holds a pidfd, as recovery found them (see
 	// keeperHolds).
 	heldByKeepers map[string]bool
+	// fromKeeper are the handles of Config.Held not yet used, by exit
+	// record name; recovery uses them and closes the rest.
+	fromKeeper map[string]*procfs.Handle
 
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited

@@ -105,7 +105,8 @@ func (c *watchCmd) Run(e *env) error {
 // watcherCmd is the watcher proper, which a keeper runs.
 type watcherCmd struct {
 	watchFlags
-	ReadyFD int `default:"-1"`
+	ReadyFD int      `default:"-1"`
+	Held    []string `sep:"none" placeholder:"FD:PID:START" help:"A pidfd the keeper holds and passes on, as FD (repeatable)."`
 }
 
 func (c *watcherCmd) Run(e *env) error {
@@ -126,6 +127,13 @@ func (c *watcherCmd) Run(e *env) error {
 	}
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
+	}
+	for _, s := range c.Held {
+		h, err := watcher.ParseHeld(s)
+		if err != nil {
+			return exitf(exitUsage, "--held: %v", err)
+		}
+		cfg.Held = append(cfg.Held, h)
 	}
 	if path := os.Getenv("TEND_CPUPROFILE"); path != "" {
 		stopProfile, perr := profileCPU(path)
