@@ -202,7 +202,7 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 
 // tempName matches what an interrupted atomic write leaves: spool.Replace's
 // "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
-var tempName = regexp.MustCompile(`^(state\.json|order|watcher\.json|watcher\.pid|queue|list\.cache|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
+var tempName = regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
 
 // leftovers finds temporary files and directories that only a crash
 // leaves behind.

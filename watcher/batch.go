@@ -165,6 +165,9 @@ func (w *watcher) recorded(st *tracker.State, err error) {
 	if err != nil {
 		w.log.Printf("run %s: recording %s: %v (retrying; the last record written stays as it was)", st.ID, st.State, err)
 		w.unsaved.states[st.ID] = st
+		if w.giveUpGone(st) { // counts the try
+			w.runWaiting(st.ID)
+		}
 		return
 	}
 	delete(w.unsaved.states, st.ID)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +43,9 @@ func (w *watcher) recoverRuns() {
 		}
 		id := e.Name()
 		st, err := w.store.Read(id)
+		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
+			w.settleCuts(st)
+		}
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
 			w.recoverClaimed(id)
@@ -110,7 +114,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	}
 	// Open before looking for an exit record: the keeper writes the record
 	// before it reaps, so a process found gone has its record by then.
-	h, err := procfs.Open(st.PID, st.ProcStart)
+	h, err := w.openProcess(st)
 	if err != nil {
 		w.recoverEnded(st, err)
 		return
@@ -127,7 +131,11 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	if ps, err := procfs.ReadStat(st.PID); err == nil {
 		r.kept = isKeeper(ps.PPID)
 	}
-	w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	if h.Exited() {
+		w.log.Printf("recover: run %s (pid %d) has ended: adopted, for its status", st.ID, st.PID)
+	} else {
+		w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	}
 	w.watchRunDir(r)
 	w.supervise(r)
 	if st.Stop != nil {
@@ -152,6 +160,19 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 	}
 	if !w.hasStarted(st.ID) {
 		w.neverRan(st, "its process ended at the start gate")
+		return
+	}
+	if w.keeperHolds(st) {
+		// A keeper that took over from a watcher which had adopted the run
+		// holds a pidfd on it, and writes its record from it (see
+		// KeeperConfig.Held): once its parent, init, has reaped it, so not
+		// before it is gone, as a parent's is. It is awaited as an adopted
+		// run's.
+		now := time.Now()
+		r := &run{st: st, adopted: true, kept: true, exitedAt: now, killAt: now.Add(st.Grace.D())}
+		w.log.Printf("recover: run %s (pid %d) has ended; its keeper holds it, and is to write how", st.ID, st.PID)
+		w.runs[st.ID] = r
+		w.awaitExit(r, now, 10*time.Millisecond)
 		return
 	}
 	if st.Restart != nil {
@@ -223,4 +244,69 @@ func (w *watcher) sweepExitRecords() {
 	for _, e := range names {
 		w.exitRecorded(e.Name())
 	}
+}
+
+// keeperHolds reports whether a keeper of this root holds a pidfd on run
+// st's process: its command line says so (tend watch --hold, see
+// holdArgs). The keepers are looked at once, when first asked.
+func (w *watcher) keeperHolds(st *tracker.State) bool {
+	if w.heldByKeepers == nil {
+		w.heldByKeepers = make(map[string]bool)
+		all, err := procfs.All()
+		if err != nil {
+			w.log.Printf("scanning /proc: %v", err)
+		}
+		for _, p := range all {
+			if p.Comm != KeeperComm || p.State == 'Z' {
+				continue
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+			args := strings.Split(string(b), "\x00")
+			if !slices.Contains(args, w.cfg.Root) {
+				continue // another root's
+			}
+			for i, a := range args {
+				if a != "--hold" || i+1 == len(args) {
+					continue
+				}
+				if h, err := ParseHeld(args[i+1]); err == nil {
+					w.heldByKeepers[exitRecordName(h.PID, h.Start)] = true
+				}
+			}
+		}
+	}
+	return w.heldByKeepers[exitRecordName(st.PID, st.ProcStart)]
+}
+
+// takePassed takes over the pidfds the keeper passed on (Config.Held).
+func (w *watcher) takePassed() {
+	w.fromKeeper = make(map[string]*procfs.Handle)
+	for _, held := range w.cfg.Held {
+		h, err := procfs.NewHandle(held.FD, held.PID)
+		if err != nil {
+			w.log.Printf("recover: %v", err)
+			continue
+		}
+		w.fromKeeper[exitRecordName(held.PID, held.Start)] = h
+	}
+}
+
+// openProcess returns a handle on run st's process: the pidfd the keeper
+// passed on, which refers to it even once it is reaped (and keeps its exit
+// status: see takeExitInfo), or else one opened on its PID and start time.
+func (w *watcher) openProcess(st *tracker.State) (*procfs.Handle, error) {
+	name := exitRecordName(st.PID, st.ProcStart)
+	if h := w.fromKeeper[name]; h != nil {
+		delete(w.fromKeeper, name)
+		return h, nil
+	}
+	return procfs.Open(st.PID, st.ProcStart)
+}
+
+// closePassed closes the pidfds the keeper passed on that no run needed.
+func (w *watcher) closePassed() {
+	for _, h := range w.fromKeeper {
+		h.Close()
+	}
+	w.fromKeeper = nil
 }

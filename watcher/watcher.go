@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
@@ -59,6 +61,15 @@ type Config struct {
 	// forks: a fork holds its thread's P until the child has exec'd, and
 	// a watcher on one P does nothing else meanwhile.
 	ForkProcs int
+	// Held are the processes on which the watcher's keeper holds pidfds
+	// (KeeperConfig.Held), each passed on by it as the file descriptor
+	// named: the watcher adopts their runs through them (see
+	// openProcess).
+	Held []Held
+	// CrashAt is for tests of crash safety: the steps (see crash) at
+	// which a watcher kills itself with SIGKILL, each the first time a
+	// watcher on the root reaches it.
+	CrashAt []string
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -290,7 +301,10 @@ func runWatcher(cfg Config, started *bool) error {
 		}
 	}
 	w.fsw = fsw
+	w.takePassed()
 	w.recoverRuns()
+	w.closePassed()
+	w.lookForEscapes()
 	w.writeQueue()
 	w.sweepExitRecords()
 	w.restoreControls()
@@ -360,6 +374,18 @@ type watcher struct {
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
+	// mark is the variable that marks the processes of this root's runs
+	// (MarkVar); escapes is set while some of them may be outside the
+	// tree of this watcher and the keepers (see lookForEscapes).
+	mark    string
+	escapes bool
+	// heldByKeepers are the processes, by exit record name, on which a
+	// keeper of the root holds a pidfd, as recovery found them (see
+	// keeperHolds).
+	heldByKeepers map[string]bool
+	// fromKeeper are the handles of Config.Held not yet used, by exit
+	// record name; recovery uses them and closes the rest.
+	fromKeeper map[string]*procfs.Handle
 
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited
@@ -387,9 +413,10 @@ func newWatcher(cfg Config) *watcher {
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
+		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
 		deletedAs:  make(map[string]tracker.StateName),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string)},
+		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -680,23 +707,57 @@ func (w *watcher) passing(st *tracker.State) {
 }
 
 // unsaved holds what could not be written (a full or read-only disk): it
-// is written again every second until it is, so the records catch up.
+// is written again every second until it is, so the records catch up. A
+// record whose run directory was removed is tried a few times only (see
+// gone).
 type unsaved struct {
 	events   []tracker.Event
 	states   map[string]*tracker.State
 	waiting  map[string][]func() // for a record in states (see whenWritten)
 	outcomes map[spool.Name][2]string
-	retrying bool
+	// gone holds the records in states whose run directory is gone,
+	// tried again with a growing delay, then given up.
+	gone     map[string]*goneRecord
+	retrying *time.Timer
 }
 
+// A goneRecord is how often, and until when, the record of a run whose
+// directory was removed has been tried again.
+type goneRecord struct {
+	tries int
+	next  time.Time
+}
+
+// goneTries is how often a record whose run directory is gone is tried
+// again (after 0.1 s, doubling: about 3 s in all) before it is given up.
+// Removing the directory throws away the record; trying longer would only
+// keep the run's leader from being reaped.
+const goneTries = 5
+
+// runDirGone reports whether run id's directory no longer exists.
+func (w *watcher) runDirGone(id string) bool {
+	_, err := os.Lstat(w.store.RunDir(id))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// retryUnsaved schedules the next try of what could not be written: in a
+// second, or sooner for a record whose run directory is gone.
 func (w *watcher) retryUnsaved() {
 	u := &w.unsaved
-	if u.retrying || len(u.events)+len(u.states)+len(u.outcomes) == 0 {
+	if len(u.events)+len(u.states)+len(u.outcomes) == 0 {
 		return
 	}
-	u.retrying = true
-	w.after(time.Second, func() {
-		u.retrying = false
+	d := time.Second
+	for _, g := range u.gone {
+		d = min(d, max(time.Until(g.next), time.Millisecond))
+	}
+	if u.retrying != nil {
+		if d == time.Second || !u.retrying.Stop() {
+			return // the try scheduled comes soon enough, or is under way
+		}
+	}
+	u.retrying = w.after(d, func() {
+		u.retrying = nil
 		if len(u.events) > 0 {
 			// Kept on disk if not appended: the history's end torn (see
 			// tracker.PendingPath).
@@ -707,11 +768,19 @@ func (w *watcher) retryUnsaved() {
 		}
 		var written []string
 		for id, st := range u.states {
+			if g := u.gone[id]; g != nil && time.Now().Before(g.next) {
+				continue
+			}
 			if w.store.Write(st) == nil {
 				w.log.Printf("run %s: its record (%s, rev %d) is written now", id, st.State, st.Rev)
 				delete(u.states, id)
+				delete(u.gone, id)
 				w.stamp(st)
 				written = append(written, id)
+				continue
+			}
+			if w.giveUpGone(st) {
+				written = append(written, id) // what waited for it goes ahead
 			}
 		}
 		for _, id := range written {
@@ -733,4 +802,49 @@ func daemonAlive(pid int) bool {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
 	comm := strings.TrimSpace(string(b))
 	return err == nil && (comm == WatcherComm || comm == KeeperComm)
+}
+
+// giveUpGone counts a failed try of st's record if its run directory is
+// gone, and gives the record up after goneTries: what waited for it (the
+// reaping of its leader, the answers to its cancel requests) then goes
+// ahead, and its events stay in the history. It reports whether it gave up.
+func (w *watcher) giveUpGone(st *tracker.State) bool {
+	u := &w.unsaved
+	if !w.runDirGone(st.ID) {
+		delete(u.gone, st.ID) // a full disk, say: tried every second until written
+		return false
+	}
+	g := u.gone[st.ID]
+	if g == nil {
+		g = &goneRecord{}
+		u.gone[st.ID] = g
+	}
+	g.tries++
+	if g.tries <= goneTries {
+		g.next = time.Now().Add(50 * time.Millisecond << g.tries)
+		return false
+	}
+	w.log.Printf("run %s: its directory %s is gone: its record (%s, rev %d) is not written; its history has its events", st.ID, w.store.RunDir(st.ID), st.State, st.Rev)
+	delete(u.states, st.ID)
+	delete(u.gone, st.ID)
+	delete(w.written, st.ID)
+	return true
+}
+
+// crash kills the watcher, as a crash at this step would, if step is one
+// of Config.CrashAt that no watcher on the root has reached yet (a file
+// ROOT/.crashed-STEP says one has): tests use it to kill a watcher between
+// two writes that must survive it in either order.
+func (w *watcher) crash(step string) {
+	if !slices.Contains(w.cfg.CrashAt, step) {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(w.cfg.Root, ".crashed-"+step), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // reached before
+	}
+	f.Close()
+	w.log.Printf("crashing at %s, as TEND_TEST_CRASH_AT says", step)
+	unix.Kill(os.Getpid(), unix.SIGKILL)
+	time.Sleep(time.Minute) // it does not return
 }

@@ -72,8 +72,15 @@ func scriptParams(dir string) testscript.Params {
 		// (review the diff before committing it).
 		UpdateScripts: os.Getenv("TEND_UPDATE_GOLDEN") != "",
 		Condition: func(cond string) (bool, error) {
-			if cond == "root" {
+			switch cond {
+			case "root":
 				return os.Getuid() == 0, nil
+			case "exitinfo":
+				return keepsExitInfo(), nil
+			case "collapse":
+				return canCollapse(), nil
+			case "cap_sys_resource":
+				return hasCapability(unix.CAP_SYS_RESOURCE), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -124,6 +131,9 @@ func scriptParams(dir string) testscript.Params {
 			"need":      cmdNeed,
 			"edits":     cmdEdits,
 			"readme":    cmdReadme,
+			"recovered": cmdRecovered,
+			"reaped":    cmdReaped,
+			"readcheck": cmdReadCheck,
 		},
 	}
 }
@@ -364,7 +374,7 @@ func killLeftovers(root string) {
 		}
 	}
 	for _, p := range all {
-		if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root {
+		if ofRoot(p.PID, root) {
 			unix.Kill(p.PID, unix.SIGKILL)
 		}
 	}
@@ -449,13 +459,14 @@ func countDaemons(root string) (watchers, keepers int) {
 	return watchers, keepers
 }
 
-// strays: no process whose environment names this script's root is left.
+// strays: no process whose environment names this script's root, or
+// carries its mark, is left.
 func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
 	root := ts.MkAbs(".tend")
 	poll(ts, func() string {
 		all, _ := procfs.All()
 		for _, p := range all {
-			if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root && p.State != 'Z' {
+			if ofRoot(p.PID, root) && p.State != 'Z' {
 				id, _ := procfs.Getenv(p.PID, "TEND_RUN_ID")
 				return fmt.Sprintf("pid %d (%s) of run %s is still alive", p.PID, p.Comm, id)
 			}

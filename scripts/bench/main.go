@@ -30,7 +30,7 @@ import (
 
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
-	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5), for profiling; W3 includes W4 on disk")
+	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6), for profiling; W3 includes W4 on disk")
 	disk := flag.String("dir", ".bench", "the directory on disk to make roots in (removed at the end if it was made here)")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -70,6 +70,7 @@ func main() {
 	b.measure("W2", b.w2inPlace)
 	b.measure("W3", b.w3)
 	b.measure("W5", b.w5)
+	b.measure("W6", b.w6)
 	if *peers {
 		b.peers()
 	}
@@ -503,6 +504,57 @@ func floorStorm(n int) time.Duration {
 		c.Wait()
 	}
 	return time.Since(start)
+}
+
+// w6: runs that wait (#18). A chain of 200, each after the one before,
+// and a fan-in of one run after 200: from a dependency's last instruction
+// to its dependent's first, against the floor of W2 (a sh spawned for the
+// next job as soon as the last one ends), with W2's target.
+func (b *bench) w6() {
+	const n = 200
+	b.base = b.disk.path
+	r := b.up()
+	defer r.down()
+	stamps := b.tempDir(b.disk.path, "tend-bench-stamps-")
+	job := func(i int) string {
+		return fmt.Sprintf("date +%%s%%N > %s/s%d; date +%%s%%N > %s/e%d", stamps, i, stamps, i)
+	}
+	// Every request is in before the first may start: the chain waits for
+	// go, which the bench writes last.
+	r.drop("go.start", "until [ -e "+stamps+"/go ]; do sleep 0.01; done")
+	for i := range n {
+		dep := "go"
+		if i > 0 {
+			dep = fmt.Sprintf("w6-%d", i-1)
+		}
+		r.drop(fmt.Sprintf("w6-%d.start", i), fmt.Sprintf(`{"command": %q, "after": [%q]}`, job(i), dep))
+	}
+	r.waitStates(n, tracker.Queued)
+	create(filepath.Join(stamps, "go"))
+	var chain []time.Duration
+	for i := 1; i < n; i++ {
+		chain = append(chain, waitStamp(filepath.Join(stamps, fmt.Sprintf("s%d", i))).Sub(waitStamp(filepath.Join(stamps, fmt.Sprintf("e%d", i-1)))))
+	}
+	// The fan-in: 200 runs that end at once, and one after them all.
+	var after []string
+	for i := n; i < 2*n; i++ {
+		r.drop(fmt.Sprintf("w6-%d.start", i), job(i))
+		after = append(after, fmt.Sprintf("%q", fmt.Sprintf("w6-%d", i)))
+	}
+	r.drop("fan.start", fmt.Sprintf(`{"command": %q, "after": [%s]}`, job(2*n), strings.Join(after, ", ")))
+	last := time.Time{}
+	for i := n; i < 2*n; i++ {
+		if t := waitStamp(filepath.Join(stamps, fmt.Sprintf("e%d", i))); t.After(last) {
+			last = t
+		}
+	}
+	fan := waitStamp(filepath.Join(stamps, fmt.Sprintf("s%d", 2*n))).Sub(last)
+	floor := sampleLatency(stamps, func(i int, job string) { check(exec.Command("/bin/sh", "-c", job).Run()) }).floor
+	got := percentiles(chain)
+	b.row("W6 chain of 200, dependency's end to next start, root on disk", got.String(), floor.String(),
+		got.p50 <= floor.p50+time.Millisecond && got.p99 <= 2*floor.p99, "p50 <= floor+1ms, p99 <= 2x floor")
+	b.row("W6 fan-in: one run after 200, last end to its start, root on disk", ms(fan), ms(floor.p99),
+		fan <= 2*floor.p99, "<= 2x floor p99")
 }
 
 // w5: tend ls over 10,000 finished runs, against ls -R of the same tree.
