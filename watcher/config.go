@@ -111,9 +111,9 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			msg := "unknown field " + field
-			if s := spool.Suggest(strings.Trim(field, `"`), configKeys()); s != "" {
+		if field, ok := spool.UnknownField(err); ok {
+			msg := fmt.Sprintf("unknown field %q", field)
+			if s := spool.Suggest(field, configKeys()); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
 			return base, fmt.Errorf("%s: %s: fields are %s", ConfigPath(root), msg, strings.Join(configKeys(), ", "))

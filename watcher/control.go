@@ -192,7 +192,7 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	}
 	// Removed once what it did is recorded: until then it is what the next
 	// watcher would take again.
-	done = func() { w.afterRecorded(n.ID, func() { os.Remove(taken) }) }
+	done = func() { w.follow(effectUnclaim, n.ID, func() { os.Remove(taken) }) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):

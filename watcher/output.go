@@ -232,7 +232,7 @@ func (w *watcher) saveCuts(st *tracker.State, cuts string) {
 	if cuts == "" {
 		return
 	}
-	w.afterRecorded(st.ID, func() {
+	w.follow(effectRemoveCut, st.ID, func() {
 		if err := w.store.RemoveCuts(st.ID, cuts); err != nil {
 			w.log.Printf("run %s: %v", st.ID, err)
 		}

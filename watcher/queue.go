@@ -56,6 +56,9 @@ func (w *watcher) removeQueued(q *queuedRun) {
 	if waits(q.st) {
 		w.waiters--
 	}
+	if w.waiters == 0 {
+		clear(w.ended) // nothing waits for them any more
+	}
 }
 
 // QueuePath returns the path of root's queue file.

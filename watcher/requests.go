@@ -199,7 +199,7 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 }
 
 func (w *watcher) outcome(n spool.Name, outcome, detail string) {
-	w.afterRecorded(n.ID, func() { // what it answers is recorded first
+	w.follow(effectAnswer, n.ID, func() { // what it answers is recorded first
 		if err := w.spool.WriteOutcome(n, outcome, detail); err != nil {
 			w.log.Printf("%s: writing outcome %s: %v (retrying)", n, outcome, err)
 			w.unsaved.outcomes[n] = [2]string{outcome, detail}

@@ -131,7 +131,7 @@ func (w *watcher) spawned(sp *spawn) {
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
 	gate := sp.gate
-	w.gateAfterRecorded(st.ID, func() {
+	w.follow(effectGate, st.ID, func() {
 		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
@@ -522,7 +522,7 @@ func (w *watcher) stop(r *run, cause tracker.StopCause, reason string, grace tim
 	// Runs stopped together in a batch get SIGTERM once all their stopping
 	// records are written; or could not be: a run that fills the disk must
 	// still stop.
-	w.afterSaved(func() {
+	w.follow(effectSignal, "", func() {
 		if w.runs[r.st.ID] == r {
 			w.signalGroup(r, syscall.SIGTERM)
 		}
@@ -739,7 +739,7 @@ func (w *watcher) exitRecorded(name string) {
 func (w *watcher) finish(r *run) {
 	e := *r.exit
 	pid, start := r.st.PID, r.st.ProcStart
-	defer w.afterRecorded(r.st.ID, func() {
+	defer w.follow(effectReap, r.st.ID, func() {
 		if !r.adopted {
 			if _, err := r.proc.Reap(); err != nil {
 				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
@@ -790,7 +790,7 @@ func (w *watcher) finish(r *run) {
 		}
 		if !restartLimitReached(st) {
 			w.enterBackoff(st, how)
-			w.afterSaved(w.dequeue)
+			w.follow(effectDequeue, "", w.dequeue)
 			return
 		}
 		st.State = tracker.Failed
@@ -798,7 +798,7 @@ func (w *watcher) finish(r *run) {
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		w.answerStop(st, string(st.State))
-		w.afterSaved(w.dequeue)
+		w.follow(effectDequeue, "", w.dequeue)
 		return
 	}
 	switch {
@@ -818,7 +818,7 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, string(st.State))
-	w.afterSaved(w.dequeue) // its slot is free, once its end is flushed
+	w.follow(effectDequeue, "", w.dequeue) // its slot is free, once its end is flushed
 }
 
 // answerStop answers the cancel requests that wait on st's stop, if any:

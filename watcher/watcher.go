@@ -358,6 +358,7 @@ type watcher struct {
 	waiters    int
 	dequeueDue bool
 	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
+	ended      map[string]endedRun          // how runs waited for ended (see conditions)
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
@@ -416,7 +417,8 @@ func newWatcher(cfg Config) *watcher {
 		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
 		deletedAs:  make(map[string]tracker.StateName),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
+		ended:      make(map[string]endedRun),
+		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -671,6 +673,11 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 	events := append(w.passed, ev)
 	w.passed = nil
 	if w.waitedOn(st.ID) {
+		if tracker.Final(st.State) {
+			// How it ended, for the runs that wait for it (conditions)
+			// to learn without reading its record each time.
+			w.ended[st.ID] = endedRun{st.State, st.Reason}
+		}
 		w.dequeueSoon() // once what it waits for is recorded
 	}
 	if w.batch.active {
@@ -713,7 +720,7 @@ func (w *watcher) passing(st *tracker.State) {
 type unsaved struct {
 	events   []tracker.Event
 	states   map[string]*tracker.State
-	waiting  map[string][]func() // for a record in states (see whenWritten)
+	waiting  map[string][]effect // for a record in states (see follow)
 	outcomes map[spool.Name][2]string
 	// gone holds the records in states whose run directory is gone,
 	// tried again with a growing delay, then given up.
