@@ -31,7 +31,7 @@ import (
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
 	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6), for profiling; W3 includes W4 on disk")
-	disk := flag.String("dir", ".bench", "the directory on disk to make roots in (removed at the end if it was made here)")
+	disk := flag.String("dir", "", "the directory on disk to make roots in (removed at the end if it was made here); default: a journaled ext4 image made and loop-mounted in .bench as root, else .bench")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: bench [-peers] [-only W1,...] [-dir DIR] PATH-TO-TEND")
@@ -39,8 +39,23 @@ func main() {
 	}
 	tend, err := filepath.Abs(flag.Arg(0))
 	check(err)
-	b := &bench{tend: tend, only: *only, disk: scratch(*disk)}
+	dir, fs := *disk, "the directory given"
+	var unmount func()
+	if dir == "" {
+		dir, fs = ".bench", "this machine's disk (not root: no journaled ext4 image)"
+		if os.Geteuid() == 0 {
+			base := scratch(".bench")
+			mnt, done, err := journaled(base.path)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: no journaled ext4 image (%v): measuring on this machine's disk\n", err)
+			} else {
+				dir, fs, unmount = mnt, "a journaled ext4 (default mkfs.ext4, loop-mounted)", done
+			}
+		}
+	}
+	b := &bench{tend: tend, only: *only, disk: scratch(dir), unmount: unmount}
 	defer b.clean()
+	fmt.Printf("disk: %s; one durable replace there: %v (p50 of 100)\n", fs, replaceFloor(b.disk.path).Round(time.Microsecond))
 	// Each row's floor is measured beside it (W2's sample by sample), not
 	// once for the run: this machine's speed drifts over a run by more than
 	// some targets' margins.
@@ -67,7 +82,9 @@ func main() {
 	b.measure("W4", b.w4)
 	b.durability = ""
 	b.measure("W1", b.w1cli)
+	b.measure("W1", b.w1inPlace)
 	b.measure("W2", b.w2inPlace)
+	b.measure("W2", b.w2cli)
 	b.measure("W3", b.w3)
 	b.measure("W5", b.w5)
 	b.measure("W6", b.w6)
@@ -95,6 +112,9 @@ type bench struct {
 	// end (clean), because removing files slows the creation of the next
 	// ones (see docs/performance.md, "The disk").
 	made []string
+	// unmount removes the journaled ext4 image the roots are on, if the
+	// bench made one.
+	unmount func()
 }
 
 // measure runs workload w unless -only leaves it out.
@@ -224,6 +244,32 @@ func (b *bench) w1() {
 		rate >= floor/2, fmt.Sprintf(">= 50%% of floor; is %.0f%%", 100*rate/floor))
 	files := fileFloor(b.tempDir(b.base, "tend-bench-files-"), n)
 	b.row("  the same runs' files alone, no process, "+b.where(), fmt.Sprintf("%.0f%% of it", 100*rate/files), fmt.Sprintf("%.0f runs/s", files), true, "")
+}
+
+// w1inPlace: the same burst, each request written in place (as echo >
+// does), not renamed in.
+func (b *bench) w1inPlace() {
+	const n = 1000
+	r := b.up()
+	defer r.down()
+	floor := floorRate(n, 2)
+	start := time.Now()
+	for i := range n {
+		check(os.WriteFile(filepath.Join(r.path, "spool", fmt.Sprintf("w1-%d.start", i)), []byte("true"), 0o644))
+	}
+	r.waitStates(n, tracker.Completed)
+	rate := n / time.Since(start).Seconds()
+	b.row("W1 burst: 1,000 `true` written in place, "+b.where(), fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", floor),
+		rate >= floor/2, fmt.Sprintf(">= 50%% of floor; is %.0f%%", 100*rate/floor))
+}
+
+// w2cli: W2's latency through tend start, from the call to the job's
+// first instruction.
+func (b *bench) w2cli() {
+	got := b.latency(func(r *root, name, body string) {
+		r.tend("start", "--id", strings.TrimSuffix(name, ".start"), "--", body)
+	})
+	b.row("W2 latency, tend start to first instruction, "+b.where(), got.client.String(), got.floor.String(), true, "")
 }
 
 // w1cli: the same burst through the CLI, two tend start at a time, each
@@ -632,6 +678,10 @@ func (b *bench) clean() {
 	b.made = nil
 	if b.disk.made {
 		os.Remove(b.disk.path)
+	}
+	if b.unmount != nil {
+		b.unmount()
+		b.unmount = nil
 	}
 }
 
