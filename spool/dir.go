@@ -388,6 +388,12 @@ func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), Perm{Mode: 0o644}) })
 }
 
+// WriteSelectOutcome replaces the outcome of selector request n with b
+// (see SelectOutcome), as WriteOutcome does.
+func (d Dir) WriteSelectOutcome(n Name, b []byte) error {
+	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), b, Perm{Mode: 0o644}) })
+}
+
 // ReadOutcome returns the outcome and detail of request n, or an error
 // satisfying errors.Is(err, os.ErrNotExist) if it has none yet.
 func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {

@@ -3,9 +3,11 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -186,13 +188,16 @@ func (w *watcher) conflict(n spool.Name, st *tracker.State, ifRev *int64) bool {
 // there is no such run, the request is answered and ok is false. done
 // removes the claimed request; call it once the request is carried out.
 func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int64) (st *tracker.State, done func(), ok bool) {
-	taken, claimed := w.claimControl(n, f)
-	if !claimed {
-		return nil, nil, false
+	done = func() {}
+	if w.selections[n] == nil { // a part of a selector request has no file: the selector was claimed
+		taken, claimed := w.claimControl(n, f)
+		if !claimed {
+			return nil, nil, false
+		}
+		// Removed once what it did is recorded: until then it is what the
+		// next watcher would take again.
+		done = func() { w.follow(effectUnclaim, n.ID, func() { os.Remove(taken) }) }
 	}
-	// Removed once what it did is recorded: until then it is what the next
-	// watcher would take again.
-	done = func() { w.follow(effectUnclaim, n.ID, func() { os.Remove(taken) }) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):
@@ -306,8 +311,10 @@ func (w *watcher) restoreControls() {
 	}
 	for _, taken := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(taken), "."), ".taken")
-		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
-			continue
+		if _, selector := spool.ParseSelectorName(name); !selector {
+			if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
+				continue
+			}
 		}
 		dst := filepath.Join(w.spool.Spool(), name)
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
@@ -315,6 +322,17 @@ func (w *watcher) restoreControls() {
 			continue
 		}
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
+	}
+	chosen, _ := filepath.Glob(filepath.Join(w.spool.Spool(), ".*.chosen"))
+	for _, path := range chosen {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "."), ".chosen")
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+			continue // not the watcher's: not to touch
+		}
+		if _, err := os.Lstat(filepath.Join(w.spool.Spool(), name)); errors.Is(err, fs.ErrNotExist) {
+			os.Remove(path) // its request was answered
+		}
 	}
 }
 

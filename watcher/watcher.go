@@ -359,6 +359,9 @@ type watcher struct {
 	dequeueDue bool
 	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
 	ended      map[string]endedRun          // how runs waited for ended (see conditions)
+	// selections holds the selector requests under way, by the name of
+	// each of their parts (see selection).
+	selections map[spool.Name]*selection
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
@@ -418,6 +421,7 @@ func newWatcher(cfg Config) *watcher {
 		waiting:    make(map[string]*backoff),
 		deletedAs:  make(map[string]tracker.StateName),
 		ended:      make(map[string]endedRun),
+		selections: make(map[spool.Name]*selection),
 		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),

@@ -111,6 +111,16 @@ type cancelIn struct {
 	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: the run's own)"`
 }
 
+type cancelAllIn struct {
+	All    bool              `json:"all,omitempty" jsonschema:"every active run of this session (of every session if the server has none); or give labels"`
+	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the runs with every one of these labels"`
+	Grace  string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: each run's own)"`
+}
+
+type outcomesOut struct {
+	Runs []tend.Outcome `json:"runs" jsonschema:"each run's outcome, by ID"`
+}
+
 type waitIn struct {
 	ID      string  `json:"id" jsonschema:"the run's ID"`
 	Timeout float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30); the run goes on"`
@@ -131,6 +141,7 @@ func addTools(s *mcp.Server, t *tools) {
 	add(s, "start", "Start a shell command in the background as a run of this session; returns its record.", t.start)
 	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
+	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice.", t.logs)
 	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
 	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
@@ -296,6 +307,25 @@ func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *
 		return toolError("cancel: " + err.Error()), nil, nil
 	}
 	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace.D()}))
+}
+
+func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
+	grace, err := durationArg("grace", in.Grace)
+	if err != nil {
+		return toolError("cancel_all: " + err.Error()), nil, nil
+	}
+	if !in.All && len(in.Labels) == 0 {
+		return toolError(`cancel_all: name the runs: "all": true, or "labels"`), nil, nil
+	}
+	sel := spool.Select{All: in.All, Labels: in.Labels}
+	runs, err := t.client.CancelSelected(ctx, sel, tend.Control{Grace: grace.D()})
+	if err != nil {
+		return errorResult("cancel_all", err), nil, nil
+	}
+	if runs == nil {
+		runs = []tend.Outcome{}
+	}
+	return nil, &outcomesOut{Runs: runs}, nil
 }
 
 // wait waits like tend wait, but at most its timeout: an agent's call must

@@ -216,7 +216,10 @@ func cmdMCPFuzz(ts *testscript.TestScript, neg bool, args []string) {
 		"cancel": {"id": "nosuch"},
 		"signal": {"id": "nosuch", "signal": "HUP"},
 		"delete": {"id": "nosuch"},
-		"ls":     {},
+		// Only runs labeled so, which none is, whatever else is fuzzed;
+		// a fuzzed "labels" alone selects no run either.
+		"cancel_all": {"labels": map[string]any{"nosuch": "x"}},
+		"ls":         {},
 	}
 	calls := 0
 	began := time.Now()
