@@ -255,11 +255,11 @@ func orphanOutcomes(root string) []Problem {
 // process is gone ends failed). The caller makes sure no watcher runs.
 func Repair(root string, identify Identify) ([]string, error) {
 	var done []string
-	l := historyLock(root)
-	if err := l.Lock(); err != nil {
-		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	lockFD := -1
+	if err := lockHistory(root, &lockFD, unix.LOCK_EX); err != nil {
+		return nil, err
 	}
-	defer l.Unlock()
+	defer closeLock(&lockFD)
 	moved, err := repairHistory(root)
 	if err != nil {
 		return done, err

@@ -8,10 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/spool"
 	"golang.org/x/sys/unix"
 )
@@ -118,36 +116,54 @@ func (h *History) Append(events ...Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.lock(); err != nil {
-		return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
+		return err
 	}
 	defer flockRetry(h.lockFD, unix.LOCK_UN)
 	return h.appendLocked(events...)
 }
 
-// lock takes the flock on history.lock through the descriptor h keeps,
-// opening it again if the file it holds is no longer history.lock (removed
-// or replaced by hand): a lock on a file nobody else opens excludes no one.
+// lock takes the exclusive flock on history.lock through the descriptor h
+// keeps (see lockHistory).
 func (h *History) lock() error {
-	path := filepath.Join(h.root, "history.lock")
+	return lockHistory(h.root, &h.lockFD, unix.LOCK_EX)
+}
+
+// lockHistory takes the flock (how: LOCK_EX or LOCK_SH) on root's
+// history.lock, which orders the appends and rotations of its history,
+// through *fd: opened if it is -1, never through a link, and opened again
+// if the file it holds is no longer history.lock (removed or replaced by
+// hand): a lock on a file nobody else opens excludes no one. The file is
+// the watcher's user's alone (0600): anyone who may open it may hold it,
+// and hold up every append. Closing *fd releases the lock.
+func lockHistory(root string, fd *int, how int) error {
+	path := filepath.Join(root, "history.lock")
 	for range 3 {
-		if h.lockFD < 0 {
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if *fd < 0 {
+			f, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 			if err != nil {
-				return err
+				return &os.PathError{Op: "open", Path: path, Err: err}
 			}
-			h.lockFD = fd
+			*fd = f
 		}
-		if err := flockRetry(h.lockFD, unix.LOCK_EX); err != nil {
-			return err
+		if err := flockRetry(*fd, how); err != nil {
+			return &os.PathError{Op: "flock", Path: path, Err: err}
 		}
 		var held, now unix.Stat_t
-		if unix.Fstat(h.lockFD, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+		if unix.Fstat(*fd, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
 			return nil
 		}
-		unix.Close(h.lockFD) // releases the lock
-		h.lockFD = -1
+		unix.Close(*fd) // releases the lock
+		*fd = -1
 	}
-	return errors.New("history.lock keeps changing")
+	return fmt.Errorf("%s keeps changing", path)
+}
+
+// closeLock closes *fd, if open, releasing its lock.
+func closeLock(fd *int) {
+	if *fd >= 0 {
+		unix.Close(*fd)
+		*fd = -1
+	}
 }
 
 func flockRetry(fd, how int) error {
@@ -420,11 +436,11 @@ func historyAndPending(root string) []string {
 // reads without it: a rotation under way may then hide its last lines for
 // a moment, never show them twice or torn.
 func ReadAllHistory(root string) ([]Event, error) {
-	l := historyLock(root)
-	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
-		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	lockFD := -1
+	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+		return nil, err
 	}
-	defer l.Unlock()
+	defer closeLock(&lockFD)
 	var all []Event
 	for _, path := range HistoryFiles(root) {
 		events, err := ReadHistory(path)
@@ -476,12 +492,3 @@ func parseEvent(b []byte) (Event, error) {
 	return e, nil
 }
 
-// historyLock returns the flock on root's history.lock, which orders the
-// appends and rotations of its history (see History), never opened
-// through a link. It is the watcher's user's alone (0600): anyone who may
-// open it may hold it, and hold up every append. Other users read the
-// history without it (see ReadAllHistory).
-func historyLock(root string) *flock.Flock {
-	return flock.New(filepath.Join(root, "history.lock"),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o600))
-}
