@@ -10,7 +10,6 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
 
@@ -103,7 +102,7 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 			os.Remove(c.dir.OutcomePath(n)) // read: nobody else needs it
 			return true, nil
 		}
-		if running, _, perr := watcher.Probe(c.root); perr == nil && !running {
+		if running, _, perr := tracker.ProbeWatcher(c.root); perr == nil && !running {
 			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
 				c.root, c.spoolPath(n))
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Dir is the request side of a tend root: spool/ where requests arrive,
@@ -20,9 +22,9 @@ type Dir struct {
 }
 
 // Spool, Outcomes and Rejected return the directories of d.
-func (d Dir) Spool() string    { return filepath.Join(d.Root, "spool") }
-func (d Dir) Outcomes() string { return filepath.Join(d.Root, "outcomes") }
-func (d Dir) Rejected() string { return filepath.Join(d.Root, "rejected") }
+func (d Dir) Spool() string    { return layout.Root(d.Root).Spool() }
+func (d Dir) Outcomes() string { return layout.Root(d.Root).Outcomes() }
+func (d Dir) Rejected() string { return layout.Root(d.Root).Rejected() }
 
 // Make creates the root (mode 0700) and the request directories, as needed.
 func (d Dir) Make() error {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -80,7 +81,7 @@ type History struct {
 	// history.2.jsonl, and so on; none is deleted. Zero: never.
 	MaxSize int64
 	// pending is true while changes may wait in history.pending.jsonl
-	// (see PendingPath): at first, and after this History kept some there.
+	// (see layout.Root.PendingHistory): at first, and after this History kept some there.
 	pending bool
 }
 
@@ -96,20 +97,11 @@ func OpenHistory(root string) *History {
 	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize, pending: true}
 }
 
-// PendingPath returns the path of the changes that could not be appended
-// to root's history while its last line was torn: kept there, in order,
-// and appended before anything else once the history is whole again (at
-// the next append after tend fsck --repair, or by it). Failing closed
-// must not mean forgetting.
-func PendingPath(root string) string { return filepath.Join(root, "history.pending.jsonl") }
-
-// HistoryPath returns the path of the current history file of root.
-func HistoryPath(root string) string { return filepath.Join(root, "history.jsonl") }
-
-// rotatedPath returns the path of the n-th rotated history file of root.
-func rotatedPath(root string, n int) string {
-	return filepath.Join(root, fmt.Sprintf("history.%d.jsonl", n))
-}
+// The changes that could not be appended to a root's history while its
+// last line was torn are kept in its history.pending.jsonl, in order, and
+// appended before anything else once the history is whole again (at the
+// next append after tend fsck --repair, or by it). Failing closed must not
+// mean forgetting.
 
 // Append adds events to the history, each on its own line.
 func (h *History) Append(events ...Event) error {
@@ -136,7 +128,7 @@ func (h *History) lock() error {
 // the watcher's user's alone (0600): anyone who may open it may hold it,
 // and hold up every append. Closing *fd releases the lock.
 func lockHistory(root string, fd *int, how int) error {
-	path := filepath.Join(root, "history.lock")
+	path := layout.Root(root).HistoryLock()
 	for range 3 {
 		if *fd < 0 {
 			f, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
@@ -183,19 +175,19 @@ func (h *History) appendLocked(events ...Event) error {
 	for _, e := range events {
 		b, err := json.Marshal(e)
 		if err != nil {
-			return fmt.Errorf("%s: %w", HistoryPath(h.root), err)
+			return fmt.Errorf("%s: %w", layout.Root(h.root).History(), err)
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	path := HistoryPath(h.root)
+	path := layout.Root(h.root).History()
 	fd, size, err := openEnd(path)
 	if errors.Is(err, ErrTornEnd) {
 		if perr := appendPending(h.root, buf.Bytes()); perr != nil {
 			return errors.Join(err, perr)
 		}
 		h.pending = true
-		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), PendingPath(h.root))
+		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), layout.Root(h.root).PendingHistory())
 	}
 	if err != nil {
 		return err
@@ -227,7 +219,7 @@ func (h *History) appendLocked(events ...Event) error {
 	}
 	if h.pending {
 		if len(waited) > 0 {
-			if err := os.Remove(PendingPath(h.root)); err != nil {
+			if err := os.Remove(layout.Root(h.root).PendingHistory()); err != nil {
 				return err
 			}
 		}
@@ -241,7 +233,7 @@ func (h *History) appendLocked(events ...Event) error {
 // newline first: that line stays, as one bad line fsck reports, and no
 // line is joined to it.
 func appendPending(root string, lines []byte) error {
-	path := PendingPath(root)
+	path := layout.Root(root).PendingHistory()
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: path, Err: err}
@@ -266,7 +258,7 @@ func appendPending(root string, lines []byte) error {
 // readPending returns the changes waiting in root's pending file, whole
 // lines, in order; none if there is no such file.
 func readPending(root string) ([]byte, error) {
-	b, _, err := spool.ReadRegular(PendingPath(root), 1<<30)
+	b, _, err := spool.ReadRegular(layout.Root(root).PendingHistory(), 1<<30)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -357,7 +349,7 @@ func checkEnd(path string) (int64, error) {
 // valid line: the one condition under which appending is unsafe, and the
 // usual result of a crash mid-write. tend fsck checks every line.
 func CheckHistoryEnd(root string) error {
-	path := HistoryPath(root)
+	path := layout.Root(root).History()
 	if _, err := checkEnd(path); err != nil {
 		return err
 	}
@@ -387,11 +379,11 @@ func CheckHistoryEnd(root string) error {
 func rotate(root string) error {
 	n := rotatedCount(root)
 	for i := n; i >= 1; i-- {
-		if err := os.Rename(rotatedPath(root, i), rotatedPath(root, i+1)); err != nil {
+		if err := os.Rename(layout.Root(root).RotatedHistory(i), layout.Root(root).RotatedHistory(i+1)); err != nil {
 			return fmt.Errorf("rotating the history: %w", err)
 		}
 	}
-	if err := os.Rename(HistoryPath(root), rotatedPath(root, 1)); err != nil {
+	if err := os.Rename(layout.Root(root).History(), layout.Root(root).RotatedHistory(1)); err != nil {
 		return fmt.Errorf("rotating the history: %w", err)
 	}
 	return nil
@@ -401,7 +393,7 @@ func rotate(root string) error {
 func rotatedCount(root string) int {
 	n := 0
 	for {
-		if _, err := os.Lstat(rotatedPath(root, n+1)); err != nil {
+		if _, err := os.Lstat(layout.Root(root).RotatedHistory(n + 1)); err != nil {
 			return n
 		}
 		n++
@@ -413,17 +405,17 @@ func rotatedCount(root string) int {
 func HistoryFiles(root string) []string {
 	var files []string
 	for i := rotatedCount(root); i >= 1; i-- {
-		files = append(files, rotatedPath(root, i))
+		files = append(files, layout.Root(root).RotatedHistory(i))
 	}
-	return append(files, HistoryPath(root))
+	return append(files, layout.Root(root).History())
 }
 
 // historyAndPending is HistoryFiles, then the changes that wait to be
-// appended, if any do (see PendingPath): what fsck checks and repairs.
+// appended, if any do (see layout.Root.PendingHistory): what fsck checks and repairs.
 func historyAndPending(root string) []string {
 	files := HistoryFiles(root)
-	if _, err := os.Lstat(PendingPath(root)); err == nil {
-		files = append(files, PendingPath(root))
+	if _, err := os.Lstat(layout.Root(root).PendingHistory()); err == nil {
+		files = append(files, layout.Root(root).PendingHistory())
 	}
 	return files
 }
@@ -491,4 +483,3 @@ func parseEvent(b []byte) (Event, error) {
 	}
 	return e, nil
 }
-

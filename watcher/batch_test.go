@@ -67,7 +67,7 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 	if !onDisk(after) || after.Rev != 2 || len(order) != 1 {
 		t.Errorf("the batch's end did not write its saves and run what waited (rev %d, order %v)", after.Rev, order)
 	}
-	events, err := tracker.ReadHistory(tracker.HistoryPath(w.cfg.Root))
+	events, err := tracker.ReadHistory(filepath.Join(w.cfg.Root, "history.jsonl"))
 	if err != nil || len(events) != 4 {
 		t.Fatalf("history: %d events, %v; want 4, in save order", len(events), err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -284,7 +285,7 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 func (w *watcher) finishDeletions() {
 	for id, trash := range w.store.Trashed() {
 		rev, session := int64(0), ""
-		path := filepath.Join(trash, "state.json")
+		path := layout.Run(trash).State()
 		if b, _, err := spool.ReadRegular(path, spool.MaxBody); err == nil {
 			if st, err := tracker.ParseState(path, b); err == nil {
 				rev, session = st.Rev+1, st.Session

@@ -203,7 +203,7 @@ func setLimits(pid int, st *tracker.State) error {
 
 // startedPath is the file a run's process creates once past its gate.
 func (w *watcher) startedPath(id string) string {
-	return filepath.Join(w.store.RunDir(id), "started")
+	return w.store.Run(id).Started()
 }
 
 func (w *watcher) hasStarted(id string) bool {
@@ -296,7 +296,7 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	sp.env = childEnv(as.baseEnv(), as.env(), withoutMarks(extraEnv), map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session, w.mark: st.ID,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
-		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
+		"TEND_PROGRESS": w.store.Run(st.ID).Progress(),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	// Not for a run of another user: the watcher would look as root, and

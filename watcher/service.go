@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,7 +23,7 @@ import (
 
 // readyPath is the file a run creates to say it is ready ($TEND_READY).
 func (w *watcher) readyPath(id string) string {
-	return filepath.Join(w.store.RunDir(id), "ready")
+	return w.store.Run(id).Ready()
 }
 
 // waitsForReady reports whether st is starting until a check passes.

@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -55,7 +55,7 @@ func (c *historyCmd) Run(e *env) error {
 		}
 	}
 	if !found {
-		return exitf(exitNotFound, "no run %q in %s", c.ID, filepath.Join(e.root, "history.jsonl"))
+		return exitf(exitNotFound, "no run %q in %s", c.ID, layout.Root(e.root).History())
 	}
 	return nil
 }
