@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
@@ -25,6 +26,7 @@ import (
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+		"tend-mcp":    func() { os.Exit(mcpserver.Main("test", os.Args[1:], os.Stdin, os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,
