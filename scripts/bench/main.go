@@ -30,7 +30,7 @@ import (
 
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
-	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6), for profiling; W3 includes W4 on disk")
+	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6,W7), for profiling; W3 includes W4 on disk")
 	disk := flag.String("dir", "", "the directory on disk to make roots in (removed at the end if it was made here); default: a journaled ext4 image made and loop-mounted in .bench as root, else .bench")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -74,6 +74,7 @@ func main() {
 		if base != b.disk.path {
 			b.measure("W4", b.w4) // on disk, W3's live runs are canceled instead
 		}
+		b.measure("W4", b.w4select)
 	}
 	// The opt-in mode without fsyncs, on disk, where they cost.
 	b.base, b.durability = b.disk.path, "watcher_crash"
@@ -88,6 +89,7 @@ func main() {
 	b.measure("W3", b.w3)
 	b.measure("W5", b.w5)
 	b.measure("W6", b.w6)
+	b.measure("W7", b.w7)
 	if *peers {
 		b.peers()
 	}
@@ -520,7 +522,8 @@ func (b *bench) w4() {
 	r.w4(ids)
 }
 
-// w4 cancels the live runs ids at once and times them to all canceled.
+// w4 cancels the live runs ids at once, a cancel file each, and times
+// them to all canceled.
 func (r *root) w4(ids []string) {
 	n := len(ids)
 	start := time.Now()
@@ -531,7 +534,97 @@ func (r *root) w4(ids []string) {
 	took := time.Since(start)
 	floor := floorStorm(n)
 	r.b.row("W4 cancel storm, 500 live runs, "+r.b.where(), took.Round(time.Millisecond).String(), floor.Round(time.Millisecond).String(),
+		took <= 3*floor, "<= 3x floor")
+}
+
+// w4select starts 500 live runs and cancels them all with one selector
+// request (*@tag.cancel, {"all": true}), timed to its answer, which is
+// written once every run has ended.
+func (b *bench) w4select() {
+	const n = 500
+	r := b.up()
+	defer r.down()
+	for i := range n {
+		r.drop(fmt.Sprintf("w4-%d.start", i), "exec sleep 600")
+	}
+	r.waitStates(n, tracker.Running)
+	answer := filepath.Join(r.path, "outcomes", "*@bench.cancel")
+	start := time.Now()
+	r.drop("*@bench.cancel", `{"all": true}`)
+	for {
+		if b, err := os.ReadFile(answer); err == nil && len(b) > 0 {
+			check(expect(string(b), fmt.Sprintf("selected: %d\n", n)))
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(start)
+	floor := floorStorm(n)
+	b.row("W4 cancel storm, 500 live runs, one selector request, "+b.where(), took.Round(time.Millisecond).String(), floor.Round(time.Millisecond).String(),
 		took <= 2*floor, "<= 2x floor")
+}
+
+// expect returns an error unless s starts with prefix.
+func expect(s, prefix string) error {
+	if !strings.HasPrefix(s, prefix) {
+		return fmt.Errorf("got %.60q, want %q first", s, prefix)
+	}
+	return nil
+}
+
+// w7: what a tend call costs before it does anything, and tend start to
+// the ID printed (a watcher up), against a Go hello world built the same
+// way, medians of 100 runs taken in turn.
+func (b *bench) w7() {
+	hello := buildHello(b.tempDir(b.base, "hello-"))
+	r := b.up()
+	defer r.down()
+	i := 0
+	version, helloTime, start := timeCalls(100, []*exec.Cmd{
+		exec.Command(b.tend, "--version"),
+		exec.Command(hello),
+		nil, // tend start, a new ID each time
+	}, func() *exec.Cmd {
+		i++
+		return exec.Command(b.tend, "--root", r.path, "start", "--id", fmt.Sprintf("w7-%d", i), "--", "true")
+	})
+	b.row("W7 tend --version (floor: Go hello world)", ms(version), ms(helloTime), version <= 2*helloTime, "<= 2x floor")
+	b.row("W7 tend start to its ID printed, root on disk", ms(start), ms(helloTime), start <= 4*helloTime, "<= 4x floor")
+}
+
+// buildHello builds a Go hello world in dir as tend is built, and returns
+// its path.
+func buildHello(dir string) string {
+	check(os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.26\n"), 0o644))
+	check(os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"), 0o644))
+	out := filepath.Join(dir, "hello")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		check(fmt.Errorf("building a hello world: %v\n%s", err, b))
+	}
+	return out
+}
+
+// timeCalls runs each of cmds (a nil one is made by next) n times, in
+// turn, and returns the median wall time of each.
+func timeCalls(n int, cmds []*exec.Cmd, next func() *exec.Cmd) (a, b, c time.Duration) {
+	times := make([][]time.Duration, len(cmds))
+	for range n {
+		for j, tmpl := range cmds {
+			cmd := next()
+			if tmpl != nil {
+				cmd = exec.Command(tmpl.Path, tmpl.Args[1:]...)
+			}
+			cmd.Env = append(os.Environ(), "TEND_NO_START=1")
+			start := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				check(fmt.Errorf("%v: %v\n%s", cmd.Args, err, out))
+			}
+			times[j] = append(times[j], time.Since(start))
+		}
+	}
+	return percentiles(times[0]).p50, percentiles(times[1]).p50, percentiles(times[2]).p50
 }
 
 // floorStorm starts n sleeps, then times SIGTERM to all and their reaping.
