@@ -133,6 +133,8 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.answer(n, spool.AlreadyFinished, string(st.State))
 	case r == nil:
 		w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
+	case r.exit != nil && wantsRestart(r.st, *r.exit, r.unknown):
+		w.cancelRestart(r, n)
 	case r.exit != nil:
 		w.answer(n, spool.AlreadyFinished, "its process has exited")
 	default:
@@ -143,6 +145,21 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.String())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
+}
+
+// cancelRestart cancels run r, whose process has exited and which would
+// start again (its policy, a restart request): it will not, and the
+// cancel is answered canceled once the run has ended, as any other's.
+// Answered already_finished, the run would go on under the client's eyes.
+func (w *watcher) cancelRestart(r *run, n spool.Name) {
+	if r.st.Stop == nil {
+		r.st.Stop = &tracker.Stop{RequestedAt: time.Now()}
+	}
+	r.st.Stop.Cause = tracker.CauseCanceled
+	r.st.Stop.Requests = append(r.st.Stop.Requests, n.String())
+	r.st.State, r.st.Reason = tracker.Stopping, "canceled"
+	w.save(r.st)
+	w.log.Printf("%s: canceling: its process has exited, and it will not start again", n)
 }
 
 // takeDelete answers a delete request: deleted (the record, its output

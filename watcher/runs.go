@@ -821,20 +821,23 @@ func (w *watcher) finish(r *run) {
 	w.follow(effectDequeue, "", w.dequeue) // its slot is free, once its end is flushed
 }
 
-// answerStop answers the cancel requests that wait on st's stop, if any:
-// canceled if the run ended canceled, else already_finished.
+// answerStop answers the requests that wait on st's stop, now that it has
+// ended: a cancel canceled if the run ended canceled, else
+// already_finished; a restart, which did not happen (a cancel won, or
+// the run could not be started again), not_running with the run's state.
 func (w *watcher) answerStop(st *tracker.State, detail string) {
 	if st.Stop == nil {
 		return
 	}
 	for _, name := range st.Stop.Requests {
 		n, err := spool.ParseName(name)
-		if err != nil {
-			continue
-		}
-		if st.State == tracker.Canceled {
+		switch {
+		case err != nil:
+		case n.Verb == spool.VerbRestart:
+			w.outcome(n, spool.NotRunning, string(st.State))
+		case st.State == tracker.Canceled:
 			w.outcome(n, spool.Canceled, "")
-		} else {
+		default:
 			w.outcome(n, spool.AlreadyFinished, detail)
 		}
 	}

@@ -343,5 +343,6 @@ func (w *watcher) endBackoff(b *backoff, state tracker.StateName, reason string)
 	now := time.Now()
 	b.st.State, b.st.Reason, b.st.EndedAt, b.st.NextStartAt = state, reason, &now, nil
 	w.save(b.st)
+	w.answerStop(b.st, string(state)) // a restart asked for, that now will not be
 	w.log.Printf("run %s: %s (%s)", b.st.ID, state, reason)
 }
