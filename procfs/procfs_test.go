@@ -48,9 +48,23 @@ func TestReadStatSelfAndMissing(t *testing.T) {
 	}
 }
 
-func TestSigchldInfoMatchesSiginfo(t *testing.T) {
-	if a, b := unsafe.Sizeof(sigchldInfo{}), unsafe.Sizeof(unix.Siginfo{}); a != b {
-		t.Fatalf("sigchldInfo is %d bytes, unix.Siginfo %d", a, b)
+// readSigchld finds si_code, si_pid and si_status where the kernel puts
+// them: checked against a real child's end, read with waitid.
+func TestReadSigchld(t *testing.T) {
+	p, err := os.StartProcess("/bin/sh", []string{"sh", "-c", "exit 7"}, &os.ProcAttr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info unix.Siginfo
+	if err := unix.Waitid(unix.P_PID, p.Pid, &info, unix.WEXITED, nil); err != nil {
+		t.Fatal(err)
+	}
+	got := readSigchld(&info)
+	if got != (sigchldInfo{Code: cldExited, PID: int32(p.Pid), Status: 7}) {
+		t.Fatalf("readSigchld = %+v, want code %d, pid %d, status 7", got, cldExited, p.Pid)
+	}
+	if unsafe.Sizeof(unix.Siginfo{}) < sigchldFields+12 {
+		t.Fatalf("unix.Siginfo is %d bytes, too small for si_status at %d", unsafe.Sizeof(unix.Siginfo{}), sigchldFields+8)
 	}
 }
 
@@ -234,4 +248,50 @@ func waitEnviron(t *testing.T, pid int) {
 			t.Fatalf("process %d shows no environment after 10s (%v)", pid, err)
 		}
 	}
+}
+
+// TestExitInfoAfterReap: the status is there for any pidfd once the
+// process is reaped, not before.
+func TestExitInfoAfterReap(t *testing.T) {
+	tests := []struct {
+		script string
+		want   Exit
+	}{
+		{"exit 7", Exit{Code: 7}},
+		{"kill -TERM $$", Exit{Code: -1, Signal: syscall.SIGTERM}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.script, func(t *testing.T) {
+			h := startChild(t, tt.script)
+			other, err := Open(h.PID(), mustStat(t, h.PID()).StartTime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			if err := h.WaitExited(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := other.ExitInfo(); errors.Is(err, ErrNoExitInfo) {
+				t.Skip(err)
+			} else if err != nil || ok {
+				t.Fatalf("ExitInfo of a zombie = %v, %v; want not yet", ok, err)
+			}
+			if _, err := h.Reap(); err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := other.ExitInfo()
+			if err != nil || !ok || got != tt.want {
+				t.Fatalf("ExitInfo = %+v, %v, %v; want %+v", got, ok, err, tt.want)
+			}
+		})
+	}
+}
+
+func mustStat(t *testing.T, pid int) Stat {
+	t.Helper()
+	st, err := ReadStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

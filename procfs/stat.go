@@ -1,9 +1,11 @@
 // Package procfs reads what Linux says about processes in /proc: a
 // process's identity (PID plus start time), its group and session, and the
 // members of a process group. It also holds pidfd handles, through which a
-// process can be signaled and waited for without any risk of PID reuse.
+// process can be signaled, waited for and reaped without any risk of PID
+// reuse.
 //
-// Every function here reads; nothing here starts processes.
+// Nothing here starts a process; what signals or reaps one does so only
+// through a handle on it, or on a PID checked against its start time.
 package procfs
 
 import (
@@ -210,6 +212,29 @@ func Getenv(pid int, key string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// Lookup returns the values of keys in the environment of process pid, as
+// Getenv does each ("" for a key it lacks), from one read. ok is false if
+// the environment cannot be read.
+func Lookup(pid int, keys ...string) (values []string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil, false
+	}
+	values = make([]string, len(keys))
+	for kv := range bytes.SplitSeq(b, []byte{0}) {
+		k, v, found := bytes.Cut(kv, []byte{'='})
+		if !found {
+			continue
+		}
+		for i, key := range keys {
+			if values[i] == "" && string(k) == key {
+				values[i] = string(v)
+			}
+		}
+	}
+	return values, true
 }
 
 // ThreadChildren returns the PIDs of the children of thread tid of this

@@ -26,7 +26,20 @@ tend_submit() {
 	[ -d "$_r/spool" ] || { echo "tend.sh: no spool in $_r (is it a tend root?)" >&2; return 1; }
 	rm -f "$_r/outcomes/$1"
 	printf '%s\n' "$2" >"$_r/spool/.$1.sh$$.tmp" || return 1
+	# Root's requests carry a mark in a shared root, where anyone could
+	# move a file of root's into the spool (setfattr is in Debian's attr).
+	if [ "$(id -u)" = 0 ] && command -v setfattr >/dev/null; then
+		setfattr -n trusted.tend -v request "$_r/spool/.$1.sh$$.tmp" 2>/dev/null
+	fi
 	mv "$_r/spool/.$1.sh$$.tmp" "$_r/spool/$1"
+}
+
+# _tend_json TEXT: print TEXT as a JSON string. Backslashes, quotes, tabs
+# and newlines are escaped; another control character makes the request
+# one the watcher rejects, with the reason.
+_tend_json() {
+	printf '%s' "$1" | sed -e 's/\\/\\\\/g' -e 's/"/\\"/g' -e 's/	/\\t/g' |
+		awk 'BEGIN { printf "\"" } NR > 1 { printf "\\n" } { printf "%s", $0 } END { printf "\"" }'
 }
 
 # _tend_poll TEST-ARGS...: wait until test(1) holds.
@@ -59,12 +72,31 @@ tend_state() {
 
 # tend_start ID COMMAND: start COMMAND (run by /bin/sh -c) as run ID, and
 # wait until the watcher has taken it. Prints the outcome; returns 0 if it
-# was accepted.
+# was accepted (also as an edit of ID while it is queued: "accepted:
+# edited while queued (rev N)"). With $TEND_SH_AFTER (run IDs, each with an
+# optional :ended or :ready, separated by spaces) or $TEND_SH_NOT_BEFORE
+# (an RFC 3339 time, or a duration such as 10m), the run waits for those
+# runs, or that time, queued.
 tend_start() {
-	tend_submit "$1.start" "$2" || return 1
+	_b=$2
+	if [ -n "${TEND_SH_AFTER:-}${TEND_SH_NOT_BEFORE:-}" ]; then
+		_b="{\"command\": $(_tend_json "$2")"
+		if [ -n "${TEND_SH_AFTER:-}" ]; then
+			_sep=
+			_b="$_b, \"after\": ["
+			for _d in $TEND_SH_AFTER; do
+				_b="$_b$_sep$(_tend_json "$_d")"
+				_sep=", "
+			done
+			_b="$_b]"
+		fi
+		[ -z "${TEND_SH_NOT_BEFORE:-}" ] || _b="$_b, \"not_before\": $(_tend_json "$TEND_SH_NOT_BEFORE")"
+		_b="$_b}"
+	fi
+	tend_submit "$1.start" "$_b" || return 1
 	_o=$(tend_outcome "$1.start") || return 1
 	printf '%s\n' "$_o"
-	[ "$_o" = accepted ]
+	case $_o in accepted | "accepted: "*) ;; *) return 1 ;; esac
 }
 
 # tend_wait ID: wait until run ID has ended; return as a shell would for
@@ -107,6 +139,32 @@ tend_control() {
 	_o=$(tend_outcome "$_name") || return 1
 	rm -f "$(tend_root)/outcomes/$_name"
 	printf '%s\n' "$_o"
+}
+
+# tend_select VERB BODY: send a selector request (*@<tag>.cancel or
+# *@<tag>.signal) whose JSON BODY names the runs: {"all": true},
+# {"labels": {"k": "v"}} or {"ids": ["a", "b"]}, with "grace" or "signal".
+# Prints its outcome ("selected: N", then "ID: outcome" a line); returns 0
+# if it was carried out, 4 if it was refused.
+tend_select() {
+	_tend_n=$((_tend_n + 1))
+	_name="*@sh$$-$_tend_n.$1"
+	tend_submit "$_name" "$2" || return 1
+	_o=$(tend_outcome "$_name") || return 1
+	rm -f "$(tend_root)/outcomes/$_name"
+	printf '%s\n' "$_o"
+	case $_o in selected:*) return 0 ;; esac
+	return 4
+}
+
+# tend_cancel_all [K=V]: cancel every run this user may (with K=V, only
+# those labeled so), with one request; waits until each has ended.
+tend_cancel_all() {
+	case ${1:-} in
+	"") tend_select cancel '{"all": true}' ;;
+	*=*) tend_select cancel "{\"labels\": {$(_tend_json "${1%%=*}"): $(_tend_json "${1#*=}")}}" ;;
+	*) echo "tend.sh: tend_cancel_all: want K=V, not $1" >&2; return 1 ;;
+	esac
 }
 
 # tend_cancel ID [GRACE]: cancel run ID (SIGTERM, then SIGKILL after GRACE,

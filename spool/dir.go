@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Dir is the request side of a tend root: spool/ where requests arrive,
@@ -20,9 +22,9 @@ type Dir struct {
 }
 
 // Spool, Outcomes and Rejected return the directories of d.
-func (d Dir) Spool() string    { return filepath.Join(d.Root, "spool") }
-func (d Dir) Outcomes() string { return filepath.Join(d.Root, "outcomes") }
-func (d Dir) Rejected() string { return filepath.Join(d.Root, "rejected") }
+func (d Dir) Spool() string    { return layout.Root(d.Root).Spool() }
+func (d Dir) Outcomes() string { return layout.Root(d.Root).Outcomes() }
+func (d Dir) Rejected() string { return layout.Root(d.Root).Rejected() }
 
 // Make creates the root (mode 0700) and the request directories, as needed.
 func (d Dir) Make() error {
@@ -71,9 +73,13 @@ type File struct {
 	Dev  uint64
 	Ino  uint64
 	// Links is the file's link count: a request that has another name
-	// elsewhere may be a file its owner never meant as one (see
-	// Dir.Owners).
+	// elsewhere may be a file its owner never meant as one.
 	Links int
+	// Marked is set for a file of root's that carries the mark root's
+	// clients put on their requests (see Mark): in a spool others may
+	// write, a file of root's without it may have been moved there by
+	// anyone.
+	Marked bool
 	// Settled is true when the kernel confirmed (with a read lease) that no
 	// one held the file open for writing while it was read. Where leases are
 	// not available it is false, and the caller must judge completeness by
@@ -97,13 +103,16 @@ func readFile(path, name string) (File, error) {
 	}
 	if errors.Is(err, unix.EACCES) {
 		return File{}, fmt.Errorf("%s: the watcher (uid %d) may not read it (mode %04o, owned by uid %d): %w",
-			name, os.Geteuid(), st.Mode&0o7777, st.Uid, err)
+			name, os.Geteuid(), st.Mode&0o7777, st.Uid, unix.EACCES)
 	}
 	if err != nil {
 		return File{}, err
 	}
 	defer unix.Close(fd)
 	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino, Links: int(st.Nlink)}
+	if st.Uid == 0 {
+		out.Marked = marked(fd)
+	}
 	if st.Size > MaxBody {
 		return out, fmt.Errorf("%s: %d bytes: %w", name, st.Size, ErrTooLarge)
 	}
@@ -362,6 +371,11 @@ const (
 	NotRunning      = "not_running"
 )
 
+// Outcomes lists the outcomes, the one source docs/schema/outcome.schema.json
+// is kept to (TestSchemasMatchTheCode).
+var Outcomes = []string{Accepted, Rejected, Canceled, AlreadyFinished, NotFound, NotCancellable, NotPermitted,
+	StillActive, Deleted, Updated, Conflict, Signaled, Restarted, Paused, Resumed, NotRunning}
+
 // OutcomePath returns the path of the outcome file for request n.
 func (d Dir) OutcomePath(n Name) string {
 	return filepath.Join(d.Outcomes(), n.String())
@@ -381,6 +395,12 @@ func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 		line += ": " + oneLine(detail)
 	}
 	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), Perm{Mode: 0o644}) })
+}
+
+// WriteSelectOutcome replaces the outcome of selector request n with b
+// (see SelectOutcome), as WriteOutcome does.
+func (d Dir) WriteSelectOutcome(n Name, b []byte) error {
+	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), b, Perm{Mode: 0o644}) })
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error
@@ -417,6 +437,7 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 	if err != nil {
 		return &os.PathError{Op: "create", Path: filepath.Join(d.Spool(), tmp), Err: err}
 	}
+	Mark(fd)
 	err = WriteAll(fd, body)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -436,4 +457,28 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 		unix.Unlinkat(dir, tmp, 0)
 	}
 	return err
+}
+
+// markAttr is the extended attribute root's clients put on their request
+// files. Only a process with CAP_SYS_ADMIN may set or read attributes in
+// the trusted namespace, so no other user can put it on a file, nor find
+// one of root's files that has it outside a root's spool and runs.
+const markAttr = "trusted.tend"
+
+// Mark puts the mark of a request of root's on the file open as fd, if
+// this process is root's (a shared root takes a request of root's from a
+// spool others may write only with it; see docs/protocol.md, "Who may do
+// what"). Where the file system has no such attributes it does nothing:
+// such a request is refused there, with the reason.
+func Mark(fd int) {
+	if os.Geteuid() == 0 {
+		unix.Fsetxattr(fd, markAttr, []byte("request"), 0)
+	}
+}
+
+// marked reports whether the file open as fd carries the mark.
+func marked(fd int) bool {
+	var buf [16]byte
+	n, err := unix.Fgetxattr(fd, markAttr, buf[:])
+	return err == nil && string(buf[:n]) == "request"
 }

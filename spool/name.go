@@ -119,10 +119,15 @@ func knownVerb(v string) bool {
 }
 
 // suggestVerb returns the known verb within two edits of v, if there is one.
-func suggestVerb(v string) string {
+func suggestVerb(v string) string { return Suggest(v, Verbs) }
+
+// Suggest returns the word of known nearest to word (ignoring case), if one
+// is within two edits of it: what a misspelled verb, field or state most
+// likely meant. It returns "" if none is that near.
+func Suggest(word string, known []string) string {
 	best, bestDist := "", 3
-	for _, k := range Verbs {
-		if d := editDistance(strings.ToLower(v), k); d < bestDist {
+	for _, k := range known {
+		if d := editDistance(strings.ToLower(word), k); d < bestDist {
 			best, bestDist = k, d
 		}
 	}

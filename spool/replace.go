@@ -221,7 +221,7 @@ func keepMode(fd int, path string) error {
 	if err := unix.Lstat(path, &st); err != nil {
 		return nil // nothing to keep
 	}
-	if mode := st.Mode & 0o7777; mode != 0o600 {
+	if mode := st.Mode & 0o777; mode != 0o600 { // never setuid, setgid or sticky
 		return unix.Fchmod(fd, mode)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -46,6 +47,11 @@ type Start struct {
 	// OutputLimit caps each output file: past it, the oldest bytes are
 	// dropped (0: DefaultOutputLimit).
 	OutputLimit int64 `json:"output_limit,omitempty"`
+
+	// After are the runs it waits for (see wait.go), and NotBefore when it
+	// may start at the earliest: until then it is queued.
+	After     []Dep
+	NotBefore *NotBefore
 }
 
 // DefaultOutputLimit is the output cap of a run that sets none: 64 MiB per
@@ -68,6 +74,8 @@ type startJSON struct {
 	ReadyFile   bool            `json:"ready_file,omitempty"`
 	Limits      json.RawMessage `json:"limits,omitempty"`
 	OutputLimit int64           `json:"output_limit,omitempty"`
+	After       json.RawMessage `json:"after,omitempty"`
+	NotBefore   json.RawMessage `json:"not_before,omitempty"`
 }
 
 // MarshalJSON writes s in the request format that ParseStart reads.
@@ -89,6 +97,16 @@ func (s Start) MarshalJSON() ([]byte, error) {
 		j.Grace, _ = s.Grace.MarshalJSON()
 	}
 	j.ReadyFile, j.OutputLimit = s.ReadyFile, s.OutputLimit
+	if s.After != nil {
+		names := make([]string, len(s.After))
+		for i, d := range s.After {
+			names[i] = d.String()
+		}
+		j.After, _ = json.Marshal(names)
+	}
+	if s.NotBefore != nil {
+		j.NotBefore, _ = s.NotBefore.MarshalJSON()
+	}
 	for _, f := range []struct {
 		v   any
 		dst *json.RawMessage
@@ -146,6 +164,12 @@ func ParseStart(body []byte) (Start, error) {
 		return Start{}, err
 	}
 	if s.Limits, err = parseRlimits(j.Limits); err != nil {
+		return Start{}, err
+	}
+	if s.After, err = parseAfter(j.After); err != nil {
+		return Start{}, err
+	}
+	if s.NotBefore, err = parseNotBefore(j.NotBefore); err != nil {
 		return Start{}, err
 	}
 	return s, s.validate()
@@ -444,10 +468,29 @@ func jsonError(err error) error {
 		return fmt.Errorf("invalid JSON at byte %d: %s", syn.Offset, syn.Error())
 	case errors.As(err, &typ):
 		return fmt.Errorf("%q: want %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	if name, ok := UnknownField(err); ok {
+		return fmt.Errorf("unknown field %q", name)
 	}
 	return fmt.Errorf("invalid request: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// UnknownField returns the name of the field an error of a decoder with
+// DisallowUnknownFields refused, if that is what err is. encoding/json
+// has no type for it, only its words, so they are read here and nowhere
+// else; encoding/json/v2's SemanticError would say it by type, but v2
+// also matches names case-sensitively, which would refuse requests v1
+// takes.
+func UnknownField(err error) (string, bool) {
+	rest, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !ok {
+		return "", false
+	}
+	name, uerr := strconv.Unquote(rest)
+	if uerr != nil {
+		return rest, true
+	}
+	return name, true
 }
 
 func sortedKeys(m map[string]string) []string {

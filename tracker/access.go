@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // CheckAccess returns every way the root at root breaks the rules that
@@ -19,8 +21,8 @@ import (
 //     else can put another directory in its place;
 //   - nothing at the root's top level is a symbolic link, and everything
 //     there is owned by uid or root and writable by nobody else, but
-//     spool/, which may be writable by others if it is sticky (so that
-//     nobody can rename or remove another's request);
+//     spool/, which may be writable by others if uid is root's and it is
+//     sticky (so that nobody can rename or remove another's request);
 //   - the key of the records' seals is readable by nobody else.
 //
 // A root that does not exist has no problems: it is made as it should be.
@@ -56,10 +58,10 @@ func CheckAccess(root string, uid int) []Problem {
 		if err := unix.Lstat(path, &st); err != nil {
 			continue // gone meanwhile
 		}
-		if p := checkEntry(path, &st, uid, e.Name() == "spool"); p != nil {
+		if p := checkEntry(path, &st, uid, path == layout.Root(abs).Spool()); p != nil {
 			problems = append(problems, *p)
 		}
-		if e.Name() == KeyFile && st.Mode&0o077 != 0 {
+		if path == layout.Root(abs).RecordKey() && st.Mode&0o077 != 0 {
 			problems = append(problems, Problem{path, fmt.Sprintf("readable by others (mode %04o): only the watcher's user may read the key", st.Mode&0o7777)})
 		}
 	}
@@ -111,6 +113,8 @@ func checkEntry(path string, st *unix.Stat_t, uid int, spool bool) *Problem {
 		return &Problem{path, fmt.Sprintf("owned by uid %d, not by the watcher's user (uid %d) or root", st.Uid, uid)}
 	case st.Mode&0o022 == 0:
 		return nil
+	case spool && uid != 0:
+		return &Problem{path, fmt.Sprintf("writable by others (mode %04o): only a watcher running as root may share its spool (tend up --shared)", st.Mode&0o7777)}
 	case spool && st.Mode&unix.S_IFMT == unix.S_IFDIR && st.Mode&unix.S_ISVTX != 0:
 		return nil
 	case spool:
@@ -124,15 +128,17 @@ func checkEntry(path string, st *unix.Stat_t, uid int, spool bool) *Problem {
 // rejected/ become readable by the group (and the watcher's alone to
 // write), spool/ writable by the group and sticky, so that nobody can
 // rename or remove another's request, and the files clients read
-// (the locks, watcher.json, the history) readable. Each run's directory
-// stays its owner's alone. The caller must be root, and must make the
-// root and its directories first.
+// (watcher.json, the PID files, the history, the queue) readable; the
+// locks and the key stay the watcher's alone, and so does each run's
+// directory (those made before are closed to others now). The caller
+// must be root, and must make the root and its directories first.
 func Share(root string, gid int) error {
+	r := layout.Root(root)
 	for _, d := range []struct {
-		name string
+		path string
 		mode uint32
-	}{{"", 0o750}, {"spool", 0o1770}, {"runs", 0o750}, {"outcomes", 0o750}, {"rejected", 0o750}} {
-		path := filepath.Join(root, d.name)
+	}{{root, 0o750}, {r.Spool(), 0o1770}, {r.Runs(), 0o750}, {r.Outcomes(), 0o750}, {r.Rejected(), 0o750}} {
+		path := d.path
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return &os.PathError{Op: "open", Path: path, Err: err}
@@ -146,15 +152,57 @@ func Share(root string, gid int) error {
 			return &os.PathError{Op: "chmod", Path: path, Err: err}
 		}
 	}
-	for _, name := range []string{"watcher.lock", "watcher.pid", "watcher.json", "keeper.lock", "keeper.pid", "history.lock", "history.jsonl", "queue"} {
-		path := filepath.Join(root, name)
-		var st unix.Stat_t
-		if unix.Lstat(path, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
-			continue
+	for path, mode := range map[string]uint32{
+		r.WatcherPID(): 0o644, r.WatcherInfo(): 0o644, r.KeeperPID(): 0o644, r.History(): 0o644, r.Queue(): 0o644,
+		r.WatcherLock(): 0o600, r.KeeperLock(): 0o600, r.HistoryLock(): 0o600, r.UpLock(): 0o600, r.WatcherLog(): 0o600, r.RecordKey(): 0o600,
+	} {
+		if err := chmodRegular(path, mode); err != nil {
+			return err
 		}
-		if err := unix.Chmod(path, 0o644); err != nil {
-			return &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	runs, err := os.ReadDir(r.Runs())
+	if err != nil {
+		return err
+	}
+	for _, e := range runs {
+		if e.IsDir() {
+			if err := chmodDir(string(r.Run(e.Name())), 0o700); err != nil {
+				return err
+			}
 		}
+	}
+	return nil
+}
+
+// chmodRegular gives the regular file at path mode, if there is one.
+func chmodRegular(path string, mode uint32) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil
+	}
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return &os.PathError{Op: "chmod", Path: path, Err: err}
+	}
+	return nil
+}
+
+// chmodDir gives the directory at path mode, never through a link.
+func chmodDir(path string, mode uint32) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, mode); err != nil {
+		return &os.PathError{Op: "chmod", Path: path, Err: err}
 	}
 	return nil
 }

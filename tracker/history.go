@@ -8,11 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,12 +20,40 @@ type Event struct {
 	Time     time.Time `json:"time"`
 	ID       string    `json:"id"`
 	Rev      int64     `json:"rev"`
-	State    string    `json:"state"`
+	State    StateName `json:"state"`
 	Session  string    `json:"session,omitempty"`
 	PID      int       `json:"pid,omitempty"`
 	ExitCode *int      `json:"exit_code,omitempty"`
 	Signal   string    `json:"signal,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
+	// Labels and Note say what a label or note request changed, on the
+	// event of that change: the labels it set (null: removed) and the
+	// note it added. With the run's start request, the history says all
+	// that its record holds (see Repair).
+	Labels map[string]*string `json:"labels,omitempty"`
+	Note   string             `json:"note,omitempty"`
+}
+
+// ApplyChange applies what a label or note event changed (see
+// Event.Labels) to st: the watcher, when it takes the request, and fsck,
+// when it rebuilds a record from the history, apply it the same way.
+func ApplyChange(st *State, ev Event) {
+	for k, v := range ev.Labels {
+		if st.Labels == nil {
+			st.Labels = make(map[string]string)
+		}
+		if v == nil {
+			delete(st.Labels, k)
+		} else {
+			st.Labels[k] = *v
+		}
+	}
+	if len(st.Labels) == 0 {
+		st.Labels = nil
+	}
+	if ev.Note != "" {
+		st.Notes = append(st.Notes, Note{Time: ev.Time, Text: ev.Note})
+	}
 }
 
 // EventOf returns the history event for st's current state.
@@ -57,6 +84,9 @@ type History struct {
 	// append: it becomes history.1.jsonl, history.1.jsonl becomes
 	// history.2.jsonl, and so on; none is deleted. Zero: never.
 	MaxSize int64
+	// pending is true while changes may wait in history.pending.jsonl
+	// (see layout.Root.PendingHistory): at first, and after this History kept some there.
+	pending bool
 }
 
 // DefaultMaxHistorySize is History.MaxSize unless set otherwise.
@@ -68,52 +98,68 @@ var ErrTornEnd = errors.New("the last line is torn (no newline at the end): noth
 
 // OpenHistory returns the History of the tend root at root.
 func OpenHistory(root string) *History {
-	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize}
+	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize, pending: true}
 }
 
-// HistoryPath returns the path of the current history file of root.
-func HistoryPath(root string) string { return filepath.Join(root, "history.jsonl") }
-
-// rotatedPath returns the path of the n-th rotated history file of root.
-func rotatedPath(root string, n int) string {
-	return filepath.Join(root, fmt.Sprintf("history.%d.jsonl", n))
-}
+// The changes that could not be appended to a root's history while its
+// last line was torn are kept in its history.pending.jsonl, in order, and
+// appended before anything else once the history is whole again (at the
+// next append after tend fsck --repair, or by it). Failing closed must not
+// mean forgetting.
 
 // Append adds events to the history, each on its own line.
 func (h *History) Append(events ...Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.lock(); err != nil {
-		return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
+		return err
 	}
 	defer flockRetry(h.lockFD, unix.LOCK_UN)
 	return h.appendLocked(events...)
 }
 
-// lock takes the flock on history.lock through the descriptor h keeps,
-// opening it again if the file it holds is no longer history.lock (removed
-// or replaced by hand): a lock on a file nobody else opens excludes no one.
+// lock takes the exclusive flock on history.lock through the descriptor h
+// keeps (see lockHistory).
 func (h *History) lock() error {
-	path := filepath.Join(h.root, "history.lock")
+	return lockHistory(h.root, &h.lockFD, unix.LOCK_EX)
+}
+
+// lockHistory takes the flock (how: LOCK_EX or LOCK_SH) on root's
+// history.lock, which orders the appends and rotations of its history,
+// through *fd: opened if it is -1, never through a link, and opened again
+// if the file it holds is no longer history.lock (removed or replaced by
+// hand): a lock on a file nobody else opens excludes no one. The file is
+// the watcher's user's alone (0600): anyone who may open it may hold it,
+// and hold up every append. Closing *fd releases the lock.
+func lockHistory(root string, fd *int, how int) error {
+	path := layout.Root(root).HistoryLock()
 	for range 3 {
-		if h.lockFD < 0 {
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+		if *fd < 0 {
+			f, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 			if err != nil {
-				return err
+				return &os.PathError{Op: "open", Path: path, Err: err}
 			}
-			h.lockFD = fd
+			*fd = f
 		}
-		if err := flockRetry(h.lockFD, unix.LOCK_EX); err != nil {
-			return err
+		if err := flockRetry(*fd, how); err != nil {
+			return &os.PathError{Op: "flock", Path: path, Err: err}
 		}
 		var held, now unix.Stat_t
-		if unix.Fstat(h.lockFD, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+		if unix.Fstat(*fd, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
 			return nil
 		}
-		unix.Close(h.lockFD) // releases the lock
-		h.lockFD = -1
+		unix.Close(*fd) // releases the lock
+		*fd = -1
 	}
-	return errors.New("history.lock keeps changing")
+	return fmt.Errorf("%s keeps changing", path)
+}
+
+// closeLock closes *fd, if open, releasing its lock.
+func closeLock(fd *int) {
+	if *fd >= 0 {
+		unix.Close(*fd)
+		*fd = -1
+	}
 }
 
 func flockRetry(fd, how int) error {
@@ -124,23 +170,43 @@ func flockRetry(fd, how int) error {
 	}
 }
 
-// appendLocked appends events; the caller holds the history lock.
+// appendLocked appends events, after the changes that waited while the
+// history's end was torn; while it still is, it keeps them waiting too
+// and returns an error wrapping ErrTornEnd. The caller holds the history
+// lock.
 func (h *History) appendLocked(events ...Event) error {
 	var buf bytes.Buffer
 	for _, e := range events {
 		b, err := json.Marshal(e)
 		if err != nil {
-			return fmt.Errorf("%s: %w", HistoryPath(h.root), err)
+			return fmt.Errorf("%s: %w", layout.Root(h.root).History(), err)
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	path := HistoryPath(h.root)
+	path := layout.Root(h.root).History()
 	fd, size, made, err := openEnd(path)
+	if errors.Is(err, ErrTornEnd) {
+		if perr := appendPending(h.root, buf.Bytes()); perr != nil {
+			return errors.Join(err, perr)
+		}
+		h.pending = true
+		h.made = true // the pending file may be new: the root is synced too
+		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), layout.Root(h.root).PendingHistory())
+	}
 	if err != nil {
 		return err
 	}
-	if h.MaxSize > 0 && size > 0 && size+int64(buf.Len()) > h.MaxSize {
+	data := buf.Bytes()
+	var waited []byte
+	if h.pending {
+		if waited, err = readPending(h.root); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		data = append(waited, data...)
+	}
+	if h.MaxSize > 0 && size > 0 && size+int64(len(data)) > h.MaxSize {
 		unix.Close(fd)
 		h.made = true // before: a failed rotation may have moved some
 		if err := rotate(h.root); err != nil {
@@ -151,14 +217,86 @@ func (h *History) appendLocked(events ...Event) error {
 		}
 	}
 	h.made = h.made || made
-	err = spool.WriteAll(fd, buf.Bytes())
+	err = spool.WriteAll(fd, data)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
+	if h.pending {
+		if len(waited) > 0 {
+			if err := os.Remove(layout.Root(h.root).PendingHistory()); err != nil {
+				return err
+			}
+		}
+		h.pending = false
+	}
 	return nil
+}
+
+// appendPending keeps lines, whole, in root's pending changes. A pending
+// file whose own last line was torn (a power loss mid-write) gets a
+// newline first: that line stays, as one bad line fsck reports, and no
+// line is joined to it.
+func appendPending(root string, lines []byte) error {
+	path := layout.Root(root).PendingHistory()
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Size > 0 {
+		var last [1]byte
+		if _, err := unix.Pread(fd, last[:], st.Size-1); err == nil && last[0] != '\n' {
+			lines = append([]byte{'\n'}, lines...)
+		}
+	}
+	if err := spool.WriteAll(fd, lines); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// readPending returns the changes waiting in root's pending file, whole
+// lines, in order; none if there is no such file.
+func readPending(root string) ([]byte, error) {
+	b, _, err := spool.ReadRegular(layout.Root(root).PendingHistory(), 1<<30)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > 0 && b[len(b)-1] != '\n' {
+		b = append(b, '\n') // as appendPending would have
+	}
+	return b, nil
+}
+
+// PendingChanges returns how many changes wait in root's pending file.
+func PendingChanges(root string) int {
+	b, _ := readPending(root)
+	return bytes.Count(b, []byte("\n"))
+}
+
+// appendPendingLocked appends the changes waiting in root's pending file
+// to its history, if it no longer ends torn, and returns how many it
+// appended. The caller holds the history lock (fsck --repair).
+func appendPendingLocked(root string) (int, error) {
+	n := PendingChanges(root)
+	if n == 0 {
+		return 0, nil
+	}
+	h := OpenHistory(root)
+	if err := h.appendLocked(); err != nil {
+		return 0, err
+	}
+	return n, nil
 }
 
 // openEnd opens the history file at path for appending, creating it (made
@@ -166,7 +304,7 @@ func (h *History) appendLocked(events ...Event) error {
 // with a newline. Raw system calls: it runs at every state change of
 // every run.
 func openEnd(path string) (fd int, size int64, made bool, err error) {
-	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_CLOEXEC
+	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_CLOEXEC
 	fd, err = unix.Open(path, flags, 0)
 	if errors.Is(err, unix.ENOENT) {
 		fd, err = unix.Open(path, flags|unix.O_CREAT, 0o644)
@@ -213,9 +351,30 @@ func (h *History) syncData(file spool.Flush) error {
 }
 
 // sync is Sync, as the flushes named file and dir (none if empty); the
-// caller holds h.mu.
+// caller holds h.mu. Changes waiting in the pending file, while the
+// history's end is torn, are synced as the history's own lines are.
 func (h *History) sync(file, dir spool.Flush) error {
-	path := HistoryPath(h.root)
+	paths := []string{layout.Root(h.root).History()}
+	if h.pending {
+		paths = append(paths, layout.Root(h.root).PendingHistory())
+	}
+	for _, path := range paths {
+		if err := syncData(path, file); err != nil {
+			return err
+		}
+	}
+	if h.made && dir != "" {
+		if err := dir.SyncDir(h.root); err != nil {
+			return err
+		}
+		h.made = false
+	}
+	return nil
+}
+
+// syncData fdatasyncs the file at path, as flush file; a missing file
+// has nothing to sync.
+func syncData(path string, file spool.Flush) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil // nothing appended
@@ -227,12 +386,6 @@ func (h *History) sync(file, dir spool.Flush) error {
 	unix.Close(fd)
 	if err != nil {
 		return fmt.Errorf("%s: fdatasync: %w", path, err)
-	}
-	if h.made && dir != "" {
-		if err := dir.SyncDir(h.root); err != nil {
-			return err
-		}
-		h.made = false
 	}
 	return nil
 }
@@ -266,7 +419,7 @@ func checkEnd(path string) (int64, error) {
 // valid line: the one condition under which appending is unsafe, and the
 // usual result of a crash mid-write. tend fsck checks every line.
 func CheckHistoryEnd(root string) error {
-	path := HistoryPath(root)
+	path := layout.Root(root).History()
 	if _, err := checkEnd(path); err != nil {
 		return err
 	}
@@ -296,11 +449,11 @@ func CheckHistoryEnd(root string) error {
 func rotate(root string) error {
 	n := rotatedCount(root)
 	for i := n; i >= 1; i-- {
-		if err := os.Rename(rotatedPath(root, i), rotatedPath(root, i+1)); err != nil {
+		if err := os.Rename(layout.Root(root).RotatedHistory(i), layout.Root(root).RotatedHistory(i+1)); err != nil {
 			return fmt.Errorf("rotating the history: %w", err)
 		}
 	}
-	if err := os.Rename(HistoryPath(root), rotatedPath(root, 1)); err != nil {
+	if err := os.Rename(layout.Root(root).History(), layout.Root(root).RotatedHistory(1)); err != nil {
 		return fmt.Errorf("rotating the history: %w", err)
 	}
 	return nil
@@ -310,7 +463,7 @@ func rotate(root string) error {
 func rotatedCount(root string) int {
 	n := 0
 	for {
-		if _, err := os.Lstat(rotatedPath(root, n+1)); err != nil {
+		if _, err := os.Lstat(layout.Root(root).RotatedHistory(n + 1)); err != nil {
 			return n
 		}
 		n++
@@ -322,20 +475,34 @@ func rotatedCount(root string) int {
 func HistoryFiles(root string) []string {
 	var files []string
 	for i := rotatedCount(root); i >= 1; i-- {
-		files = append(files, rotatedPath(root, i))
+		files = append(files, layout.Root(root).RotatedHistory(i))
 	}
-	return append(files, HistoryPath(root))
+	return append(files, layout.Root(root).History())
+}
+
+// historyAndPending is HistoryFiles, then the changes that wait to be
+// appended, if any do (see layout.Root.PendingHistory): what fsck checks and repairs.
+func historyAndPending(root string) []string {
+	files := HistoryFiles(root)
+	if _, err := os.Lstat(layout.Root(root).PendingHistory()); err == nil {
+		files = append(files, layout.Root(root).PendingHistory())
+	}
+	return files
 }
 
 // ReadAllHistory reads every event of root's history, across its rotated
 // files, oldest first. It holds a shared lock, so no rotation happens
 // meanwhile. It fails closed, like ReadHistory.
+//
+// A reader who may not open history.lock (another user of a shared root)
+// reads without it: a rotation under way may then hide its last lines for
+// a moment, never show them twice or torn.
 func ReadAllHistory(root string) ([]Event, error) {
-	l := historyLock(root)
-	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	lockFD := -1
+	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+		return nil, err
 	}
-	defer l.Unlock()
+	defer closeLock(&lockFD)
 	var all []Event
 	for _, path := range HistoryFiles(root) {
 		events, err := ReadHistory(path)
@@ -385,13 +552,4 @@ func parseEvent(b []byte) (Event, error) {
 		return e, errors.New("not an event: missing time, id, rev or state")
 	}
 	return e, nil
-}
-
-// historyLock returns the flock on root's history.lock, which orders the
-// appends and rotations of its history (see History). It is readable by
-// every user of the root, who may read the history under it, and never
-// opened through a link.
-func historyLock(root string) *flock.Flock {
-	return flock.New(filepath.Join(root, "history.lock"),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o644))
 }

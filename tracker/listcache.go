@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +23,6 @@ import (
 // the record. Nothing else reads it, and it is never the truth: a cache
 // that is missing, unreadable or of another version is read as empty and
 // written again.
-const listCacheName = "list.cache"
 
 // listCacheHeader is the cache's first line: its format's name and
 // version.
@@ -60,7 +58,7 @@ type cachedLine struct {
 // cancel --all look at, read in a fraction of the time. It brings the
 // cache up to date, if it can write it.
 func (s *Store) ListBrief() ([]*State, []error) {
-	return s.list(&listCache{path: filepath.Join(filepath.Dir(s.dir), listCacheName), since: time.Now()})
+	return s.list(&listCache{path: s.root.ListCache(), since: time.Now()})
 }
 
 // read reads the cache file, and reports whether it has any lines. Only a
@@ -247,7 +245,7 @@ func parseBrief(id, fields string) (*State, error) {
 	}
 	p := fieldParser{}
 	times := new([2]time.Time) // StartedAt and EndedAt: one allocation
-	st := &State{ID: id, State: f[0], Session: p.quoted(f[1]), CreatedAt: time.Unix(0, p.i64(f[2])).UTC(),
+	st := &State{ID: id, State: StateName(f[0]), Session: p.quoted(f[1]), CreatedAt: time.Unix(0, p.i64(f[2])).UTC(),
 		StartedAt: p.time(f[3], &times[0]), EndedAt: p.time(f[4], &times[1]), ExitCode: p.int(f[5]),
 		Signal: p.quoted(f[6]), DurationSeconds: p.float(f[7]), Progress: p.quoted(f[8])}
 	rest := f[10:]

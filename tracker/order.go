@@ -23,9 +23,6 @@ import (
 // keeps up with the writes and a close approximation when it falls behind;
 // output written while no watcher ran is in stream order.
 
-// OrderFile is the name of a run's file of stream switches.
-const OrderFile = "order"
-
 // A Switch says that a run's writes went from stream From ("stdout" or
 // "stderr") to the other one when From had At bytes (an absolute offset).
 type Switch struct {
@@ -55,7 +52,7 @@ func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	fd, err := OpenRunFile(s.Path(id, OrderFile), unix.O_WRONLY|unix.O_APPEND, owner)
+	fd, err := OpenRunFile(s.Run(id).Order(), unix.O_WRONLY|unix.O_APPEND, owner)
 	if err != nil {
 		return err
 	}
@@ -69,34 +66,58 @@ func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 // ReadSwitches reads run id's switches from byte off of its order file, and
 // returns them with the offset to read from next time. A line not yet
 // ended is left for then.
+//
+// The file is its run's owner's, who may make it anything: it reads at most
+// the last maxOrderRead bytes from off, and no line longer than a switch
+// can be (longer ones are skipped).
 func (s *Store) ReadSwitches(id string, off int64) ([]Switch, int64, error) {
-	fd, _, err := spool.OpenRegular(s.Path(id, OrderFile))
+	fd, st, err := spool.OpenRegular(s.Run(id).Order())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, off, nil
 	}
 	if err != nil {
 		return nil, off, err
 	}
-	f := os.NewFile(uintptr(fd), s.Path(id, OrderFile))
+	f := os.NewFile(uintptr(fd), s.Run(id).Order())
 	defer f.Close()
+	skip := st.Size-off > maxOrderRead // up to the first line past the bound
+	if skip {
+		off = st.Size - maxOrderRead
+	}
 	if _, err := f.Seek(off, io.SeekStart); err != nil {
 		return nil, off, err
 	}
 	var sw []Switch
-	br := bufio.NewReader(f)
+	br := bufio.NewReaderSize(io.LimitReader(f, maxOrderRead), 64)
 	for {
-		line, err := br.ReadString('\n')
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			for errors.Is(err, bufio.ErrBufferFull) { // no switch is this long
+				off += int64(len(line))
+				line, err = br.ReadSlice('\n')
+			}
+			off += int64(len(line))
+			continue
+		}
 		if err != nil {
 			return sw, off, nil // EOF, or a line still being written
 		}
 		off += int64(len(line))
-		x, perr := ParseSwitch(strings.TrimSuffix(line, "\n"))
+		if skip {
+			skip = false // the rest of a line cut by the bound
+			continue
+		}
+		x, perr := ParseSwitch(strings.TrimSuffix(string(line), "\n"))
 		if perr != nil {
 			continue // a line torn by a crash: the order there is lost, not the output
 		}
 		sw = append(sw, x)
 	}
 }
+
+// maxOrderRead bounds what ReadSwitches reads at once: four times the most a
+// trimmed order file holds (about 16 bytes a switch, maxSwitches of them).
+const maxOrderRead = 4 * 16 * 65536
 
 // TrimSwitches rewrites run id's order file, which belongs to owner, with
 // only its newest keep switches, so that a run switching streams all the
@@ -114,7 +135,7 @@ func (s *Store) TrimSwitches(id string, owner int, keep int) (int64, error) {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	return int64(b.Len()), spool.ReplaceUnsynced(s.Path(id, OrderFile), b.Bytes(), RunPerm(owner))
+	return int64(b.Len()), spool.ReplaceUnsynced(s.Run(id).Order(), b.Bytes(), RunPerm(owner))
 }
 
 // A Line is a line of a run's output, or its last bytes if they have no

@@ -18,25 +18,61 @@ import (
 	"github.com/tendhq/tend/spool"
 )
 
-// The states of a run. Queued is reserved for the queue (a later protocol
-// version); the others are all in use.
+// A StateName is a run's state, as its record and the history say it
+// (docs/protocol.md, "States").
+type StateName string
+
+// The states of a run, in the order of docs/protocol.md's table.
 const (
-	Queued    = "queued"
-	Starting  = "starting"
-	Running   = "running"
-	Stopping  = "stopping" // a stop signal was sent; ends canceled or timed_out
-	Completed = "completed"
-	Failed    = "failed"
-	Canceled  = "canceled"
-	TimedOut  = "timed_out"
-	Backoff   = "backoff" // its process ended; it starts again at next_start_at
-	Paused    = "paused"  // its process group is stopped (SIGSTOP)
+	Queued    StateName = "queued"   // waiting for a slot; its request is still in the spool
+	Starting  StateName = "starting" // taken; being started, or waiting for readiness
+	Running   StateName = "running"
+	Paused    StateName = "paused"   // its process group is stopped (SIGSTOP)
+	Backoff   StateName = "backoff"  // its process ended; it starts again at next_start_at
+	Stopping  StateName = "stopping" // a stop signal was sent (see Stop)
+	Completed StateName = "completed"
+	Failed    StateName = "failed"
+	Canceled  StateName = "canceled"
+	TimedOut  StateName = "timed_out"
 	// Deleted appears only in the history: the run's record was removed.
-	Deleted = "deleted"
+	Deleted StateName = "deleted"
 )
 
+// States lists a record's states, in the order of docs/protocol.md's
+// table: the one source the schemas and the CLI's checks are kept to.
+var States = []StateName{Queued, Starting, Running, Paused, Backoff, Stopping, Completed, Failed, Canceled, TimedOut}
+
+// A StopCause says why a run is being stopped (Stop.Cause).
+type StopCause string
+
+// The causes of a stop. A run stopped by a cancel (or by the watcher's
+// shutdown) ends canceled, one stopped by its timeout timed_out, and one
+// stopped to be started again (a restart request, or a health check that
+// found it unhealthy) is started again.
+const (
+	CauseCanceled StopCause = "canceled"
+	CauseTimedOut StopCause = "timed_out"
+	CauseRestart  StopCause = "restart"
+)
+
+// StopCauses lists the causes of a stop: the one source the schema is
+// kept to.
+var StopCauses = []StopCause{CauseCanceled, CauseTimedOut, CauseRestart}
+
+// Ends returns the state a run stopped for cause ends in: canceled or
+// timed_out ("" for a restart, which is started again).
+func (c StopCause) Ends() StateName {
+	switch c {
+	case CauseCanceled:
+		return Canceled
+	case CauseTimedOut:
+		return TimedOut
+	}
+	return ""
+}
+
 // Final reports whether state is one a run never leaves.
-func Final(state string) bool {
+func Final(state StateName) bool {
 	switch state {
 	case Completed, Failed, Canceled, TimedOut:
 		return true
@@ -46,8 +82,8 @@ func Final(state string) bool {
 
 // State is a run's record, as kept in runs/<id>/state.json.
 type State struct {
-	ID    string `json:"id"`
-	State string `json:"state"`
+	ID    string    `json:"id"`
+	State StateName `json:"state"`
 	// Rev grows by one with every change of the record.
 	Rev      int64  `json:"rev"`
 	Session  string `json:"session"`
@@ -59,6 +95,11 @@ type State struct {
 	Labels  map[string]string `json:"labels,omitempty"`
 	Timeout spool.Duration    `json:"timeout,omitempty"`
 	Grace   spool.Duration    `json:"grace"`
+	// After names the runs it waits for, as its request does (ID, or
+	// ID:condition), and NotBefore when it may start at the earliest: it
+	// is queued until then (see spool.Dep).
+	After     []string   `json:"after,omitempty"`
+	NotBefore *time.Time `json:"not_before,omitempty"`
 
 	// PID, PGID and ProcStart identify the run's process: a PID names the
 	// same process only while /proc/<pid>/stat shows this start time (in
@@ -160,6 +201,8 @@ type HealthCheck struct {
 	Time   time.Time `json:"time"`
 	OK     bool      `json:"ok"`
 	Detail string    `json:"detail,omitempty"`
+	// DurationSeconds is how long the check took, on the monotonic clock.
+	DurationSeconds float64 `json:"duration_seconds"`
 }
 
 // Output is the capping of a run's output files: each keeps only its
@@ -281,7 +324,7 @@ func compact(b []byte) []byte {
 // Stop records a decision to stop a run: why, and when SIGKILL follows the
 // SIGTERM if the run's process group has not ended.
 type Stop struct {
-	Cause string `json:"cause"` // Canceled or TimedOut
+	Cause StopCause `json:"cause"`
 	// Requests names the cancel requests (<id>.cancel, <id>@<tag>.cancel)
 	// that asked for the stop, or that arrived while it was under way; their
 	// outcomes are written when the run has ended. Empty when no request

@@ -31,7 +31,7 @@ func TestChecksumOfFiles(t *testing.T) {
 		name      string
 		file      []byte
 		fast, ok  bool // fileSumMatches; ParseState trusts it
-		wantState string
+		wantState StateName
 	}{
 		{"as written", written, true, true, Running},
 		{"reindented", reindented.Bytes(), true, true, Running},
@@ -173,9 +173,10 @@ func fullState(zone *time.Location) *State {
 		ID: "a@b", State: Failed, Rev: 12, Session: "s", OwnerUID: 1000,
 		Command: []string{"/bin/sh", "-c", "echo \"é <&>\" \\ \u2028"}, Cwd: "/w", Labels: map[string]string{"k": "v"},
 		Timeout: spool.Duration(time.Hour), Grace: spool.Duration(1500 * time.Millisecond),
+		After: []string{"build", "db:ready"}, NotBefore: &t,
 		PID: 10, PGID: 10, ProcStart: 12345,
 		CreatedAt: t, StartedAt: &t, EndedAt: &t, ExitCode: &code, Signal: "SIGTERM", Reason: "exited with code 3",
-		Stop:      &Stop{Cause: Canceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},
+		Stop:      &Stop{Cause: CauseCanceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},
 		Notes:     []Note{{Time: t, Text: "n"}},
 		Done:      []string{"a@t1.note"},
 		Restart:   &spool.Restart{Policy: "on-failure", Limit: 5, Window: d, Delay: d, MaxDelay: d},

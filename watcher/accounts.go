@@ -1,12 +1,15 @@
 package watcher
 
 import (
+	"errors"
 	"fmt"
+	"os"
 	"os/user"
 	"slices"
 	"strconv"
 
 	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
 )
 
 // An account is the user a run's process runs as: a root watcher runs
@@ -45,6 +48,17 @@ func lookupAccount(uid int) (account, error) {
 	return a, nil
 }
 
+// baseEnv is the environment a run of a's starts from, before its
+// request's: the watcher's own for a run as the watcher's user (nil a);
+// for another user's, nothing of the watcher's (root's exported tokens,
+// SUDO_*), as at(1) and cron give a job only its submitter's, but a PATH.
+func (a *account) baseEnv() []string {
+	if a == nil {
+		return os.Environ()
+	}
+	return []string{"PATH=/usr/local/bin:/usr/bin:/bin"}
+}
+
 // env is what a run of a's has in its environment to say whose it is;
 // nothing for a nil account (a run as the watcher's own user).
 func (a *account) env() map[string]string {
@@ -78,12 +92,36 @@ func lookupGroup(name string) (int, error) {
 	return strconv.Atoi(g.Gid)
 }
 
-// admit says why request file f may not be taken, or nil if it may. It
-// must be owned by the watcher's user, by root, or, where the watcher
-// runs as root, by a user config.json allows (users, or a member of
-// groups); and it must have no other name than its own (a hard link
-// could be a file its owner never meant as a request).
+// admit says why request file f, read from the spool, may not be taken,
+// or nil if it may (see admitOwner). A file of root's in a spool others
+// may write must carry the mark root's clients put on their requests
+// (spool.Mark): anyone may move a file into such a spool, and root leaves
+// files of its own in other users' directories (a build run as root in a
+// checkout, a list cache), which must not become root's requests.
 func (w *watcher) admit(f spool.File) error {
+	if err := w.admitOwner(f); err != nil {
+		return err
+	}
+	if f.UID == 0 && !f.Marked && w.spoolShared() {
+		return errors.New("owned by root, but in a spool others may write and without the mark tend's clients put on root's requests: anyone could have moved it here (as root, submit with tend, or mark it: setfattr -n trusted.tend -v request FILE)")
+	}
+	return nil
+}
+
+// spoolShared reports whether others than the watcher's user may write
+// the spool (a shared root's, sticky).
+func (w *watcher) spoolShared() bool {
+	var st unix.Stat_t
+	return unix.Stat(w.spool.Spool(), &st) != nil || st.Mode&0o022 != 0
+}
+
+// admitOwner says why a request file of owner f.UID, with f.Links links,
+// may not be taken, or nil if it may. It must be owned by the watcher's
+// user, by root, or, where the watcher runs as root, by a user config.json
+// allows (users, or a member of groups); and it must have no other name
+// than its own (a hard link could be a file its owner never meant as a
+// request).
+func (w *watcher) admitOwner(f spool.File) error {
 	if f.Links > 1 {
 		return fmt.Errorf("it has %d links: a request must have no other name than its own", f.Links)
 	}

@@ -6,12 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
+	"reflect"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Settings are the watcher's settings that ROOT/config.json may change
@@ -30,6 +32,11 @@ type Settings struct {
 	// Durability is what every run record survives once written, and so
 	// once anyone may have seen it or acted on it.
 	Durability tracker.Durability
+	// QueueEditWindow is how long a queued run's request may be missing
+	// from the spool before its removal cancels the run: editors and tools
+	// that save by removing and re-creating a file (vim with a backup,
+	// install(1), mv from another file system) leave such a moment.
+	QueueEditWindow time.Duration
 	// Users and Groups are who else may submit requests to a watcher
 	// running as root: the uids named, and the members of the gids named.
 	// Their requests run as their writers.
@@ -40,26 +47,36 @@ type Settings struct {
 func (s Settings) Equal(o Settings) bool {
 	return s.MaxRunning == o.MaxRunning && s.MaxPerSession == o.MaxPerSession &&
 		s.KeepFinishedFor == o.KeepFinishedFor && s.KeepFinished == o.KeepFinished &&
-		s.Durability == o.Durability && slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups)
+		s.Durability == o.Durability && s.QueueEditWindow == o.QueueEditWindow &&
+		slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups)
 }
 
 // DefaultSettings are the settings when neither flags nor config.json say
 // otherwise: no cap on runs, finished records kept for a week, at most
-// 1,000 of them, and every record durable against a power loss.
-var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss}
-
-// ConfigPath returns the path of root's config.json.
-func ConfigPath(root string) string { return filepath.Join(root, "config.json") }
+// 1,000 of them, every record durable against a power loss, and a second
+// for a queued request's writer to put it back.
+var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second}
 
 // configFile is config.json; a field left out keeps the watcher's value.
 type configFile struct {
 	MaxRunning           *int            `json:"max_running"`
 	MaxRunningPerSession *int            `json:"max_running_per_session"`
-	KeepFinishedFor      *spool.Duration `json:"keep_finished_for"`
+	KeepFinishedFor      json.RawMessage `json:"keep_finished_for"`
 	KeepFinished         *int            `json:"keep_finished"`
 	Durability           *string         `json:"durability"`
+	QueueEditWindow      json.RawMessage `json:"queue_edit_window"`
 	Users                *[]string       `json:"users"`
 	Groups               *[]string       `json:"groups"`
+}
+
+// configKeys returns the fields config.json may have.
+func configKeys() []string {
+	var keys []string
+	t := reflect.TypeFor[configFile]()
+	for i := range t.NumField() {
+		keys = append(keys, t.Field(i).Tag.Get("json"))
+	}
+	return keys
 }
 
 // maxConfig bounds config.json: it is a few lines, and a file that is not
@@ -73,7 +90,7 @@ const maxConfig = 64 << 10
 // no one else, never through a link and never blocking: anything else is
 // a bad config.
 func LoadSettings(root string, base Settings) (Settings, error) {
-	path := ConfigPath(root)
+	path := layout.Root(root).Config()
 	b, fi, err := spool.ReadRegular(path, maxConfig)
 	if errors.Is(err, os.ErrNotExist) {
 		return base, nil
@@ -91,7 +108,14 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		return base, fmt.Errorf("%s: %w", ConfigPath(root), err)
+		if field, ok := spool.UnknownField(err); ok {
+			msg := fmt.Sprintf("unknown field %q", field)
+			if s := spool.Suggest(field, configKeys()); s != "" {
+				msg += fmt.Sprintf(" (did you mean %q?)", s)
+			}
+			return base, fmt.Errorf("%s: %s: fields are %s", layout.Root(root).Config(), msg, strings.Join(configKeys(), ", "))
+		}
+		return base, fmt.Errorf("%s: %w", layout.Root(root).Config(), err)
 	}
 	l := base
 	for _, f := range []struct {
@@ -107,33 +131,47 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 			continue
 		}
 		if *f.v < 0 {
-			return base, fmt.Errorf("%s: %q: %d is negative", ConfigPath(root), f.name, *f.v)
+			return base, fmt.Errorf("%s: %q: %d is negative", layout.Root(root).Config(), f.name, *f.v)
 		}
 		*f.dst = *f.v
 	}
-	if c.KeepFinishedFor != nil {
-		l.KeepFinishedFor = c.KeepFinishedFor.D()
+	for _, f := range []struct {
+		name string
+		raw  json.RawMessage
+		dst  *time.Duration
+	}{
+		{"keep_finished_for", c.KeepFinishedFor, &l.KeepFinishedFor},
+		{"queue_edit_window", c.QueueEditWindow, &l.QueueEditWindow},
+	} {
+		if f.raw == nil || string(f.raw) == "null" {
+			continue
+		}
+		var d spool.Duration
+		if err := d.UnmarshalJSON(f.raw); err != nil {
+			return base, fmt.Errorf("%s: %q: %v", layout.Root(root).Config(), f.name, err)
+		}
+		*f.dst = d.D()
 	}
 	if c.Durability != nil {
 		d, err := tracker.ParseDurability(*c.Durability)
 		if err != nil {
-			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "durability", err)
+			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "durability", err)
 		}
 		l.Durability = d
 	}
 	if c.Users != nil {
 		if l.Users, err = resolveAll(*c.Users, lookupUser); err != nil {
-			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "users", err)
+			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "users", err)
 		}
 	}
 	if c.Groups != nil {
 		if l.Groups, err = resolveAll(*c.Groups, lookupGroup); err != nil {
-			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "groups", err)
+			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "groups", err)
 		}
 	}
 	if len(l.Users)+len(l.Groups) > 0 && os.Geteuid() != 0 {
 		return base, fmt.Errorf("%s: %q and %q need a watcher running as root, to run requests as their writers (this is uid %d)",
-			ConfigPath(root), "users", "groups", os.Geteuid())
+			layout.Root(root).Config(), "users", "groups", os.Geteuid())
 	}
 	return l, nil
 }
@@ -183,7 +221,7 @@ func AllowGroup(root, group string) error {
 	if _, err := lookupGroup(group); err != nil {
 		return err
 	}
-	path := ConfigPath(root)
+	path := layout.Root(root).Config()
 	fields := map[string]json.RawMessage{}
 	b, _, err := spool.ReadRegular(path, maxConfig)
 	switch {

@@ -3,14 +3,17 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -79,11 +82,16 @@ func permitted(uid int, session string, st *tracker.State) (bool, string) {
 }
 
 // lookup returns the record of run id: the live one if the watcher
-// supervises or queues it, or has a save of it held back, else the one on
-// disk.
+// supervises, forks or queues it, or has a save of it held back, else the
+// one on disk.
 func (w *watcher) lookup(id string) (*tracker.State, error) {
 	if r := w.runs[id]; r != nil {
 		return r.st, nil
+	}
+	for _, sp := range w.spawning {
+		if sp.st.ID == id {
+			return sp.st, nil
+		}
 	}
 	if st := w.heldState(id); st != nil {
 		return st, nil
@@ -124,9 +132,11 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 	r := w.runs[n.ID]
 	switch {
 	case r == nil && tracker.Final(st.State):
-		w.answer(n, spool.AlreadyFinished, st.State)
+		w.answer(n, spool.AlreadyFinished, string(st.State))
 	case r == nil:
 		w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
+	case r.exit != nil && wantsRestart(r.st, *r.exit, r.unknown):
+		w.cancelRestart(r, n)
 	case r.exit != nil:
 		w.answer(n, spool.AlreadyFinished, "its process has exited")
 	default:
@@ -134,9 +144,24 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		if req.Grace != nil {
 			grace = req.Grace.D()
 		}
-		w.stop(r, tracker.Canceled, "canceled", grace, n.String())
+		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.String())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
+}
+
+// cancelRestart cancels run r, whose process has exited and which would
+// start again (its policy, a restart request): it will not, and the
+// cancel is answered canceled once the run has ended, as any other's.
+// Answered already_finished, the run would go on under the client's eyes.
+func (w *watcher) cancelRestart(r *run, n spool.Name) {
+	if r.st.Stop == nil {
+		r.st.Stop = &tracker.Stop{RequestedAt: time.Now()}
+	}
+	r.st.Stop.Cause = tracker.CauseCanceled
+	r.st.Stop.Requests = append(r.st.Stop.Requests, n.String())
+	r.st.State, r.st.Reason = tracker.Stopping, "canceled"
+	w.save(r.st)
+	w.log.Printf("%s: canceling: its process has exited, and it will not start again", n)
 }
 
 // takeDelete answers a delete request: deleted (the record, its output
@@ -150,7 +175,7 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 	}
 	defer done()
 	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
-		w.answer(n, spool.StillActive, "run is "+st.State)
+		w.answer(n, spool.StillActive, "run is "+string(st.State))
 		return
 	}
 	if w.held(st) {
@@ -183,13 +208,16 @@ func (w *watcher) conflict(n spool.Name, st *tracker.State, ifRev *int64) bool {
 // there is no such run, the request is answered and ok is false. done
 // removes the claimed request; call it once the request is carried out.
 func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int64) (st *tracker.State, done func(), ok bool) {
-	taken, claimed := w.claimControl(n, f)
-	if !claimed {
-		return nil, nil, false
+	done = func() {}
+	if w.selections[n] == nil { // a part of a selector request has no file: the selector was claimed
+		taken, claimed := w.claimControl(n, f)
+		if !claimed {
+			return nil, nil, false
+		}
+		// Removed once what it did is recorded: until then it is what the
+		// next watcher would take again.
+		done = func() { w.follow(effectUnclaim, n.ID, func() { os.Remove(taken) }) }
 	}
-	// Removed once what it did is recorded: until then it is what the next
-	// watcher would take again.
-	done = func() { w.afterRecorded(n.ID, func() { os.Remove(taken) }) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):
@@ -240,39 +268,35 @@ func (w *watcher) answerDone(n spool.Name, st *tracker.State) {
 // takeMeta answers a label or note request: it changes run st's metadata
 // through change, records it (rev grows, and the history has it), and
 // answers "updated: rev N"; or not_found, not_permitted, conflict.
-func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change func(*tracker.State)) {
+// The change is applied to the record as the history event says it
+// (tracker.ApplyChange), so that a record rebuilt from the history holds
+// the same.
+func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *int64, change tracker.Event) {
 	st, done, ok := w.target(n, f, session, ifRev)
 	if !ok {
 		return
 	}
 	defer done()
-	change(st)
+	change.Time = time.Now()
+	tracker.ApplyChange(st, change)
 	markDone(st, n)
-	w.save(st)
+	w.saveChange(st, change)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
 
 func (w *watcher) takeLabel(n spool.Name, f spool.File, req spool.Label) {
-	w.takeMeta(n, f, req.Session, req.IfRev, func(st *tracker.State) {
-		if st.Labels == nil {
-			st.Labels = make(map[string]string)
-		}
-		for k, v := range req.Set {
-			st.Labels[k] = v
-		}
-		for _, k := range req.Remove {
-			delete(st.Labels, k)
-		}
-		if len(st.Labels) == 0 {
-			st.Labels = nil
-		}
-	})
+	labels := make(map[string]*string, len(req.Set)+len(req.Remove))
+	for k, v := range req.Set {
+		labels[k] = &v
+	}
+	for _, k := range req.Remove {
+		labels[k] = nil
+	}
+	w.takeMeta(n, f, req.Session, req.IfRev, tracker.Event{Labels: labels})
 }
 
 func (w *watcher) takeNote(n spool.Name, f spool.File, req spool.Note) {
-	w.takeMeta(n, f, req.Session, req.IfRev, func(st *tracker.State) {
-		st.Notes = append(st.Notes, tracker.Note{Time: time.Now(), Text: req.Text})
-	})
+	w.takeMeta(n, f, req.Session, req.IfRev, tracker.Event{Note: req.Text})
 }
 
 // deleteRun removes finished run st's record, output and outcomes, and
@@ -287,6 +311,10 @@ func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 	}
 	if err != nil {
 		w.log.Printf("%v (renamed aside, not synced)", err)
+	}
+	if w.waitedOn(st.ID) {
+		w.deletedAs[st.ID] = st.State // what the runs that wait for it ask
+		w.dequeueSoon()
 	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, reason, trash)
 	return nil
@@ -313,7 +341,7 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 func (w *watcher) finishDeletions() {
 	for id, trash := range w.store.Trashed() {
 		rev, session := int64(0), ""
-		path := filepath.Join(trash, "state.json")
+		path := layout.Run(trash).State()
 		if b, _, err := spool.ReadRegular(path, spool.MaxBody); err == nil {
 			if st, err := tracker.ParseState(path, b); err == nil {
 				rev, session = st.Rev+1, st.Session
@@ -340,8 +368,10 @@ func (w *watcher) restoreControls() {
 	}
 	for _, taken := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(taken), "."), ".taken")
-		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
-			continue
+		if _, selector := spool.ParseSelectorName(name); !selector {
+			if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
+				continue
+			}
 		}
 		dst := filepath.Join(w.spool.Spool(), name)
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
@@ -349,6 +379,17 @@ func (w *watcher) restoreControls() {
 			continue
 		}
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
+	}
+	chosen, _ := filepath.Glob(filepath.Join(w.spool.Spool(), ".*.chosen"))
+	for _, path := range chosen {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "."), ".chosen")
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+			continue // not the watcher's: not to touch
+		}
+		if _, err := os.Lstat(filepath.Join(w.spool.Spool(), name)); errors.Is(err, fs.ErrNotExist) {
+			os.Remove(path) // its request was answered
+		}
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // A start request that finds no free slot (Settings.MaxRunning, MaxPerSession) makes a queued run:
@@ -27,10 +28,38 @@ type queuedRun struct {
 	st  *tracker.State
 	req spool.Start // the request as last read
 	ino uint64      // the spool file it was last read from
+	// removed is set when its request is removed from the spool, until a
+	// new version is taken; gone then fires after the edit window, and
+	// cancels the run unless the request is back.
+	removed bool
+	gone    *time.Timer
+	// at fires when the run's not_before comes (see settleWaits).
+	at *time.Timer
 }
 
-// QueuePath returns the path of root's queue file.
-func QueuePath(root string) string { return filepath.Join(root, "queue") }
+// addQueued puts q at the end of the queue.
+func (w *watcher) addQueued(q *queuedRun) {
+	w.queue = append(w.queue, q)
+	if waits(q.st) {
+		w.waiters++
+	}
+}
+
+// removeQueued takes q out of the queue.
+func (w *watcher) removeQueued(q *queuedRun) {
+	q.stopGone()
+	if q.at != nil {
+		q.at.Stop()
+		q.at = nil
+	}
+	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+	if waits(q.st) {
+		w.waiters--
+	}
+	if w.waiters == 0 {
+		clear(w.ended) // nothing waits for them any more
+	}
+}
 
 func (w *watcher) queued(id string) *queuedRun {
 	for _, q := range w.queue {
@@ -77,30 +106,62 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	st := w.newRun(n.ID, f.UID, req)
-	st.State = tracker.Queued
+	st.State, st.Reason = tracker.Queued, waitReason(st)
 	w.save(st)
-	w.queue = append(w.queue, &queuedRun{st: st, req: req, ino: f.Ino})
+	w.addQueued(&queuedRun{st: st, req: req, ino: f.Ino})
 	w.writeQueue()
 	w.log.Printf("run %s: queued (position %d)", n.ID, len(w.queue))
 	w.outcome(n, spool.Accepted, "")
 }
 
+// editQueued takes a new version of queued run q's request, named n, from
+// the spool, and answers it if it is one: its content changed, or it came
+// back after its removal (see queuedRequestRemoved). A slot may have freed
+// while it could not be read.
+func (w *watcher) editQueued(q *queuedRun, n spool.Name, f spool.File, req spool.Start) {
+	back := q.removed
+	q.stopGone()
+	if w.updateQueued(q, f, req) || back {
+		w.answer(n, spool.Accepted, fmt.Sprintf("edited while queued (rev %d)", q.st.Rev))
+	}
+	w.dequeue()
+}
+
 // updateQueued takes a new version of queued run q's request: the record
-// shows the new command (and the rest), and its revision grows.
-func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) {
+// shows the new command (and the rest), and its revision grows. It
+// reports whether the record changed.
+func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool {
 	q.ino = f.Ino
 	next := w.newRun(q.st.ID, f.UID, req)
 	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
 		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && fmt.Sprint(next.Labels) == fmt.Sprint(q.st.Labels) &&
-		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) {
-		return
+		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) {
+		return false
 	}
+	old := q.req
 	q.req = req
 	st := q.st
+	if waits(st) {
+		w.waiters--
+	}
 	st.Command, st.Cwd, st.Session, st.Labels, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Labels, next.Timeout, next.Grace
+	if !sameWaits(req, old) {
+		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
+		if q.at != nil {
+			q.at.Stop()
+			q.at = nil
+		}
+	}
+	if waits(st) {
+		w.waiters++
+	}
 	st.Reason = "its request was edited while queued"
+	if r := waitReason(st); r != "" {
+		st.Reason += "; " + r
+	}
 	w.save(st)
 	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
+	return true
 }
 
 // dequeue starts queued runs, in order, while slots are free.
@@ -108,15 +169,21 @@ func (w *watcher) dequeue() {
 	if w.stopping > 0 || len(w.queue) == 0 {
 		return
 	}
-	changed := false
+	now := time.Now()
+	changed := w.waiters > 0 && w.settleWaits(now)
 	for _, q := range slices.Clone(w.queue) {
 		if w.settings.MaxRunning > 0 && w.runsStarted() >= w.settings.MaxRunning {
 			break
 		}
+		if waits(q.st) {
+			if waiting, never := w.conditions(q.st, now); waiting != "" || never != "" {
+				continue // it waits for another run, or a time
+			}
+		}
 		if !w.slotFor(q.st.Session) || !w.startQueued(q) {
 			continue // its session is at its cap, or its writer is busy with it
 		}
-		w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+		w.removeQueued(q)
 		changed = true
 	}
 	if changed {
@@ -134,10 +201,10 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		return false // another's file is never its request: examine rejects it
 	}
 	req, err := spool.ParseStart(f.Body)
-	if err != nil || !f.Settled {
-		return false
+	if err != nil || !f.Settled || !sameWaits(req, q.req) {
+		return false // a version whose waits changed is taken as an edit first
 	}
-	claimed, err := w.spool.Claim(f, filepath.Join(w.store.RunDir(n.ID), "request"))
+	claimed, err := w.spool.Claim(f, w.store.Run(n.ID).Request())
 	w.claimed(err)
 	if err != nil {
 		return false
@@ -154,6 +221,13 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 			w.endQueued(q, tracker.Failed, "the request claimed to start it is not its own: "+err.Error())
 			return true
 		}
+		if !sameWaits(req, q.req) {
+			// Edited at that very moment to wait for something else: back
+			// to the spool, to be taken as an edit.
+			if unix.Renameat2(unix.AT_FDCWD, w.store.Run(n.ID).Request(), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE) == nil {
+				return false
+			}
+		}
 	}
 	w.forget(n.String())
 	w.updateQueued(q, claimed, req)
@@ -167,20 +241,54 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 // Its request is kept as the run's, though it never ran.
 func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 	start := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
-	os.Rename(filepath.Join(w.spool.Spool(), start.String()), filepath.Join(w.store.RunDir(q.st.ID), "request"))
+	os.Rename(filepath.Join(w.spool.Spool(), start.String()), w.store.Run(q.st.ID).Request())
 	w.forget(start.String())
 	w.endQueued(q, tracker.Canceled, "canceled while queued; it never started")
 	w.answer(n, spool.Canceled, "")
 }
 
 // endQueued records queued run q ended in state, without starting it.
-func (w *watcher) endQueued(q *queuedRun, state, reason string) {
-	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+func (w *watcher) endQueued(q *queuedRun, state tracker.StateName, reason string) {
+	w.removeQueued(q)
 	w.writeQueue()
 	now := time.Now()
 	q.st.State, q.st.Reason, q.st.EndedAt = state, reason, &now
 	w.save(q.st)
 	w.log.Printf("run %s: %s (%s)", q.st.ID, state, reason)
+}
+
+// queuedRequestRemoved handles the removal of queued run q's request from
+// the spool. Editors and tools that save by removing and re-creating the
+// file (vim with a backup, install(1), mv from another file system) leave
+// a moment with no file, so the run is canceled only if the name stays
+// empty for the settings' QueueEditWindow; a file that appears under it
+// meanwhile is an edit (editQueued).
+func (w *watcher) queuedRequestRemoved(q *queuedRun) {
+	q.stopGone()
+	q.removed = true
+	w.log.Printf("run %s: its queued request was removed from the spool: it is canceled unless it is back within %v", q.st.ID, w.settings.QueueEditWindow)
+	var t *time.Timer
+	t = w.after(w.settings.QueueEditWindow, func() {
+		if q.gone != t || w.queued(q.st.ID) != q {
+			return // started, canceled, taken back or removed again meanwhile
+		}
+		q.gone = nil
+		if exists(filepath.Join(w.spool.Spool(), spool.Name{ID: q.st.ID, Verb: spool.VerbStart}.String())) {
+			return // back, and being written: its examination decides
+		}
+		w.queuedRequestGone(q, "its request was removed from the spool while queued")
+	})
+	q.gone = t
+}
+
+// stopGone forgets a removal of q's request: a new version was taken, or
+// the run leaves the queue.
+func (q *queuedRun) stopGone() {
+	if q.gone != nil {
+		q.gone.Stop()
+		q.gone = nil
+	}
+	q.removed = false
 }
 
 // queuedRequestGone handles the removal (or rejection) of queued run q's
@@ -197,28 +305,37 @@ func (w *watcher) writeQueue() {
 		b.WriteString(q.st.ID)
 		b.WriteByte('\n')
 	}
-	if err := spool.ReplaceUnsynced(QueuePath(w.cfg.Root), []byte(b.String()), spool.Perm{Mode: 0o644}); err != nil {
+	if err := spool.ReplaceUnsynced(w.root().Queue(), []byte(b.String()), spool.Perm{Mode: 0o644}); err != nil {
 		w.log.Printf("%v", err)
 	}
 }
 
 // recoverQueued puts run st, recorded queued by an earlier watcher, back
 // in the queue, if its request is still in the spool. One whose request
-// was claimed is started; one whose request is gone ends canceled.
+// was claimed is started; one whose request is gone is queued too, and
+// ends canceled unless it is back within the edit window (the watcher may
+// have stopped in the middle of an editor's save).
 func (w *watcher) recoverQueued(st *tracker.State) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
 	if f, err := w.spool.Read(n.String()); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		// One that does not parse now, or is not its owner's, is decided on
 		// rescan.
 		req, _ := spool.ParseStart(f.Body)
-		w.queue = append(w.queue, &queuedRun{st: st, req: req})
+		w.addQueued(&queuedRun{st: st, req: req})
 		return
 	}
-	if _, err := os.Stat(filepath.Join(w.store.RunDir(st.ID), "request")); err == nil {
+	if _, err := os.Stat(w.store.Run(st.ID).Request()); err == nil {
 		w.neverRan(st, "it was leaving the queue when the watcher stopped")
 		return
 	}
-	now := time.Now()
-	st.State, st.Reason, st.EndedAt = tracker.Canceled, "its request was removed from the spool while queued; it never started", &now
-	w.save(st)
+	q := &queuedRun{st: st}
+	w.addQueued(q)
+	w.queuedRequestRemoved(q)
+}
+
+// sameWaits reports whether requests a and b wait for the same runs and
+// time.
+func sameWaits(a, b spool.Start) bool {
+	return slices.Equal(a.After, b.After) && (a.NotBefore == nil) == (b.NotBefore == nil) &&
+		(a.NotBefore == nil || a.NotBefore.At.Equal(b.NotBefore.At) && a.NotBefore.In == b.NotBefore.In)
 }

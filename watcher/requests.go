@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -85,6 +86,9 @@ func (w *watcher) examine(name string) {
 		return
 	}
 	n, nameErr := spool.ParseName(name)
+	if sn, ok := spool.ParseSelectorName(name); ok {
+		n, nameErr = sn, nil
+	}
 	f, err := w.spool.Read(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -92,7 +96,7 @@ func (w *watcher) examine(name string) {
 		delete(w.faulted, name)
 		if nameErr == nil {
 			if q := w.queued(n.ID); q != nil && n.Verb == spool.VerbStart {
-				w.queuedRequestGone(q, "its request was removed from the spool while queued")
+				w.queuedRequestRemoved(q)
 			}
 			w.afterStartDecided(n) // a removed start is decided too
 		}
@@ -179,11 +183,14 @@ func (w *watcher) claimGhost(n spool.Name, f spool.File) bool {
 		return false
 	}
 	var st unix.Stat_t
-	return unix.Lstat(filepath.Join(w.store.RunDir(n.ID), "request"), &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino
+	return unix.Lstat(w.store.Run(n.ID).Request(), &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino
 }
 
 // request parses request n's body for its verb, and returns what takes it.
 func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
+	if n.ID == spool.SelectID {
+		return w.selectRequest(n, f)
+	}
 	switch n.Verb {
 	case spool.VerbStart:
 		req, err := spool.ParseStart(f.Body)
@@ -245,7 +252,10 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 }
 
 func (w *watcher) outcome(n spool.Name, outcome, detail string) {
-	w.afterRecorded(n.ID, func() { // what it answers is recorded first
+	w.follow(effectAnswer, n.ID, func() { // what it answers is recorded first
+		if w.selectionAnswer(n, outcome, detail) {
+			return // a part of a selector request: it answers for all
+		}
 		if err := w.spool.WriteOutcome(n, outcome, detail); err != nil {
 			w.log.Printf("%s: writing outcome %s: %v (retrying)", n, outcome, err)
 			w.unsaved.outcomes[n] = [2]string{outcome, detail}
@@ -258,6 +268,9 @@ func (w *watcher) outcome(n spool.Name, outcome, detail string) {
 func (w *watcher) afterStartDecided(n spool.Name) {
 	if n.Verb != spool.VerbStart {
 		return
+	}
+	if w.waitedOn(n.ID) {
+		w.dequeueSoon() // what waits for it may never start now
 	}
 	names := w.afterStart[n.ID]
 	delete(w.afterStart, n.ID)
@@ -278,11 +291,19 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 			w.afterStartDecided(n)
 		}
 	}()
+	if len(req.After) > 0 {
+		// Checked before anything else: a run that would wait for no run,
+		// or for itself, is refused, as an edit of a queued one too.
+		if err := w.checkDeps(n.ID, req.After); err != nil {
+			w.reject(n.String(), n, nil, err.Error())
+			return
+		}
+	}
 	if q := w.queued(n.ID); q != nil {
-		w.updateQueued(q, f, req) // edited while it waits
+		w.editQueued(q, n, f, req) // edited while it waits
 		return
 	}
-	if !w.slotFor(req.Session) || len(w.queue) > 0 {
+	if !w.slotFor(req.Session) || len(w.queue) > 0 || len(req.After) > 0 || req.NotBefore != nil {
 		if dir := w.store.RunDir(n.ID); exists(dir) && !emptyDir(dir) {
 			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, w.store.RunDir(n.ID)))
 			return
@@ -338,6 +359,13 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
 		Restart: req.Restart, Health: req.Health, ReadyFile: req.ReadyFile, Limits: req.Limits,
 	}
+	for _, d := range req.After {
+		st.After = append(st.After, d.String())
+	}
+	if req.NotBefore != nil {
+		t := req.NotBefore.From(st.CreatedAt)
+		st.NotBefore = &t
+	}
 	if req.OutputLimit > 0 {
 		st.Output = &tracker.Output{Limit: req.OutputLimit}
 	}
@@ -377,21 +405,16 @@ func (w *watcher) cwd(dir string) string {
 	return filepath.Join(filepath.Dir(w.cfg.Root), dir)
 }
 
-// emptyDir reports whether dir holds nothing, from one getdents: the
-// directory a claim just made (os.ReadDir would cost twice the calls).
+// emptyDir reports whether dir holds nothing: a run directory left by a
+// claim cut short, or made for a queued run.
 func emptyDir(dir string) bool {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	d, err := os.Open(dir)
 	if err != nil {
 		return false
 	}
-	defer unix.Close(fd)
-	var buf [4096]byte
-	n, err := unix.Getdents(fd, buf[:])
-	if err != nil {
-		return false
-	}
-	_, _, names := unix.ParseDirent(buf[:n], -1, nil) // without . and ..
-	return len(names) == 0
+	defer d.Close()
+	_, err = d.Readdirnames(1)
+	return errors.Is(err, io.EOF)
 }
 
 func (w *watcher) answer(n spool.Name, outcome, detail string) {

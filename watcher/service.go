@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -22,13 +21,9 @@ import (
 // its process creates), and may be started again when it ends (its
 // restart policy). Between attempts it is in backoff, with no process.
 
-// causeRestart is the stop cause of a run stopped to be started again: by
-// a restart request, or because it turned unhealthy.
-const causeRestart = "restart"
-
 // readyPath is the file a run creates to say it is ready ($TEND_READY).
 func (w *watcher) readyPath(id string) string {
-	return filepath.Join(w.store.RunDir(id), "ready")
+	return w.store.Run(id).Ready()
 }
 
 // waitsForReady reports whether st is starting until a check passes.
@@ -73,18 +68,29 @@ func (w *watcher) becameReady(r *run, how string) {
 }
 
 // scheduleCheck runs r's health check after d, off the loop, and takes its
-// result on the loop.
+// result on the loop. An exec check runs as the run does: as its owner,
+// in its working directory.
 func (w *watcher) scheduleCheck(r *run, d time.Duration) {
 	h := *r.st.Health
-	env, cwd := os.Environ(), r.st.Cwd
+	as, err := w.runAs(r.st)
+	if err != nil {
+		w.log.Printf("run %s: health check: %v", r.st.ID, err)
+		return
+	}
+	check := check{health: h, cwd: r.st.Cwd, env: childEnv(as.baseEnv(), as.env())}
+	if as != nil {
+		check.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
+	}
 	r.timers = append(r.timers, time.AfterFunc(d, func() {
-		ok, detail := runCheck(w.forker, h, cwd, env)
-		w.do <- func() { w.checked(r, ok, detail) }
+		start := time.Now()
+		ok, detail := check.run(w.forker)
+		took := time.Since(start)
+		w.do <- func() { w.checked(r, ok, detail, took) }
 	}))
 }
 
-// checked takes one health check result of r.
-func (w *watcher) checked(r *run, ok bool, detail string) {
+// checked takes one health check result of r, which took took.
+func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	if w.runs[r.st.ID] != r || r.exit != nil || r.st.Stop != nil {
 		return
 	}
@@ -95,7 +101,7 @@ func (w *watcher) checked(r *run, ok bool, detail string) {
 		return // a stopped process cannot answer: the result says nothing
 	}
 	now := time.Now()
-	hs.Checks = append(hs.Checks, tracker.HealthCheck{Time: now, OK: ok, Detail: detail})
+	hs.Checks = append(hs.Checks, tracker.HealthCheck{Time: now, OK: ok, Detail: detail, DurationSeconds: took.Seconds()})
 	if len(hs.Checks) > 5 {
 		hs.Checks = hs.Checks[len(hs.Checks)-5:]
 	}
@@ -124,11 +130,23 @@ func (w *watcher) checked(r *run, ok bool, detail string) {
 		w.save(r.st)
 		return
 	}
-	w.stop(r, causeRestart, "unhealthy: "+detail, r.grace(), "")
+	// The check's output stays in the record, its owner's: the reason goes
+	// to the history too, which every user of a shared root reads.
+	w.stop(r, tracker.CauseRestart, fmt.Sprintf("unhealthy: %d health checks failed in a row (tend show %s)", hs.Failures, r.st.ID), r.grace(), "")
 }
 
-// runCheck performs one health check.
-func runCheck(f *forker, h spool.Health, cwd string, env []string) (bool, string) {
+// A check is one health check of a run, as it is performed: an exec
+// check's command runs in cwd with env, as cred's user if cred is set.
+type check struct {
+	health spool.Health
+	cwd    string
+	env    []string
+	cred   *syscall.Credential
+}
+
+// run performs the check, and says whether it passed and what it found.
+func (c check) run(f *forker) (bool, string) {
+	h := c.health
 	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout.D())
 	defer cancel()
 	switch {
@@ -153,8 +171,8 @@ func runCheck(f *forker, h spool.Health, cwd string, env []string) (bool, string
 		return resp.StatusCode/100 == 2, resp.Status
 	}
 	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Exec)
-	cmd.Dir, cmd.Env = cwd, env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Dir, cmd.Env = c.cwd, c.env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -211,7 +229,7 @@ func wantsRestart(st *tracker.State, e procfs.Exit, unknown bool) bool {
 		return false
 	}
 	if st.Stop != nil {
-		return st.Stop.Cause == causeRestart
+		return st.Stop.Cause == tracker.CauseRestart
 	}
 	failed := unknown || e.Signal != 0 || e.Code != 0
 	return st.Restart.Policy == spool.RestartAlways || failed && st.Restart.Policy == spool.RestartOnFailure
@@ -245,7 +263,7 @@ func (w *watcher) enterBackoff(st *tracker.State, how string) {
 	now := time.Now()
 	keepAttempt(st, how)
 	delay := restartDelay(st, recentRestarts(st, now)-1)
-	if st.Stop != nil && st.Stop.Cause == causeRestart && len(st.Stop.Requests) > 0 {
+	if st.Stop != nil && st.Stop.Cause == tracker.CauseRestart && len(st.Stop.Requests) > 0 {
 		delay = 0 // asked for: no backoff
 	}
 	next := now.Add(delay)
@@ -295,7 +313,8 @@ func (w *watcher) restartNow(st *tracker.State) {
 			markDone(st, n) // with the record the launch writes
 		}
 	}
-	os.Remove(w.startedPath(st.ID)) // the new attempt passes its own gate
+	os.Remove(w.store.Run(st.ID).Started()) // the new attempt passes its own gate
+	os.Remove(w.store.Run(st.ID).Gate())
 	os.Remove(w.readyPath(st.ID))
 	attempt := st.Attempt + 1 // counted once forked (see launch)
 	w.launch(st, req.Env)
@@ -317,18 +336,19 @@ func resetAttempt(st *tracker.State) {
 
 // restartLimitReached reports whether st may not be restarted again.
 func restartLimitReached(st *tracker.State) bool {
-	if st.Stop != nil && st.Stop.Cause == causeRestart && len(st.Stop.Requests) > 0 {
+	if st.Stop != nil && st.Stop.Cause == tracker.CauseRestart && len(st.Stop.Requests) > 0 {
 		return false // asked for by a person or an agent
 	}
 	return st.Restart.Limit == 0 || recentRestarts(st, time.Now()) >= st.Restart.Limit
 }
 
 // endBackoff ends run b, in backoff, in state without starting it again.
-func (w *watcher) endBackoff(b *backoff, state, reason string) {
+func (w *watcher) endBackoff(b *backoff, state tracker.StateName, reason string) {
 	b.timer.Stop()
 	delete(w.waiting, b.st.ID)
 	now := time.Now()
 	b.st.State, b.st.Reason, b.st.EndedAt, b.st.NextStartAt = state, reason, &now, nil
 	w.save(b.st)
+	w.answerStop(b.st, string(state)) // a restart asked for, that now will not be
 	w.log.Printf("run %s: %s (%s)", b.st.ID, state, reason)
 }

@@ -18,7 +18,7 @@ import (
 func (w *watcher) live(n spool.Name, st *tracker.State) *run {
 	r := w.runs[st.ID]
 	if r == nil || r.exit != nil {
-		w.answer(n, spool.NotRunning, st.State)
+		w.answer(n, spool.NotRunning, string(st.State))
 		return nil
 	}
 	return r
@@ -59,7 +59,7 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 	}
 	defer done()
 	if b := w.waiting[st.ID]; b != nil {
-		b.st.Stop = &tracker.Stop{Cause: causeRestart, Requests: []string{n.String()}, RequestedAt: time.Now()}
+		b.st.Stop = &tracker.Stop{Cause: tracker.CauseRestart, Requests: []string{n.String()}, RequestedAt: time.Now()}
 		w.restartNow(b.st)
 		return
 	}
@@ -74,11 +74,11 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 	if req.Grace != nil {
 		grace = req.Grace.D()
 	}
-	if st.Stop != nil && st.Stop.Cause != causeRestart {
-		w.answer(n, spool.NotRunning, "it is being stopped ("+st.Stop.Cause+")")
+	if st.Stop != nil && st.Stop.Cause != tracker.CauseRestart {
+		w.answer(n, spool.NotRunning, "it is being stopped ("+string(st.Stop.Cause)+")")
 		return
 	}
-	w.stop(r, causeRestart, "restart requested", grace, n.String())
+	w.stop(r, tracker.CauseRestart, "restart requested", grace, n.String())
 	w.log.Printf("%s: restarting (grace %s)", n, grace)
 }
 
@@ -101,7 +101,7 @@ func (w *watcher) takePause(n spool.Name, f spool.File, req spool.Cancel) {
 	w.signalGroup(r, syscall.SIGSTOP)
 	now := time.Now()
 	st.PausedAt = &now
-	st.Reason = "paused from " + st.State
+	st.Reason = "paused from " + string(st.State)
 	st.State = tracker.Paused
 	if r.timeout != nil {
 		r.timeout.Stop()

@@ -2,8 +2,10 @@ package watcher
 
 import (
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 func TestChildEnvLayers(t *testing.T) {
@@ -72,18 +75,18 @@ func TestDescribeExit(t *testing.T) {
 
 func TestLockIsExclusiveAndProbeSeesIt(t *testing.T) {
 	root := t.TempDir()
-	if running, _, err := Probe(root); running || err != nil {
+	if running, _, err := tracker.ProbeWatcher(root); running || err != nil {
 		t.Fatalf("Probe of an idle root = %v, %v", running, err)
 	}
 	l, err := lock(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(PIDPath(root), []byte("4242\n"), 0o644)
+	os.WriteFile(layout.Root(root).WatcherPID(), []byte("4242\n"), 0o644)
 	if _, err := lock(root); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "(pid 4242)") {
 		t.Fatalf("second lock = %v, want ErrRunning naming pid 4242", err)
 	}
-	if running, pid, err := Probe(root); !running || pid != 4242 || err != nil {
+	if running, pid, err := tracker.ProbeWatcher(root); !running || pid != 4242 || err != nil {
 		t.Fatalf("Probe = %v, %d, %v; want running, 4242", running, pid, err)
 	}
 	l.Unlock()
@@ -171,6 +174,7 @@ func TestPermitted(t *testing.T) {
 		{1000, "A", free, false, "run f belongs to no session, not to session A"},
 		{1001, "A", run, false, "run r belongs to uid 1000, not to uid 1001"},
 		{1001, "", free, false, "run f belongs to uid 1000, not to uid 1001"},
+		{1001, "B", run, false, "run r belongs to uid 1000, not to uid 1001"}, // the user first, whatever the session
 	}
 	for _, tt := range tests {
 		ok, why := permitted(tt.uid, tt.session, tt.st)
@@ -181,27 +185,35 @@ func TestPermitted(t *testing.T) {
 }
 
 func TestLoadSettings(t *testing.T) {
+	with := func(change func(*Settings)) Settings {
+		s := DefaultSettings
+		change(&s)
+		return s
+	}
 	tests := []struct {
 		config  string
 		want    Settings
 		wantErr string
 	}{
 		{"", DefaultSettings, ""}, // no file
-		{`{"max_running": 2, "max_running_per_session": 1}`, Settings{MaxRunning: 2, MaxPerSession: 1, KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
-		{`{"keep_finished_for": "24h", "keep_finished": 0}`, Settings{KeepFinishedFor: 24 * time.Hour, Durability: tracker.PowerLoss}, ""},
-		{`{"keep_finished_for": 60}`, Settings{KeepFinishedFor: time.Minute, KeepFinished: 1000, Durability: tracker.PowerLoss}, ""},
-		{`{"durability": "watcher_crash"}`, Settings{KeepFinishedFor: DefaultSettings.KeepFinishedFor, KeepFinished: 1000, Durability: tracker.WatcherCrash}, ""},
+		{`{"max_running": 2, "max_running_per_session": 1}`, with(func(s *Settings) { s.MaxRunning, s.MaxPerSession = 2, 1 }), ""},
+		{`{"keep_finished_for": "24h", "keep_finished": 0}`, with(func(s *Settings) { s.KeepFinishedFor, s.KeepFinished = 24*time.Hour, 0 }), ""},
+		{`{"keep_finished_for": 60}`, with(func(s *Settings) { s.KeepFinishedFor = time.Minute }), ""},
+		{`{"durability": "watcher_crash"}`, with(func(s *Settings) { s.Durability = tracker.WatcherCrash }), ""},
 		{`{"durability": "power_loss"}`, DefaultSettings, ""},
 		{"\ufeff{\"durability\": \"power_loss\"}\r\n", DefaultSettings, ""}, // saved by Notepad
 		{`{"durability": "none"}`, DefaultSettings, `config.json: "durability": "none" is neither "power_loss" nor "watcher_crash"`},
-		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing"`},
+		{`{"queue_edit_window": "5s"}`, with(func(s *Settings) { s.QueueEditWindow = 5 * time.Second }), ""},
+		{`{"queue_edit_window": 0}`, with(func(s *Settings) { s.QueueEditWindow = 0 }), ""},
+		{`{"queue_edit_window": "-1s"}`, DefaultSettings, `"queue_edit_window"`},
+		{`{"max_runing": 2}`, DefaultSettings, `unknown field "max_runing" (did you mean "max_running"?): fields are max_running, max_running_per_session`},
 		{`{"max_running": -1}`, DefaultSettings, `"max_running": -1 is negative`},
 		{`{"max_running": `, DefaultSettings, "config.json"},
 	}
 	for _, tt := range tests {
 		root := t.TempDir()
 		if tt.config != "" {
-			os.WriteFile(ConfigPath(root), []byte(tt.config), 0o644)
+			os.WriteFile(layout.Root(root).Config(), []byte(tt.config), 0o644)
 		}
 		got, err := LoadSettings(root, DefaultSettings)
 		if tt.wantErr != "" {
@@ -258,9 +270,9 @@ func TestWantsRestart(t *testing.T) {
 		{onFailure, nil, bad, false, true},
 		{onFailure, nil, killed, false, true},
 		{onFailure, nil, ok, true, true}, // an unknown end counts as a failure
-		{always, &tracker.Stop{Cause: tracker.Canceled}, killed, false, false},
-		{always, &tracker.Stop{Cause: tracker.TimedOut}, killed, false, false},
-		{onFailure, &tracker.Stop{Cause: causeRestart}, killed, false, true},
+		{always, &tracker.Stop{Cause: tracker.CauseCanceled}, killed, false, false},
+		{always, &tracker.Stop{Cause: tracker.CauseTimedOut}, killed, false, false},
+		{onFailure, &tracker.Stop{Cause: tracker.CauseRestart}, killed, false, true},
 	}
 	for i, tt := range tests {
 		st := &tracker.State{Restart: tt.restart, Stop: tt.stop}
@@ -283,5 +295,32 @@ func TestRestartDelayGrowsToItsCap(t *testing.T) {
 			t.Errorf("restartDelay did not grow: %v after %v", d, last)
 		}
 		last = d
+	}
+}
+
+// The answers to tagged requests are swept an hour after they were
+// written, whoever wrote the request; untagged ones stay (a shell client
+// reads them by name, and a start's says what became of a run).
+func TestSweepTaggedOutcomes(t *testing.T) {
+	w := newWatcher(Config{Root: t.TempDir(), Log: io.Discard})
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for name, mtime := range map[string]time.Time{
+		"a@x1.cancel": old, "a@x2.cancel": time.Now(), "a.cancel": old, "a.start": old, "junk": old,
+	} {
+		path := filepath.Join(w.spool.Outcomes(), name)
+		os.WriteFile(path, []byte("canceled\n"), 0o644)
+		os.Chtimes(path, mtime, mtime)
+	}
+	w.sweepTaggedOutcomes(time.Now().Add(-keepTaggedOutcomes))
+	ents, _ := os.ReadDir(w.spool.Outcomes())
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{"a.cancel", "a.start", "a@x2.cancel", "junk"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
 	}
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
@@ -201,4 +202,35 @@ func cmdWaitGlob(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return ""
 	})
+}
+
+// markRequest is the program "markreq FILE...": it puts the mark of a
+// request of root's on each file, as tend's own clients do (spool.Mark),
+// for the tests that write root's requests by hand into a shared spool.
+func markRequest() {
+	for _, path := range os.Args[1:] {
+		fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "markreq:", err)
+			os.Exit(1)
+		}
+		spool.Mark(fd)
+		unix.Close(fd)
+	}
+}
+
+// hasCapability reports whether this process has capability c in its
+// effective set.
+func hasCapability(c int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			return err == nil && caps&(1<<c) != 0
+		}
+	}
+	return false
 }

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
+	"os"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
@@ -12,8 +13,8 @@ import (
 type cancelCmd struct {
 	ID      string        `arg:"" optional:"" help:"The run to cancel."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
-	Session string        `help:"Act as this session: only its runs may be canceled." env:"TEND_SESSION"`
-	All     bool          `help:"Cancel every active run of --session (and nothing else)."`
+	Session *string       `help:"Act as this session: only its runs may be canceled (default: $TEND_SESSION)."`
+	All     bool          `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with --session '', else of every session (an operator's)."`
 	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7)."`
 	JSON    bool          `help:"Print the outcome as a JSON line, one a run with --all (docs/schema/outcome.schema.json)."`
 }
@@ -25,7 +26,21 @@ and prints the outcome once the run has ended:
   already_finished  it had ended already (exit 5)
   not_found         no run has this ID (exit 3)
   not_cancellable   it cannot be signaled (exit 4)
-Canceling twice is safe. Example: tend cancel web --grace 2s`
+Canceling twice is safe; the watcher keeps running. Examples:
+  tend cancel web --grace 2s
+  tend cancel --all --session agent-7   # every run of a session
+  tend cancel --all                     # every run (as an operator)`
+}
+
+// session returns the session c acts as, and whether one is named at all:
+// --session, even empty ("" is no session's runs with --all), else a
+// TEND_SESSION that is not empty.
+func (c *cancelCmd) session() (string, bool) {
+	if c.Session != nil {
+		return *c.Session, true
+	}
+	s := os.Getenv("TEND_SESSION")
+	return s, s != ""
 }
 
 func (c *cancelCmd) Run(e *env) error {
@@ -33,72 +48,74 @@ func (c *cancelCmd) Run(e *env) error {
 	if c.All {
 		return c.cancelAll(e)
 	}
-	if err := spool.ValidID(c.ID); err != nil {
-		return exitf(exitUsage, "cancel: %v", err)
+	if c.ID == "" {
+		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID, or tend cancel --all [--session S] for every run (of a session); tend ls lists the runs)")
 	}
-	body, err := c.body()
+	if err := checkID("cancel", c.ID); err != nil {
+		return err
+	}
+	session, _ := c.session()
+	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	n := spool.Name{ID: c.ID, Verb: spool.VerbCancel}
-	outcome, detail, err := submit(e, n, body, true)
-	if err != nil {
-		return err
+	o, err := client.Cancel(e.context(), c.ID, tend.Control{Grace: c.Grace, IfRev: c.IfRev})
+	if o.Outcome == "" {
+		return err // not answered
 	}
 	if e.json {
-		if err := printOutcome(e, n, outcome, detail, false); err != nil {
+		if err := printOutcome(e, o, false); err != nil {
 			return err
 		}
 	} else {
-		fmt.Fprintln(e.stdout, outcome) // the outcome alone: scripts compare it
+		fmt.Fprintln(e.stdout, o.Outcome) // the outcome alone: scripts compare it
 	}
-	return exitFor(n, outcome, detail)
+	return outcomeErr(o)
 }
 
-func (c *cancelCmd) body() ([]byte, error) {
-	req := spool.Cancel{Session: c.Session}
-	if c.IfRev > 0 {
-		req.IfRev = &c.IfRev
-	}
-	if c.Grace > 0 {
-		g := spool.Duration(c.Grace)
-		req.Grace = &g
-	}
-	return json.Marshal(req)
-}
-
-// cancelAll cancels every active run of the session, side by side, and
-// prints one line per run: ID: outcome.
+// cancelAll cancels every active run of the session named (of none with
+// --session ""), or, if none is named, of every session, side by side, and
+// prints one line per run: ID: outcome. The watcher keeps running.
 func (c *cancelCmd) cancelAll(e *env) error {
 	if c.ID != "" {
 		return exitf(exitUsage, "cancel: give a run ID or --all, not both")
 	}
-	if c.Session == "" {
-		return exitf(exitUsage, "cancel --all: name the session whose runs to cancel (--session or TEND_SESSION)")
+	if c.IfRev != 0 {
+		return exitf(exitUsage, "cancel --all: --if-rev is one run's revision: give one ID with it")
 	}
-	body, err := c.body()
+	session, scoped := c.session()
+	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	runs, _ := tracker.NewStore(e.root).ListBrief() // sessions and states only
-	var reqs []request
-	for _, st := range runs {
-		if st.Session == c.Session && !tracker.Final(st.State) {
-			reqs = append(reqs, request{spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body})
+	// One selector request: every run this client may act on (the
+	// watcher keeps a session's request to its runs); the runs of no
+	// session are named, as a selector has no word for them.
+	sel := spool.Select{All: true}
+	if scoped && session == "" {
+		runs, err := client.List(e.context(), tend.Filter{Brief: true})
+		if err != nil {
+			return err
+		}
+		sel = spool.Select{IDs: []string{}}
+		for _, r := range runs {
+			if r.Session == "" && !tracker.Final(r.State) {
+				sel.IDs = append(sel.IDs, r.ID)
+			}
+		}
+		if len(sel.IDs) == 0 {
+			return nil
 		}
 	}
-	if len(reqs) == 0 {
-		return nil
-	}
-	answers, err := submitAll(e, reqs, true)
+	outcomes, err := client.CancelSelected(e.context(), sel, tend.Control{Grace: c.Grace})
 	if err != nil {
 		return err
 	}
-	for i, a := range answers {
+	for _, o := range outcomes {
 		if e.json {
-			printOutcome(e, reqs[i].name, a.outcome, a.detail, true)
+			printOutcome(e, o, true)
 		} else {
-			fmt.Fprintf(e.stdout, "%s: %s\n", reqs[i].name.ID, a.outcome)
+			fmt.Fprintf(e.stdout, "%s: %s\n", o.ID, o.Outcome)
 		}
 	}
 	return nil

@@ -176,15 +176,21 @@ func flagValues(f *kong.Flag, root string) []string {
 	case f.Enum != "":
 		return strings.Split(f.Enum, ",")
 	case f.Name == "state":
-		return states
+		return stateNames()
 	case f.Name == "root":
 		return nil // the shell's own file completion is better
 	}
 	return nil
 }
 
-var states = []string{tracker.Queued, tracker.Starting, tracker.Running, tracker.Paused, tracker.Stopping, tracker.Backoff,
-	tracker.Completed, tracker.Failed, tracker.Canceled, tracker.TimedOut}
+// stateNames returns tracker.States as strings, for completion.
+func stateNames() []string {
+	names := make([]string, len(tracker.States))
+	for i, s := range tracker.States {
+		names[i] = string(s)
+	}
+	return names
+}
 
 var signalNames = []string{"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "WINCH"}
 

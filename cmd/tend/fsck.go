@@ -2,11 +2,11 @@ package main
 
 import (
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 )
 
 type fsckCmd struct {
@@ -20,13 +20,21 @@ its run directory, the history and /proc, leftover temporary files, and
 orphaned outcomes and run directories. Prints each problem with its path
 and exits 1 if there is any. While a watcher runs, what it finds is checked
 again a second later, and only what is still there is a problem (not a
-write in flight). Example: tend fsck || tend down --keep-runs && tend fsck --repair`
+write in flight). --repair is refused while a watcher runs: stop it
+(keeping its runs) first. Examples:
+  tend fsck
+  tend fsck || { tend down --keep-runs; tend fsck --repair; tend up; }`
 }
 
 func (c *fsckCmd) Run(e *env) error {
 	var repaired []string
 	if c.Repair {
-		if running, pid, _ := watcher.Probe(e.root); running {
+		// It writes there, as this user: only in a root nobody else could
+		// change (sudo tend fsck --repair in a teammate's checkout).
+		if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
+			return exitf(exitRefused, "fsck --repair: %v", err)
+		}
+		if running, pid, _ := tracker.ProbeWatcher(e.root); running {
 			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
 		}
 		var err error
@@ -78,7 +86,7 @@ const settle = time.Second
 // tracker.Persisting).
 func check(root string) []tracker.Problem {
 	problems := tracker.Check(root, processAlive)
-	if running, _, _ := watcher.Probe(root); running && len(problems) > 0 {
+	if running, _, _ := tracker.ProbeWatcher(root); running && len(problems) > 0 {
 		time.Sleep(settle)
 		problems = tracker.Persisting(problems, tracker.Check(root, processAlive))
 	}

@@ -1,30 +1,22 @@
 package main
 
 import (
-	"bufio"
-	"context"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
-
-// upTimeout bounds how long "tend up" waits for a watcher to be ready,
-// recovery of earlier runs included.
-const upTimeout = 60 * time.Second
 
 type upCmd struct {
 	watchFlags
@@ -54,7 +46,11 @@ func (c *upCmd) Run(e *env) error {
 			return err
 		}
 	}
-	pid, started, err := ensureWatcher(e, c.watchFlags)
+	client, err := e.client("")
+	if err != nil {
+		return err
+	}
+	pid, started, err := client.EnsureWatcher(e.context(), tend.WatcherOptions{Args: c.watchFlags.args()})
 	if err != nil {
 		return err
 	}
@@ -67,152 +63,6 @@ func (c *upCmd) Run(e *env) error {
 		fmt.Fprintf(e.stdout, "a watcher is already running on %s (pid %d)\n", e.root, pid)
 	}
 	return nil
-}
-
-// autoStart starts a watcher, as "tend up" would, unless one runs or
-// --no-start (TEND_NO_START) says not to.
-func (e *env) autoStart() error {
-	if e.noStart {
-		return nil
-	}
-	if running, _, err := watcher.Probe(e.root); err == nil && running {
-		return nil
-	}
-	pid, started, err := ensureWatcher(e, watchFlags{Settle: watcher.DefaultSettle})
-	if started {
-		fmt.Fprintf(e.stderr, "tend: started a watcher on %s (pid %d)\n", e.root, pid)
-	}
-	return err
-}
-
-// ensureWatcher starts a keeper and watcher in the background unless a
-// watcher runs, and returns once the watcher is ready, with its PID.
-// Concurrent callers take turns on ROOT/up.lock, so exactly one starts.
-// A keeper whose watcher died is told to start the next one at once,
-// rather than racing with a second keeper.
-func ensureWatcher(e *env, flags watchFlags) (pid int, started bool, err error) {
-	// Before anything is made in the root, or written to its log: a root
-	// someone else could change is not one to start a watcher on as this
-	// user (sudo tend in a teammate's checkout).
-	if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
-		return 0, false, exitf(exitRefused, "%v", err)
-	}
-	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
-		return 0, false, err
-	}
-	l := flock.New(filepath.Join(e.root, "up.lock"), flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW))
-	ctx, cancel := context.WithTimeout(context.Background(), upTimeout)
-	defer cancel()
-	if _, err := l.TryLockContext(ctx, 10*time.Millisecond); err != nil {
-		return 0, false, fmt.Errorf("%s: %w", l.Path(), err)
-	}
-	defer l.Unlock()
-	end := time.Now().Add(upTimeout)
-	var hurried time.Time
-	for ; time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
-		if pid, ok := readyWatcher(e.root); ok {
-			return pid, started, nil
-		}
-		if running, _, err := watcher.Probe(e.root); err != nil || running {
-			continue // starting, or recovering the runs of the last one
-		}
-		if k, _ := liveKeeper(e.root); k != nil {
-			if time.Since(hurried) > time.Second {
-				k.Signal(syscall.SIGUSR2)
-				hurried, started = time.Now(), true
-			}
-			k.Close()
-			continue
-		}
-		if err := spawnKeeper(e, flags); err != nil {
-			return 0, false, err
-		}
-		started = true
-	}
-	return 0, false, fmt.Errorf("no watcher got ready on %s within %v; see %s", e.root, upTimeout, logPath(e.root))
-}
-
-// readyWatcher returns the PID of the watcher holding root if it is ready:
-// it has written watcher.json, and it is alive.
-func readyWatcher(root string) (int, bool) {
-	running, _, err := watcher.Probe(root)
-	if err != nil || !running {
-		return 0, false
-	}
-	info, ok := liveInfo(root)
-	return info.PID, ok
-}
-
-// liveInfo reads root's watcher.json if the watcher it names is alive: one
-// that died leaves its watcher.json behind, until the next one replaces it.
-func liveInfo(root string) (watcher.Info, bool) {
-	info, err := watcher.ReadInfo(root)
-	if err != nil {
-		return info, false
-	}
-	st, err := procfs.ReadStat(info.PID)
-	return info, err == nil && st.State != 'Z' && st.Comm == watcher.WatcherComm
-}
-
-func logPath(root string) string { return filepath.Join(root, "watcher.log") }
-
-// spawnKeeper runs "tend watch" in a new session, detached, with its output
-// appended to watcher.log, and waits for its watcher to say it is ready,
-// or for the keeper to give up (another may have won the root meanwhile).
-func spawnKeeper(e *env, flags watchFlags) error {
-	logf, err := os.OpenFile(logPath(e.root), os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
-	if err != nil {
-		return err
-	}
-	defer logf.Close()
-	readyR, readyW, err := os.Pipe()
-	if err != nil {
-		return err
-	}
-	defer readyR.Close()
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(exe)
-	cmd.Args = append([]string{os.Args[0], "--root", e.root, "watch", "--ready-fd", "3"}, flags.args()...)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.ExtraFiles = []*os.File{readyW}
-	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
-	readyW.Close()
-	if err != nil {
-		return fmt.Errorf("starting a watcher: %w", err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	readyR.SetReadDeadline(time.Now().Add(upTimeout))
-	line, _ := bufio.NewReader(readyR).ReadString('\n')
-	if strings.TrimSpace(line) == "ready" {
-		return nil
-	}
-	// The first watcher is gone without being ready. Its keeper either
-	// gives up (it cannot start, or another watcher won the root) or
-	// restarts it, and then stays.
-	select {
-	case err := <-exited:
-		var ee *exec.ExitError
-		if errors.As(err, &ee) && ee.ExitCode() == exitRefused {
-			return nil // another watcher won the root; it will do
-		}
-	case <-time.After(time.Second):
-		return nil
-	}
-	return fmt.Errorf("the watcher did not start on %s; see %s:\n%s", e.root, logPath(e.root), tail(logPath(e.root), 5))
-}
-
-// tail returns the last n lines of a file, indented.
-func tail(path string, n int) string {
-	b, _ := os.ReadFile(path)
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	lines = lines[max(0, len(lines)-n):]
-	return "  " + strings.Join(lines, "\n  ")
 }
 
 type downCmd struct {
@@ -230,7 +80,16 @@ func (c *downCmd) Help() string {
 }
 
 func (c *downCmd) Run(e *env) error {
-	w, err := findWatcher(e, c.Timeout)
+	// The PIDs it signals are the root's to say: only one nobody else
+	// could change is believed (sudo tend down in a teammate's checkout).
+	if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
+		return exitf(exitRefused, "down: %v", err)
+	}
+	client, err := e.client("")
+	if err != nil {
+		return err
+	}
+	w, err := findWatcher(e, client, c.Timeout)
 	if err != nil {
 		return err
 	}
@@ -251,8 +110,8 @@ func (c *downCmd) Run(e *env) error {
 	}
 	target.Signal(sig)
 	done := func() bool {
-		running, _, _ := watcher.Probe(e.root)
-		inCharge, _, _ := watcher.ProbeKeeper(e.root)
+		running, _, _ := tracker.ProbeWatcher(e.root)
+		inCharge, _, _ := tracker.ProbeKeeper(e.root)
 		return !running && !inCharge && (c.KeepRuns || w.keeper == nil || !alive(w.keeper))
 	}
 	if !waitFor(done, c.Timeout, pollEvery, w.watcher, w.keeper) && !c.KeepRuns {
@@ -302,30 +161,31 @@ type watcherProcs struct {
 // but has not said who it is yet (it is starting: recovering the runs of
 // one that crashed, say) is waited for, up to wait; past that, the keeper
 // alone will do, as it passes its signals on.
-func findWatcher(e *env, wait time.Duration) (watcherProcs, error) {
+func findWatcher(e *env, client *tend.Client, wait time.Duration) (watcherProcs, error) {
 	var w watcherProcs
-	w.keeper, _ = liveKeeper(e.root)
-	running, _, err := watcher.Probe(e.root)
+	w.keeper, _ = client.LiveKeeper()
+	running, _, err := tracker.ProbeWatcher(e.root)
 	if err != nil || !running {
 		return w, err
 	}
-	pid, ok := readyWatcher(e.root)
+	info, ok := client.ReadyWatcher()
 	if !ok {
 		fmt.Fprintf(e.stderr, "tend: the watcher on %s is starting: waiting for it\n", e.root)
 		ready := func() bool {
-			if pid, ok = readyWatcher(e.root); ok {
+			if info, ok = client.ReadyWatcher(); ok {
 				return true
 			}
-			running, _, _ := watcher.Probe(e.root)
+			running, _, _ := tracker.ProbeWatcher(e.root)
 			return !running // gone: nothing to wait for
 		}
 		if !waitFor(ready, wait, pollEvery) && w.keeper == nil {
-			return w, fmt.Errorf("a watcher holds %s but has not written %s within %v", watcher.LockPath(e.root), watcher.InfoPath(e.root), wait)
+			return w, fmt.Errorf("a watcher holds %s but has not written %s within %v", layout.Root(e.root).WatcherLock(), layout.Root(e.root).WatcherInfo(), wait)
 		}
 	}
 	if !ok {
 		return w, nil // gone meanwhile, or never ready: the keeper is signalled
 	}
+	pid := info.PID
 	st, err := procfs.ReadStat(pid)
 	if err == nil {
 		w.watcher, err = procfs.Open(pid, st.StartTime)
@@ -370,35 +230,17 @@ func waitFor(cond func() bool, d, interval time.Duration, procs ...*procfs.Handl
 // no longer holds the lock. It reports whether there was one, and the PID
 // it named.
 func removeStale(root string) (pid int, removed bool) {
-	if running, _, _ := watcher.Probe(root); running {
+	if running, _, _ := tracker.ProbeWatcher(root); running {
 		return 0, false
 	}
-	b, err := os.ReadFile(watcher.PIDPath(root))
+	b, err := os.ReadFile(layout.Root(root).WatcherPID())
 	if err != nil {
 		return 0, false
 	}
 	fmt.Sscan(string(b), &pid)
-	os.Remove(watcher.PIDPath(root))
-	os.Remove(watcher.InfoPath(root))
+	os.Remove(layout.Root(root).WatcherPID())
+	os.Remove(layout.Root(root).WatcherInfo())
 	return pid, true
-}
-
-// liveKeeper returns a handle on the keeper in charge of root, if one is
-// and it is still the process that wrote keeper.pid.
-func liveKeeper(root string) (*procfs.Handle, int) {
-	running, pid, err := watcher.ProbeKeeper(root)
-	if err != nil || !running || pid == 0 {
-		return nil, 0
-	}
-	st, err := procfs.ReadStat(pid)
-	if err != nil || st.Comm != watcher.KeeperComm {
-		return nil, 0
-	}
-	h, err := procfs.Open(pid, st.StartTime)
-	if err != nil {
-		return nil, 0
-	}
-	return h, pid
 }
 
 // printStatusJSON prints what tend status --json would (up and down --json).
@@ -421,6 +263,9 @@ func share(e *env, group string) error {
 		return exitf(exitUsage, "--shared: %v", err)
 	}
 	gid, _ := strconv.Atoi(g.Gid)
+	if err := tracker.CheckSafe(e.root, 0); err != nil {
+		return exitf(exitRefused, "%v", err)
+	}
 	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
 		return err
 	}

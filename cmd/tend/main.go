@@ -5,18 +5,32 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
+	"syscall"
 
 	"github.com/alecthomas/kong"
+	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/buildinfo"
+	"github.com/tendhq/tend/watcher"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
+// version is set at build time with -ldflags "-X main.version=..." (make
+// build does); buildVersion says what a plain go build or go install
+// recorded otherwise.
 var version = "dev"
+
+// buildVersion returns tend's version (see buildinfo.Of).
+func buildVersion() string { return buildinfo.String(version) }
 
 // Exit codes, the same for every command (docs/protocol.md lists them).
 // "tend wait" and "tend logs -f" exit with the run's own code instead.
@@ -79,6 +93,7 @@ type cli struct {
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`
 	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
 
+	Help       helpCmd       `cmd:"" help:"Show the help of tend, or of a command (tend help start), as --help does."`
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh, fish)."`
 	Mcp        mcpCmd        `cmd:"" name:"mcp" help:"Serve tend's commands to agents as MCP tools, over stdio."`
 	Complete   completeCmd   `cmd:"" name:"__complete" hidden:"" help:"Print the words that complete a command line."`
@@ -92,6 +107,35 @@ type env struct {
 	stderr  io.Writer
 	term    term
 	json    bool // the command's --json: print JSON, not lines for people
+
+	ctx        context.Context // see context
+	stopSignal context.CancelFunc
+}
+
+// context returns the context a command waits in: it ends on Ctrl-C or
+// SIGTERM, which the command then exits on with exitInterrupted. Signals
+// are caught only from the first call on, so commands that never wait
+// keep the default handling.
+func (e *env) context() context.Context {
+	if e.ctx == nil {
+		e.ctx, e.stopSignal = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	}
+	return e.ctx
+}
+
+// client returns a client of the root acting as session ("" for none),
+// which starts a watcher when a request finds none, unless --no-start.
+func (e *env) client(session string) (*tend.Client, error) {
+	opts := tend.Options{Session: session}
+	if !e.noStart {
+		opts.Watcher = &tend.WatcherOptions{
+			Args: watchFlags{Settle: watcher.DefaultSettle}.args(),
+			Started: func(pid int) {
+				fmt.Fprintf(e.stderr, "tend: started a watcher on %s (pid %d)\n", e.root, pid)
+			},
+		}
+	}
+	return tend.Open(e.root, opts)
 }
 
 func main() {
@@ -99,17 +143,33 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "--version" {
+		// What kong's version flag prints, without building a parser:
+		// scripts check a tool's version before anything else.
+		fmt.Fprintln(stdout, buildVersion())
+		return exitOK
+	}
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("tend"),
 		kong.Description("A process supervisor driven by plain files. Requests are files in ROOT/spool; state is in ROOT/runs."),
 		kong.Writers(stdout, stderr),
-		kong.Vars{"version": version},
+		kong.Vars{"version": buildVersion()},
 		kong.UsageOnError(),
+		onlyCommand(args),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
 		return exitFailed
+	}
+	if len(args) == 0 {
+		// As git and go do: what tend is, its commands, where help is.
+		parser.Stdout = stderr
+		if ctx, err := kong.Trace(parser, nil); err == nil {
+			ctx.PrintUsage(false)
+		}
+		fmt.Fprintln(stderr, `Or run "tend help <command>".`)
+		return exitUsage
 	}
 	ctx, err := parser.Parse(args)
 	if err != nil {
@@ -132,19 +192,130 @@ func run(args []string, stdout, stderr io.Writer) int {
 	outFile, _ := stdout.(*os.File)
 	errFile, _ := stderr.(*os.File)
 	t := termFor(outFile, errFile, c.Color)
-	err = ctx.Run(&env{root: root, noStart: noStart, stdout: stdout, stderr: stderr, term: t})
+	e := &env{root: root, noStart: noStart, stdout: stdout, stderr: stderr, term: t}
+	err = ctx.Run(e)
+	if e.stopSignal != nil {
+		e.stopSignal()
+	}
+	code, msg := exitFor(err)
+	if msg != "" {
+		fmt.Fprintln(stderr, "tend:", msg)
+	}
+	return code
+}
+
+// onlyCommand returns the option that makes kong build the one command
+// args name (its flags' tags parsed, its help interpolated), and leave out
+// the thirty others: building them all was most of what every tend call
+// spent before doing anything. Help, completion, and a word that names no
+// command get the whole model, which their output lists (or suggests from);
+// --version alone gets none.
+func onlyCommand(args []string) kong.Option {
+	word, ok := commandWord(args)
+	if !ok {
+		return kong.OptionFunc(func(*kong.Kong) error { return nil })
+	}
+	t := reflect.TypeFor[cli]()
+	var others []string
+	found := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if _, cmd := f.Tag.Lookup("cmd"); !cmd {
+			continue
+		}
+		if name := cmp.Or(f.Tag.Get("name"), strings.ToLower(f.Name)); name == word && !slices.Contains(needWholeModel, word) {
+			found = true
+			continue
+		}
+		others = append(others, f.Name)
+	}
+	if !found && word != "" {
+		return kong.OptionFunc(func(*kong.Kong) error { return nil })
+	}
+	return kong.IgnoreFields(`^cli\.(` + strings.Join(others, "|") + `)$`)
+}
+
+// needWholeModel are the commands that read the whole command line model:
+// they print or complete the others.
+var needWholeModel = []string{"help", "completion", "__complete"}
+
+// commandWord returns the command args name, skipping the global flags
+// before it ("" with --version and no command), and false if args ask for
+// help or name no command.
+func commandWord(args []string) (string, bool) {
+	version := false
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-h" || a == "--help" || a == "--":
+			return "", false
+		case a == "--root" || a == "--color":
+			i++ // its value
+		case a == "--version":
+			version = true
+		case strings.HasPrefix(a, "-"):
+			// --root=DIR, --no-start, --color=never
+		default:
+			for _, b := range args[i+1:] {
+				if b == "-h" || b == "--help" {
+					return "", false
+				}
+			}
+			return a, true
+		}
+	}
+	return "", version
+}
+
+type helpCmd struct {
+	Command []string `arg:"" optional:"" help:"The command whose help to show."`
+}
+
+func (c *helpCmd) Help() string {
+	return `Shows what tend --help or tend COMMAND --help shows. Examples:
+  tend help
+  tend help start`
+}
+
+func (c *helpCmd) Run(k *kong.Context) error {
+	ctx, err := kong.Trace(k.Kong, c.Command)
+	if err == nil {
+		err = ctx.Error
+	}
+	if err != nil {
+		return exitf(exitUsage, "help: %v", err)
+	}
+	return ctx.PrintUsage(false)
+}
+
+// exitFor returns the exit code and the one-line message for a command's
+// error: an exitError says both; the client's errors have a code of their
+// kind (docs/protocol.md lists them); anything else is a failure.
+func exitFor(err error) (int, string) {
 	var ee *exitError
 	switch {
 	case err == nil:
-		return exitOK
+		return exitOK, ""
 	case errors.As(err, &ee):
-		if ee.msg != "" {
-			fmt.Fprintln(stderr, "tend:", ee.msg)
-		}
-		return ee.code
+		return ee.code, ee.msg
+	case errors.Is(err, context.Canceled):
+		return exitInterrupted, "interrupted"
 	}
-	fmt.Fprintln(stderr, "tend:", err)
-	return exitFailed
+	for _, k := range []struct {
+		kind error
+		code int
+	}{
+		{tend.ErrInvalid, exitUsage},
+		{tend.ErrNotFound, exitNotFound},
+		{tend.ErrNoWatcher, exitNoWatcher},
+		{tend.ErrFinished, exitFinished},
+		{tend.ErrConflict, exitConflict},
+		{tend.ErrRefused, exitRefused},
+	} {
+		if errors.Is(err, k.kind) {
+			return k.code, err.Error()
+		}
+	}
+	return exitFailed, err.Error()
 }
 
 // findRoot returns the root: the flag or TEND_ROOT if set, else the nearest
@@ -153,18 +324,7 @@ func findRoot(flag string) (string, error) {
 	if flag != "" {
 		return filepath.Abs(flag)
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for dir := wd; ; dir = filepath.Dir(dir) {
-		if fi, err := os.Stat(filepath.Join(dir, ".tend")); err == nil && fi.IsDir() {
-			return filepath.Join(dir, ".tend"), nil
-		}
-		if dir == filepath.Dir(dir) {
-			return filepath.Join(wd, ".tend"), nil
-		}
-	}
+	return tend.FindRoot(".")
 }
 
 // envTrue reports whether an environment variable's value turns a switch

@@ -17,21 +17,23 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
-	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+		"tend-mcp":    func() { os.Exit(mcpserver.Main("test", os.Args[1:], os.Stdin, os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,
 		"asuser":      asUser,
 		"raceswap":    raceSwap,
+		"markreq":     markRequest,
 	})
 }
 
@@ -79,6 +81,12 @@ func scriptParams(dir string) testscript.Params {
 				// A crashfs can be mounted: root, and a kernel with FUSE
 				// (/dev/fuse is made if missing).
 				return crashfs.Prepare() == nil, nil
+			case "exitinfo":
+				return keepsExitInfo(), nil
+			case "collapse":
+				return canCollapse(), nil
+			case "cap_sys_resource":
+				return hasCapability(unix.CAP_SYS_RESOURCE), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -121,11 +129,18 @@ func scriptParams(dir string) testscript.Params {
 			"clockjump": cmdClockJump,
 			"settled":   cmdSettled,
 			"mcpcall":   cmdMCPCall,
+			"mcpfuzz":   cmdMCPFuzz,
 			"schema":    cmdSchema,
 			"fixture":   cmdFixture,
 			"mkusers":   cmdMkUsers,
 			"forge":     cmdForge,
 			"waitglob":  cmdWaitGlob,
+			"need":      cmdNeed,
+			"edits":     cmdEdits,
+			"readme":    cmdReadme,
+			"recovered": cmdRecovered,
+			"reaped":    cmdReaped,
+			"readcheck": cmdReadCheck,
 		},
 	}
 }
@@ -188,7 +203,7 @@ func cmdWaitState(ts *testscript.TestScript, neg bool, args []string) {
 		if err != nil {
 			return err.Error()
 		}
-		if st.State != args[1] {
+		if string(st.State) != args[1] {
 			return fmt.Sprintf("run %s is %s, want %s (reason: %s)", args[0], st.State, args[1], st.Reason)
 		}
 		return ""
@@ -253,7 +268,7 @@ func cmdWaitRuns(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		n := 0
 		for _, st := range runs {
-			if st.State == args[1] {
+			if string(st.State) == args[1] {
 				n++
 			}
 		}
@@ -358,7 +373,7 @@ func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
 func killLeftovers(root string) {
 	all, _ := procfs.All()
 	// Keepers first: one left alive would start its watcher again.
-	for _, comm := range []string{watcher.KeeperComm, watcher.WatcherComm} {
+	for _, comm := range []string{tracker.KeeperComm, tracker.WatcherComm} {
 		for _, p := range all {
 			if p.Comm == comm && namesRoot(p.PID, root) {
 				unix.Kill(p.PID, unix.SIGKILL)
@@ -366,13 +381,13 @@ func killLeftovers(root string) {
 		}
 	}
 	for _, p := range all {
-		if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root {
+		if ofRoot(p.PID, root) {
 			unix.Kill(p.PID, unix.SIGKILL)
 		}
 	}
 	// A watcher started without --root (tend watch, in the root's parent)
 	// is known by what it recorded.
-	if info, err := watcher.ReadInfo(root); err == nil {
+	if info, err := tracker.ReadWatcherInfo(root); err == nil {
 		for _, pid := range []int{info.KeeperPID, info.PID} {
 			if st, err := procfs.ReadStat(pid); err == nil && strings.HasPrefix(st.Comm, "tend") {
 				unix.Kill(pid, unix.SIGKILL)
@@ -442,22 +457,23 @@ func countDaemons(root string) (watchers, keepers int) {
 			continue
 		}
 		switch p.Comm {
-		case watcher.WatcherComm:
+		case tracker.WatcherComm:
 			watchers++
-		case watcher.KeeperComm:
+		case tracker.KeeperComm:
 			keepers++
 		}
 	}
 	return watchers, keepers
 }
 
-// strays: no process whose environment names this script's root is left.
+// strays: no process whose environment names this script's root, or
+// carries its mark, is left.
 func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
 	root := ts.MkAbs(".tend")
 	poll(ts, func() string {
 		all, _ := procfs.All()
 		for _, p := range all {
-			if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root && p.State != 'Z' {
+			if ofRoot(p.PID, root) && p.State != 'Z' {
 				id, _ := procfs.Getenv(p.PID, "TEND_RUN_ID")
 				return fmt.Sprintf("pid %d (%s) of run %s is still alive", p.PID, p.Comm, id)
 			}
@@ -564,7 +580,7 @@ func cmdHolds(ts *testscript.TestScript, neg bool, args []string) {
 	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
 		st, err := store.Read(args[0])
 		ts.Check(err)
-		if st.State != args[1] {
+		if string(st.State) != args[1] {
 			ts.Fatalf("run %s became %s (%s) within %v, want it %s throughout", args[0], st.State, st.Reason, d, args[1])
 		}
 	}
@@ -696,10 +712,10 @@ func cmdSettled(ts *testscript.TestScript, neg bool, args []string) {
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
 	store := tracker.NewStore(ts.MkAbs(".tend"))
-	var counts map[string]int
+	var counts map[tracker.StateName]int
 	poll(ts, func() string {
 		runs, _ := store.List()
-		counts = map[string]int{}
+		counts = map[tracker.StateName]int{}
 		for _, st := range runs {
 			counts[st.State]++
 		}

@@ -1,11 +1,11 @@
 package main
 
 import (
-	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend"
 )
 
 type labelCmd struct {
@@ -24,20 +24,25 @@ func (c *labelCmd) Help() string {
 }
 
 func (c *labelCmd) Run(e *env) error {
-	body := map[string]any{"labels": map[string]*string{}}
+	if err := checkID("label", c.ID); err != nil {
+		return err
+	}
+	labels := map[string]*string{}
 	for _, l := range c.Labels {
 		k, v, ok := strings.Cut(l, "=")
 		if !ok || k == "" {
 			return exitf(exitUsage, "label: %q: want K=V (K= removes K)", l)
 		}
 		if v == "" {
-			body["labels"].(map[string]*string)[k] = nil
+			labels[k] = nil
 		} else {
-			body["labels"].(map[string]*string)[k] = &v
+			labels[k] = &v
 		}
 	}
 	e.json = c.JSON
-	return submitMeta(e, spool.Name{ID: c.ID, Verb: spool.VerbLabel}, body, c.Session, c.IfRev)
+	return control(e, c.Session, func(cl *tend.Client) (tend.Outcome, error) {
+		return cl.Label(e.context(), c.ID, labels, tend.Control{IfRev: c.IfRev})
+	})
 }
 
 type noteCmd struct {
@@ -54,80 +59,70 @@ func (c *noteCmd) Help() string {
 }
 
 func (c *noteCmd) Run(e *env) error {
+	if err := checkID("note", c.ID); err != nil {
+		return err
+	}
 	e.json = c.JSON
-	return submitMeta(e, spool.Name{ID: c.ID, Verb: spool.VerbNote}, map[string]any{"text": strings.Join(c.Text, " ")}, c.Session, c.IfRev)
+	return control(e, c.Session, func(cl *tend.Client) (tend.Outcome, error) {
+		return cl.Note(e.context(), c.ID, strings.Join(c.Text, " "), tend.Control{IfRev: c.IfRev})
+	})
 }
 
-// submitMeta submits a label or note request and prints its outcome.
-func submitMeta(e *env, n spool.Name, body map[string]any, session string, ifRev int64) error {
-	if err := spool.ValidID(n.ID); err != nil {
-		return exitf(exitUsage, "%s: %v", n.Verb, err)
+// checkID returns a usage error naming verb if id is not a valid run ID.
+func checkID(verb, id string) error {
+	if id == "" {
+		return exitf(exitUsage, "%s: no run ID given (tend %s ID; tend ls lists the runs)", verb, verb)
 	}
-	if session != "" {
-		body["session"] = session
+	if err := tend.CheckID(id); err != nil {
+		return exitf(exitUsage, "%s: %v", verb, err)
 	}
-	if ifRev > 0 {
-		body["if_rev"] = ifRev
-	}
-	b, err := json.Marshal(body)
+	return nil
+}
+
+// control sends a control request through a client acting as session,
+// prints its outcome line and turns it into the command's exit code.
+func control(e *env, session string, send func(*tend.Client) (tend.Outcome, error)) error {
+	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	outcome, detail, err := submit(e, n, b, true)
-	if err != nil {
+	o, err := send(client)
+	if o.Outcome == "" {
+		return err // not answered
+	}
+	if err := printOutcome(e, o, false); err != nil {
 		return err
 	}
-	return outcomeExit(e, n, outcome, detail)
-}
-
-// outcomeExit prints a control request's outcome line and turns it into
-// the command's exit code.
-func outcomeExit(e *env, n spool.Name, outcome, detail string) error {
-	if err := printOutcome(e, n, outcome, detail, false); err != nil {
-		return err
-	}
-	return exitFor(n, outcome, detail)
-}
-
-// outcomeLine is a request's outcome as --json prints it.
-type outcomeLine struct {
-	ID      string `json:"id"`
-	Verb    string `json:"verb"`
-	Outcome string `json:"outcome"`
-	Detail  string `json:"detail,omitempty"`
+	return outcomeErr(o)
 }
 
 // printOutcome prints an outcome: "outcome[: detail]" (after "ID: " if
-// withID), or a JSON line with --json.
-func printOutcome(e *env, n spool.Name, outcome, detail string, withID bool) error {
+// withID), or a JSON line with --json (docs/schema/outcome.schema.json).
+func printOutcome(e *env, o tend.Outcome, withID bool) error {
 	if e.json {
-		return writeJSONLine(e, outcomeLine{ID: n.ID, Verb: n.Verb, Outcome: outcome, Detail: detail})
+		return writeJSONLine(e, o)
 	}
-	line := outcome
-	if detail != "" {
-		line += ": " + detail
-	}
+	line := o.String()
 	if withID {
-		line = n.ID + ": " + line
+		line = o.ID + ": " + line
 	}
 	_, err := fmt.Fprintln(e.stdout, line)
 	return err
 }
 
-// exitFor is the exit code (and, for a refusal, the message) that a
+// outcomeErr is the exit code (and, for a refusal, the message) that a
 // control request's outcome calls for: the table in docs/protocol.md.
-func exitFor(n spool.Name, outcome, detail string) error {
-	switch outcome {
-	case spool.Updated, spool.Canceled, spool.Deleted, spool.Signaled, spool.Restarted, spool.Paused, spool.Resumed:
+func outcomeErr(o tend.Outcome) error {
+	err := o.Err()
+	switch {
+	case err == nil:
 		return nil
-	case spool.AlreadyFinished:
+	case errors.Is(err, tend.ErrFinished):
 		return exitf(exitFinished, "")
-	case spool.NotFound:
+	case errors.Is(err, tend.ErrNotFound):
 		return exitf(exitNotFound, "")
+	case errors.Is(err, tend.ErrConflict):
+		return exitf(exitConflict, "%v", err)
 	}
-	code := exitRefused
-	if outcome == spool.Conflict {
-		code = exitConflict
-	}
-	return exitf(code, "%s %s: %s: %s", n.Verb, n.ID, outcome, detail)
+	return exitf(exitRefused, "%v", err)
 }

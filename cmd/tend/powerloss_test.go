@@ -20,6 +20,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // powerloss CUTS: the power-loss trial of #20. The root lives on a crashfs
@@ -287,8 +288,8 @@ func (t *trial) earlierTend() {
 	id := fmt.Sprintf("old%d", t.roots)
 	store := tracker.NewStore(root)
 	t.ts.Check(os.MkdirAll(store.RunDir(id), 0o700))
-	t.ts.Check(os.WriteFile(store.Path(id, "request"), []byte("true"), 0o600))
-	t.ts.Check(os.WriteFile(store.Path(id, "started"), nil, 0o600))
+	t.ts.Check(os.WriteFile(store.Run(id).Request(), []byte("true"), 0o600))
+	t.ts.Check(os.WriteFile(store.Run(id).Started(), nil, 0o600))
 	now := time.Now()
 	code := 0
 	st := &tracker.State{ID: id, State: tracker.Completed, Rev: 2, Command: []string{"/bin/sh", "-c", "true"}, Cwd: t.mnt,
@@ -1075,7 +1076,7 @@ var reasonTemp = regexp.MustCompile(`\.error\d+$`)
 // tend fsck --repair moves it aside, which the repair then does, and what
 // it rewrote must survive the cuts after.
 func (t *trial) tearHistory() {
-	f, err := os.OpenFile(tracker.HistoryPath(t.root), os.O_WRONLY|os.O_APPEND, 0)
+	f, err := os.OpenFile(layout.Root(t.root).History(), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return
 	}

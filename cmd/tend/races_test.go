@@ -139,7 +139,7 @@ func readState(ts *testscript.TestScript, root, id string) *tracker.State {
 	return st
 }
 
-func waitState(ts *testscript.TestScript, root, id, state string) {
+func waitState(ts *testscript.TestScript, root, id string, state tracker.StateName) {
 	poll(ts, func() string {
 		st, err := tracker.NewStore(root).Read(id)
 		if err != nil || st.State != state {
@@ -163,10 +163,10 @@ func waitEnded(ts *testscript.TestScript, root, id string) *tracker.State {
 }
 
 // historyOf returns the states run id went through, from history.jsonl.
-func historyOf(ts *testscript.TestScript, root, id string) []string {
+func historyOf(ts *testscript.TestScript, root, id string) []tracker.StateName {
 	events, err := tracker.ReadAllHistory(root)
 	ts.Check(err)
-	var states []string
+	var states []tracker.StateName
 	for _, ev := range events {
 		if ev.ID == id {
 			states = append(states, ev.State)

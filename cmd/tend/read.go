@@ -1,22 +1,20 @@
 package main
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 )
 
 type lsCmd struct {
@@ -24,7 +22,7 @@ type lsCmd struct {
 	All     bool          `help:"List every run, not only the active ones and those that ended in the last 24 hours."`
 	State   []string      `help:"Only runs in these states (comma-separated or repeated)." placeholder:"STATE"`
 	Session string        `help:"Only runs of this session." placeholder:"S"`
-	Label   []string      `short:"l" help:"Only runs with this label (repeatable: all must match)." placeholder:"K=V"`
+	Label   []string      `short:"l" sep:"none" help:"Only runs with this label (repeatable: all must match)." placeholder:"K=V"`
 	Since   time.Duration `help:"Only runs created within this long (e.g. 2h)."`
 }
 
@@ -35,97 +33,21 @@ position in the queue. INFO is a live run's progress (or how long it has
 been quiet), CPU and memory, and why a run ended with no exit code (it could
 not start, or its end was lost). Examples:
   tend ls --state failed --since 1h
-  tend ls --session agent-7 -l kind=test --json | jq '.[].id'`
-}
-
-// listed is a run as ls prints it in JSON: its record, its position if it
-// is queued, and what it uses now if it runs.
-type listed struct {
-	*tracker.State
-	Position int    `json:"position,omitempty"`
-	Usage    *usage `json:"usage,omitempty"`
-	// QuietFor is how long its output has not grown, in seconds, and
-	// LastLine its last line of output, for a live run: liveness signals
-	// where it reports no progress.
-	QuietFor *float64 `json:"quiet_seconds,omitempty"`
-	LastLine string   `json:"last_line,omitempty"`
-}
-
-// lastLine returns the last non-empty line of a live run's stdout (or
-// stderr, if stdout has none), from its last 4 KiB.
-func lastLine(store *tracker.Store, st *tracker.State) string {
-	if !live(st) {
-		return ""
-	}
-	for _, name := range []string{"stdout", "stderr"} {
-		size := store.OutputSize(st, name)
-		sl, err := store.ReadOutput(st, name, max(0, size-4096), 4096)
-		if err != nil {
-			continue
-		}
-		if line := strings.TrimSpace(string(lastLines(sl.Data, 1))); line != "" {
-			return strings.ToValidUTF8(line, "?")
-		}
-	}
-	return ""
-}
-
-// usage is a live run's process group's use of the machine, read from
-// /proc when asked.
-type usage struct {
-	CPUSeconds float64 `json:"cpu_seconds"`
-	RSSBytes   int64   `json:"rss_bytes"`
-	Procs      int     `json:"procs"`
-}
-
-// liveUsage returns the usage of every live run among runs, from one pass
-// over /proc.
-func liveUsage(runs []*tracker.State) map[string]*usage {
-	groups := make(map[int]bool)
-	for _, st := range runs {
-		if live(st) {
-			groups[st.PGID] = true
-		}
-	}
-	out := make(map[string]*usage)
-	if len(groups) == 0 {
-		return out
-	}
-	got, _ := procfs.GroupUsage(groups)
-	for _, st := range runs {
-		if u, ok := got[st.PGID]; ok && live(st) {
-			out[st.ID] = &usage{CPUSeconds: u.CPUSeconds, RSSBytes: u.RSSBytes, Procs: u.Procs}
-		}
-	}
-	return out
-}
-
-func live(st *tracker.State) bool {
-	return st.PGID > 0 && (st.State == tracker.Running || st.State == tracker.Starting || st.State == tracker.Stopping || st.State == tracker.Paused)
-}
-
-// quietFor returns how long a live run's output has not grown.
-func quietFor(store *tracker.Store, st *tracker.State, now time.Time) *float64 {
-	if !live(st) {
-		return nil
-	}
-	latest := *st.StartedAt
-	for _, name := range []string{"stdout", "stderr"} {
-		if fi, err := os.Stat(store.Path(st.ID, name)); err == nil && fi.ModTime().After(latest) {
-			latest = fi.ModTime()
-		}
-	}
-	q := now.Sub(latest).Seconds()
-	return &q
+  tend ls --session agent-7 -l kind=test --json`
 }
 
 // infoText is ls's INFO column: progress, else how long the run has been
 // quiet, and its CPU and memory while it runs; for a run that ended with
 // neither an exit code nor a signal (it could not start, or its end was
 // lost), why.
-func infoText(r listed) string {
-	if endedUnexplained(r.State) && r.Reason != "" {
-		return cut(r.Reason, maxReasonWidth)
+func infoText(r tend.Listed, t term) string {
+	// A run that ended with no exit code, or that waits for other runs or
+	// a time: its reason says why, or for what.
+	if (endedUnexplained(r.Record) || r.State == tracker.Queued) && r.Reason != "" {
+		if t.width == 0 {
+			return oneLine(r.Reason) // piped: whole
+		}
+		return cut(oneLine(r.Reason), maxReasonWidth)
 	}
 	var parts []string
 	if r.Progress != "" {
@@ -142,7 +64,8 @@ func infoText(r listed) string {
 	return strings.Join(parts, ", ")
 }
 
-// maxReasonWidth is how much of a reason ls shows; tend show has it whole.
+// maxReasonWidth is how much of a reason ls shows on a terminal; tend show
+// has it whole, as has ls piped.
 const maxReasonWidth = 48
 
 // endedUnexplained reports whether st ended with neither an exit code nor
@@ -150,6 +73,9 @@ const maxReasonWidth = 48
 func endedUnexplained(st *tracker.State) bool {
 	return tracker.Final(st.State) && st.ExitCode == nil && st.Signal == ""
 }
+
+// oneLine puts s on one line: a reason may quote a program's output.
+func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
 
 func bytesText(n int64) string {
 	switch {
@@ -165,68 +91,69 @@ func (c *lsCmd) Run(e *env) error {
 	// A listing allocates a few KiB a record and is over in milliseconds:
 	// collecting less often saves a tenth of its time on a long list.
 	debug.SetGCPercent(400)
-	store := tracker.NewStore(e.root)
-	list := store.ListBrief // the table shows no more than a brief record
-	if c.JSON {
-		list = store.List
-	}
-	runs, errs := list()
-	for _, err := range errs {
-		fmt.Fprintln(e.stderr, "tend:", err)
-	}
+	f := tend.Filter{All: c.All, States: c.State, Session: c.Session, Since: c.Since, Brief: !c.JSON}
 	for _, l := range c.Label {
-		if !strings.Contains(l, "=") {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok {
 			return exitf(exitUsage, "ls: --label %q: want K=V", l)
 		}
-	}
-	positions := queuePositions(e.root)
-	now := time.Now()
-	var shown []*tracker.State
-	for _, st := range runs {
-		if c.match(st, now) {
-			shown = append(shown, st)
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
 		}
+		f.Labels[k] = v
 	}
-	use := liveUsage(shown)
-	out := []listed{}
-	for _, st := range shown {
-		if !c.JSON && endedUnexplained(st) && st.Reason == "" {
-			// A brief record has no reason: read the whole one, for the few
-			// runs whose INFO shows it.
-			if full, err := store.Read(st.ID); err == nil {
-				st = full
-			}
-		}
-		out = append(out, listed{State: st, Position: positions[st.ID], Usage: use[st.ID], QuietFor: quietFor(store, st, now), LastLine: lastLine(store, st)})
-	}
-	if c.JSON {
-		return writeJSON(e.stdout, out)
-	}
-	if err := printRuns(e, out, now); err != nil {
+	client, err := e.client("")
+	if err != nil {
 		return err
 	}
-	if len(errs) > 0 {
-		return exitf(exitFailed, "%d run record%s could not be read", len(errs), plural(len(errs)))
+	runs, err := client.List(e.context(), f)
+	var bad tend.RecordErrors
+	if err != nil && !errors.As(err, &bad) {
+		return err
+	}
+	for _, err := range bad {
+		fmt.Fprintln(e.stderr, "tend:", err)
+	}
+	if runs == nil {
+		runs = []tend.Listed{}
+	}
+	if c.JSON {
+		return writeJSON(e.stdout, runs)
+	}
+	for i, r := range runs {
+		if endedUnexplained(r.Record) && r.Reason == "" {
+			// A brief record has no reason: read the whole one, for the few
+			// runs whose INFO shows it.
+			if full, err := client.Show(e.context(), r.ID); err == nil {
+				runs[i].Record = full
+			}
+		}
+	}
+	if err := printRuns(e, runs, time.Now()); err != nil {
+		return err
+	}
+	if len(bad) > 0 {
+		return exitf(exitFailed, "%d run record%s could not be read", len(bad), plural(len(bad)))
 	}
 	return nil
 }
 
 // printRuns prints ls's table: a SESSION column only if a run has one,
 // states in color for people, the command cut to the terminal's width.
-func printRuns(e *env, runs []listed, now time.Time) error {
-	sessions := slices.ContainsFunc(runs, func(r listed) bool { return r.Session != "" })
+func printRuns(e *env, runs []tend.Listed, now time.Time) error {
+	sessions := slices.ContainsFunc(runs, func(r tend.Listed) bool { return r.Session != "" })
 	header := []string{"ID", "STATE", "EXIT", "TIME", "INFO", "COMMAND"}
 	if sessions {
 		header = slices.Insert(header, 2, "SESSION")
 	}
 	rows := make([][]cell, 0, len(runs))
 	for _, r := range runs {
-		state := r.State.State
+		state := string(r.State)
 		if r.Position > 0 {
 			state = fmt.Sprintf("queued #%d", r.Position)
 		}
-		row := []cell{{text: r.ID}, {text: state, state: r.State.State}, {text: exitText(r.State)},
-			{text: timeText(r.State, now)}, {text: infoText(r)}, {text: commandText(r.Command, 0)}}
+		row := []cell{{text: r.ID}, {text: state, state: string(r.State)}, {text: exitText(r.Record)},
+			{text: timeText(r.Record, now)}, {text: infoText(r, e.term)}, {text: commandText(r.Command, 0)}}
 		if sessions {
 			row = slices.Insert(row, 2, cell{text: orDash(r.Session)})
 		}
@@ -240,39 +167,6 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-// match reports whether st passes the filters.
-func (c *lsCmd) match(st *tracker.State, now time.Time) bool {
-	if !c.All && tracker.Final(st.State) && st.EndedAt != nil && now.Sub(*st.EndedAt) > 24*time.Hour {
-		return false
-	}
-	if len(c.State) > 0 && !slices.Contains(c.State, st.State) {
-		return false
-	}
-	if c.Session != "" && st.Session != c.Session {
-		return false
-	}
-	if c.Since > 0 && now.Sub(st.CreatedAt) > c.Since {
-		return false
-	}
-	for _, l := range c.Label {
-		k, v, _ := strings.Cut(l, "=")
-		if got, ok := st.Labels[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
-// queuePositions reads ROOT/queue: the queued runs' positions, from 1.
-func queuePositions(root string) map[string]int {
-	b, _ := os.ReadFile(watcher.QueuePath(root))
-	pos := make(map[string]int)
-	for i, id := range strings.Fields(string(b)) {
-		pos[id] = i + 1
-	}
-	return pos
 }
 
 func exitText(st *tracker.State) string {
@@ -330,28 +224,37 @@ func (c *showCmd) Help() string {
 session, process, times, labels, notes, progress, live usage, how long its
 output has been quiet, a service's restarts and health, what was dropped
 from its output, where its files are, and its last lines of output (both
-streams, in order). Example: tend show build; tend show build --json`
+streams, in order). Examples:
+  tend show build
+  tend show build --json`
 }
 
 func (c *showCmd) Run(e *env) error {
-	st, err := readRun(e, c.ID)
+	if err := checkID("show", c.ID); err != nil {
+		return err
+	}
+	client, err := e.client("")
+	if err != nil {
+		return err
+	}
+	st, err := client.Show(e.context(), c.ID)
 	if err != nil {
 		return err
 	}
 	if c.JSON {
 		return writeJSON(e.stdout, st)
 	}
-	store := tracker.NewStore(e.root)
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	live := client.Describe(st)[0]
+	var rows [][]cell
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			rows = append(rows, []cell{{text: k + ":"}, {text: v}})
 		}
 	}
 	row("id", st.ID)
-	row("state", st.State)
-	if pos := queuePositions(e.root)[st.ID]; pos > 0 {
-		row("position", fmt.Sprintf("%d in the queue", pos))
+	row("state", string(st.State))
+	if live.Position > 0 {
+		row("position", fmt.Sprintf("%d in the queue", live.Position))
 	}
 	row("reason", st.Reason)
 	row("exit", exitText(st))
@@ -380,7 +283,7 @@ func (c *showCmd) Run(e *env) error {
 	if st.Progress != "" {
 		row("progress", st.Progress+" (at "+st.ProgressAt.Format(time.RFC3339)+")")
 	}
-	if u := liveUsage([]*tracker.State{st})[st.ID]; u != nil {
+	if u := live.Usage; u != nil {
 		procs := "processes"
 		if u.Procs == 1 {
 			procs = "process"
@@ -389,20 +292,20 @@ func (c *showCmd) Run(e *env) error {
 	} else if st.CPUSeconds > 0 {
 		row("cpu", fmt.Sprintf("%.2fs", st.CPUSeconds))
 	}
-	if q := quietFor(store, st, time.Now()); q != nil {
+	if q := live.QuietFor; q != nil {
 		row("quiet", fmt.Sprintf("%.0fs since its output last grew", *q))
 	}
 	if o := st.Output; o != nil && (o.Stdout.Dropped > 0 || o.Stderr.Dropped > 0) {
 		row("dropped", fmt.Sprintf("%d bytes of stdout, %d of stderr (output capped at %s a stream)", o.Stdout.Dropped, o.Stderr.Dropped, bytesText(o.Limit)))
 	}
 	showService(st, row)
-	row("stdout", store.Path(st.ID, "stdout"))
-	row("stderr", store.Path(st.ID, "stderr"))
-	row("state file", store.Path(st.ID, "state.json"))
-	if err := tw.Flush(); err != nil {
+	row("stdout", client.Path(st.ID, "stdout"))
+	row("stderr", client.Path(st.ID, "stderr"))
+	row("state file", client.Path(st.ID, "state.json"))
+	if err := (term{}).printTable(e.stdout, nil, rows); err != nil { // whole, whatever the width
 		return err
 	}
-	return showLastLines(e, store, st, 5)
+	return showLastLines(e, client, st, 5)
 }
 
 // showService adds a service's rows: its restarts, its attempts' ends,
@@ -421,7 +324,8 @@ func showService(st *tracker.State, row func(k, v string)) {
 		v := h.Status
 		if n := len(h.Checks); n > 0 {
 			last := h.Checks[n-1]
-			v += fmt.Sprintf(" (last check %s: ok=%v %s)", last.Time.Format(time.RFC3339), last.OK, last.Detail)
+			took := time.Duration(last.DurationSeconds * float64(time.Second)).Round(10 * time.Microsecond)
+			v += fmt.Sprintf(" (last check %s, took %v: ok=%v %s)", last.Time.Format(time.RFC3339), took, last.OK, last.Detail)
 		}
 		row("health", strings.TrimSpace(v))
 	}
@@ -439,20 +343,14 @@ func plural(n int) string {
 
 // showLastLines prints the run's last n lines of output, both streams in
 // the order written, each marked with its stream.
-func showLastLines(e *env, store *tracker.Store, st *tracker.State, n int) error {
-	var lines []tracker.Line
-	err := store.InterleaveTail(st, 16<<10).Read(st, true, func(l tracker.Line) error {
-		if lines = append(lines, l); len(lines) > n {
-			lines = lines[1:]
-		}
-		return nil
-	})
+func showLastLines(e *env, client *tend.Client, st *tend.Record, n int) error {
+	lines, err := client.TailLines(e.context(), st, n)
 	if err != nil || len(lines) == 0 {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "last output (tend logs %s --both):\n", st.ID)
 	for _, l := range lines {
-		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, strings.TrimSuffix(strings.ToValidUTF8(string(l.Data), "?"), "\n"))
+		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, strings.TrimSuffix(strings.ToValidUTF8(l.Data, "?"), "\n"))
 	}
 	return nil
 }
@@ -477,129 +375,90 @@ so reads never overlap or skip, even when the oldest output was dropped
   tend logs build --offset 0 --max-bytes 65536 --json   # then --offset <next>`
 }
 
-// logSlice is what logs --json prints.
-type logSlice struct {
-	Stream  string `json:"stream"`
-	Offset  int64  `json:"offset"`
-	Next    int64  `json:"next"`
-	Dropped int64  `json:"dropped"`
-	EOF     bool   `json:"eof"`
-	Final   bool   `json:"final"`
-	Data    string `json:"data"`
-}
-
 func (c *logsCmd) Run(e *env) error {
-	st, err := readRun(e, c.ID)
+	if err := checkID("logs", c.ID); err != nil {
+		return err
+	}
+	if c.Both && c.MaxBytes > 0 {
+		return exitf(exitUsage, "logs: --max-bytes reads one stream; read each with --offset and --max-bytes (and --stderr), or drop --both")
+	}
+	if c.Offset < 0 || c.MaxBytes < 0 || c.Tail < 0 {
+		return exitf(exitUsage, "logs: --offset, --max-bytes and --tail are not negative")
+	}
+	client, err := e.client("")
 	if err != nil {
 		return err
 	}
-	if c.Both {
-		if c.MaxBytes > 0 {
-			return exitf(exitUsage, "logs: --max-bytes reads one stream; read each with --offset and --max-bytes (and --stderr), or drop --both")
-		}
-		return c.both(e, st)
+	switch {
+	case c.Both && c.Follow:
+		return c.followBoth(e, client)
+	case c.Both:
+		return c.both(e, client)
+	case c.Follow:
+		return c.follow(e, client)
 	}
-	if c.Follow {
-		return c.follow(e, st)
-	}
-	store := tracker.NewStore(e.root)
-	stream := c.stream()
-	max := c.MaxBytes
-	if max <= 0 {
-		max = store.OutputSize(st, stream) - c.Offset
-	}
-	sl, err := store.ReadOutput(st, stream, c.Offset, max)
+	sl, err := client.ReadLog(e.context(), c.ID, c.stream(), c.Offset, c.MaxBytes)
 	if err != nil {
 		return err
 	}
-	data := sl.Data
 	if c.Tail > 0 {
-		data = lastLines(data, c.Tail)
+		sl.Data = string(tend.LastLines([]byte(sl.Data), c.Tail))
 	}
 	if c.JSON {
-		return writeJSONLine(e, logSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
-			EOF: sl.Next >= store.OutputSize(st, stream), Final: tracker.Final(st.State), Data: string(data)})
+		return writeJSONLine(e, sl)
 	}
 	if sl.Dropped > 0 {
 		fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
 	}
-	_, err = e.stdout.Write(data)
+	_, err = io.WriteString(e.stdout, sl.Data)
 	return err
 }
 
-// logLine is what logs --both --json prints for each line.
-type logLine struct {
-	Stream string `json:"stream"`
-	Offset int64  `json:"offset"`
-	Next   int64  `json:"next"`
-	Data   string `json:"data"`
-}
-
 // both prints both streams' lines in the order the run wrote them (as the
-// watcher recorded it), each marked with its stream; with -f it follows
-// until the run ends and exits with its code.
-func (c *logsCmd) both(e *env, st *tracker.State) error {
-	store := tracker.NewStore(e.root)
-	it := store.Interleave(st.ID, c.Offset)
-	emit := func(l tracker.Line) error { return c.printLine(e, e.stdout, l) }
-	if !c.Follow {
-		var tail []tracker.Line
-		if c.Tail > 0 {
-			emit = func(l tracker.Line) error {
-				tail = append(tail, l)
-				if len(tail) > c.Tail {
-					tail = tail[1:]
-				}
-				return nil
-			}
-		}
-		if err := it.Read(st, true, emit); err != nil {
+// watcher recorded it), each marked with its stream.
+func (c *logsCmd) both(e *env, client *tend.Client) error {
+	lines, dropped, err := client.ReadLines(e.context(), c.ID, c.Offset)
+	if err != nil {
+		return err
+	}
+	if c.Tail > 0 && len(lines) > c.Tail {
+		lines = lines[len(lines)-c.Tail:]
+	}
+	for _, l := range lines {
+		if err := c.printLine(e.stdout, l); err != nil {
 			return err
 		}
-		for _, l := range tail {
-			if err := c.printLine(e, e.stdout, l); err != nil {
-				return err
-			}
-		}
-		c.noteDropped(e, it.Dropped)
-		return nil
 	}
-	var final *tracker.State
+	c.noteDropped(e, dropped)
+	return nil
+}
+
+// followBoth prints both streams' lines as the run writes them, until it
+// ends, and exits with its code.
+func (c *logsCmd) followBoth(e *env, client *tend.Client) error {
 	spin := startSpinner(e, "following "+c.ID)
 	defer spin.end()
 	out := stdoutVia(e, spin)
-	emit = func(l tracker.Line) error { return c.printLine(e, out, l) }
-	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
-		cur, err := store.Read(c.ID)
-		if err != nil {
-			return false, err
-		}
+	final, dropped, err := client.FollowLines(e.context(), c.ID, c.Offset, func(cur *tend.Record, l tend.LogLine) error {
 		spin.set(func() string { return waitingText(cur) })
-		done := tracker.Final(cur.State)
-		if err := it.Read(cur, done, emit); err != nil {
-			return false, err
+		if l.Stream == "" {
+			return nil // the record alone
 		}
-		if done {
-			final = cur
-		}
-		return done, nil
+		return c.printLine(out, l)
 	})
 	if err != nil {
 		return err
 	}
-	c.noteDropped(e, it.Dropped)
-	if code := runExitCode(final); code != 0 {
-		return exitf(code, "")
-	}
-	return nil
+	c.noteDropped(e, dropped)
+	return runExit(final)
 }
 
-func (c *logsCmd) printLine(e *env, w io.Writer, l tracker.Line) error {
+func (c *logsCmd) printLine(w io.Writer, l tend.LogLine) error {
 	if c.JSON {
-		return writeJSONLineTo(w, logLine{Stream: l.Stream, Offset: l.Offset, Next: l.Offset + int64(len(l.Data)), Data: string(l.Data)})
+		return writeJSONLineTo(w, l)
 	}
 	nl := ""
-	if !bytes.HasSuffix(l.Data, []byte("\n")) {
+	if !strings.HasSuffix(l.Data, "\n") {
 		nl = "\n"
 	}
 	_, err := fmt.Fprintf(w, "%s: %s%s", l.Stream, l.Data, nl)
@@ -614,9 +473,9 @@ func (c *logsCmd) noteDropped(e *env, n int64) {
 
 func (c *logsCmd) stream() string {
 	if c.Stderr {
-		return "stderr"
+		return tend.Stderr
 	}
-	return "stdout"
+	return tend.Stdout
 }
 
 func writeJSONLine(e *env, v any) error { return writeJSONLineTo(e.stdout, v) }
@@ -627,66 +486,30 @@ func writeJSONLineTo(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// lastLines returns the last n lines of data.
-func lastLines(data []byte, n int) []byte {
-	end := len(data)
-	if end > 0 && data[end-1] == '\n' {
-		end--
-	}
-	for i := end - 1; i >= 0; i-- {
-		if data[i] == '\n' {
-			n--
-			if n == 0 {
-				return data[i+1:]
-			}
-		}
-	}
-	return data
-}
-
 // follow prints the stream as it grows until the run is final, then exits
 // with the run's code. It reads by absolute offset, so output cut from the
 // file's start meanwhile is neither printed twice nor skipped unsaid.
-func (c *logsCmd) follow(e *env, st *tracker.State) error {
-	store := tracker.NewStore(e.root)
-	stream := c.stream()
-	off := c.Offset
-	var final *tracker.State
+func (c *logsCmd) follow(e *env, client *tend.Client) error {
 	spin := startSpinner(e, "following "+c.ID)
 	defer spin.end()
 	out := stdoutVia(e, spin)
-	err := waitUntil(store.RunDir(c.ID), func() (bool, error) {
-		cur, err := store.Read(c.ID)
-		if err != nil {
-			return false, err
-		}
+	final, err := client.FollowLog(e.context(), c.ID, c.stream(), c.Offset, func(cur *tend.Record, sl tend.LogSlice) error {
 		spin.set(func() string { return waitingText(cur) })
-		for {
-			sl, err := store.ReadOutput(cur, stream, off, 1<<20)
-			if err != nil {
-				return false, err
-			}
-			if sl.Dropped > 0 {
-				fmt.Fprintf(e.stderr, "tend: %d bytes were dropped here (the output is capped)\n", sl.Dropped)
-			}
-			if _, err := out.Write(sl.Data); err != nil {
-				return false, err
-			}
-			off = sl.Next
-			if len(sl.Data) == 0 {
-				break
-			}
+		if sl.Dropped > 0 {
+			fmt.Fprintf(e.stderr, "tend: %d bytes were dropped here (the output is capped)\n", sl.Dropped)
 		}
-		if tracker.Final(cur.State) {
-			final = cur
-			return true, nil
-		}
-		return false, nil
+		_, err := io.WriteString(out, sl.Data)
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	if code := runExitCode(final); code != 0 {
+	return runExit(final)
+}
+
+// runExit ends a command that exits with run st's own code.
+func runExit(st *tend.Record) error {
+	if code := runExitCode(st); code != 0 {
 		return exitf(code, "")
 	}
 	return nil
@@ -701,26 +524,39 @@ type waitCmd struct {
 
 func (c *waitCmd) Help() string {
 	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
-could not start), or 124 if --timeout came first. Example: tend wait build && echo built
-  tend start --id db --health-tcp 127.0.0.1:5432 -- postgres ... && tend wait db --ready --timeout 1m && make test`
+could not start), or 124 if --timeout came first. Examples:
+  tend wait build && echo built
+  tend start --id svc --ready-file -- 'sleep 1; touch "$TEND_READY"; exec sleep 600' && tend wait svc --ready --timeout 1m`
 }
 
 func (c *waitCmd) Run(e *env) error {
-	until := func(st *tracker.State) bool { return tracker.Final(st.State) }
-	if c.Ready {
-		until = func(st *tracker.State) bool { return tracker.Final(st.State) || ready(st) }
+	if err := checkID("wait", c.ID); err != nil {
+		return err
 	}
-	var deadline time.Time
+	if c.Timeout < 0 {
+		return exitf(exitUsage, "wait: --timeout %v is negative", c.Timeout)
+	}
+	until := tend.Ended
+	if c.Ready {
+		until = func(st *tend.Record) bool { return tend.Ended(st) || tend.Ready(st) }
+	}
+	client, err := e.client("")
+	if err != nil {
+		return err
+	}
+	ctx := e.context()
 	if c.Timeout > 0 {
-		deadline = time.Now().Add(c.Timeout)
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
+		defer cancel()
 	}
 	spin := startSpinner(e, "waiting for "+c.ID)
-	st, err := waitRun(e, c.ID, deadline, func(st *tracker.State) bool {
+	st, err := client.WaitFor(ctx, c.ID, func(st *tend.Record) bool {
 		spin.set(func() string { return waitingText(st) })
 		return until(st)
 	})
 	spin.end()
-	if errors.Is(err, errTimedOut) {
+	if errors.Is(err, context.DeadlineExceeded) {
 		return c.timedOut(e, st)
 	}
 	if err != nil {
@@ -731,16 +567,13 @@ func (c *waitCmd) Run(e *env) error {
 			return err
 		}
 	}
-	if c.Ready && ready(st) {
+	if c.Ready && tend.Ready(st) {
 		return nil
 	}
 	if st.State != tracker.Completed {
 		fmt.Fprintf(e.stderr, "tend: run %s %s: %s\n", st.ID, st.State, st.Reason)
 	}
-	if code := runExitCode(st); code != 0 {
-		return exitf(code, "")
-	}
-	return nil
+	return runExit(st)
 }
 
 // timedOut ends a wait whose --timeout came first: the record as last
@@ -767,11 +600,4 @@ func waitingText(st *tracker.State) string {
 		s += ", " + st.Progress
 	}
 	return s
-}
-
-// ready reports whether a run is ready: running (or paused) and, if it
-// waits for readiness, past it.
-func ready(st *tracker.State) bool {
-	live := st.State == tracker.Running || st.State == tracker.Paused || st.State == tracker.Stopping
-	return live && (st.ReadyAt != nil || st.Health == nil && !st.ReadyFile)
 }

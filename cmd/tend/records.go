@@ -3,13 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -20,18 +21,19 @@ type historyCmd struct {
 
 func (c *historyCmd) Help() string {
 	return `Prints a run's transitions from ROOT/history.jsonl, deleted runs
-included. Example: tend history build`
+included. Example:
+  tend history build`
 }
 
 func (c *historyCmd) Run(e *env) error {
+	if err := checkID("history", c.ID); err != nil {
+		return err
+	}
 	events, err := tracker.ReadAllHistory(e.root)
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	if !c.JSON {
-		fmt.Fprintln(tw, "TIME\tREV\tSTATE\tEXIT\tREASON")
-	}
+	var rows [][]cell
 	found := false
 	for _, ev := range events {
 		if ev.ID != c.ID {
@@ -44,11 +46,16 @@ func (c *historyCmd) Run(e *env) error {
 			continue
 		}
 		exit := exitText(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", ev.Time.Local().Format(time.RFC3339Nano), ev.Rev, ev.State, exit, ev.Reason)
+		rows = append(rows, []cell{{text: ev.Time.Local().Format(time.RFC3339Nano)}, {text: strconv.FormatInt(ev.Rev, 10)},
+			{text: string(ev.State), state: string(ev.State)}, {text: exit}, {text: ev.Reason}})
 	}
-	tw.Flush()
+	if !c.JSON {
+		if err := e.term.printTable(e.stdout, []string{"TIME", "REV", "STATE", "EXIT", "REASON"}, rows); err != nil {
+			return err
+		}
+	}
 	if !found {
-		return exitf(exitNotFound, "no run %q in %s", c.ID, filepath.Join(e.root, "history.jsonl"))
+		return exitf(exitNotFound, "no run %q in %s", c.ID, layout.Root(e.root).History())
 	}
 	return nil
 }
@@ -56,48 +63,54 @@ func (c *historyCmd) Run(e *env) error {
 type rmCmd struct {
 	IDs     []string `arg:"" name:"id" help:"The runs to delete."`
 	Session string   `help:"Act as this session: only its runs may be deleted." env:"TEND_SESSION"`
+	IfRev   int64    `help:"Delete the run (one) only if its record is still at this revision (else: conflict, exit 7)."`
 	JSON    bool     `help:"Print each outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
 func (c *rmCmd) Help() string {
 	return `Deletes finished runs: their record, output and outcomes. A queued or
 live run is refused (still_active) and left alone. Each deletion stays in
-history.jsonl. Prints one line per run: ID: outcome. Example: tend rm build test`
+history.jsonl. Prints one line per run: ID: outcome. Example:
+  tend rm build test`
 }
 
 func (c *rmCmd) Run(e *env) error {
 	for _, id := range c.IDs {
-		if err := spool.ValidID(id); err != nil {
-			return exitf(exitUsage, "rm: %v", err)
+		if err := checkID("rm", id); err != nil {
+			return err
 		}
 	}
+	if c.IfRev != 0 && len(c.IDs) != 1 {
+		return exitf(exitUsage, "rm: --if-rev is one run's revision: give one ID with it")
+	}
 	e.json = c.JSON
-	return deleteRuns(e, c.IDs, c.Session)
+	return deleteRuns(e, c.IDs, c.Session, c.IfRev)
 }
 
 // deleteRuns submits a delete request for each run and prints the
 // outcomes. It exits 0 only if every run was deleted.
-func deleteRuns(e *env, ids []string, session string) error {
-	body, _ := json.Marshal(spool.Delete{Session: session})
-	reqs := make([]request, len(ids))
-	for i, id := range ids {
-		reqs[i] = request{spool.Name{ID: id, Verb: spool.VerbDelete}, body}
+func deleteRuns(e *env, ids []string, session string, ifRev int64) error {
+	client, err := e.client(session)
+	if err != nil {
+		return err
 	}
-	answers, err := submitAll(e, reqs, true)
+	outcomes, err := client.Delete(e.context(), tend.Control{IfRev: ifRev}, ids...)
 	if err != nil {
 		return err
 	}
 	code := exitOK
-	for i, a := range answers {
-		if err := printOutcome(e, reqs[i].name, a.outcome, a.detail, true); err != nil {
+	for _, o := range outcomes {
+		if err := printOutcome(e, o, true); err != nil {
 			return err
 		}
-		switch a.outcome {
+		switch o.Outcome {
 		case spool.Deleted:
 		case spool.NotFound:
 			code = max(code, exitNotFound)
+		case spool.Conflict:
+			code = max(code, exitConflict)
 		default:
-			code = exitRefused
+			code = max(code, exitRefused)
 		}
 	}
 	if code != exitOK {
@@ -117,7 +130,8 @@ type gcCmd struct {
 func (c *gcCmd) Help() string {
 	return `Deletes finished runs beyond the retention: older than --older-than, or
 beyond the newest --keep. The watcher applies the same retention by itself
-every 10 minutes. Example: tend gc --older-than 24h`
+every 10 minutes. Example:
+  tend gc --older-than 24h`
 }
 
 func (c *gcCmd) Run(e *env) error {
@@ -143,12 +157,12 @@ func (c *gcCmd) Run(e *env) error {
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {
 			if e.json {
-				writeJSONLine(e, outcomeLine{ID: id, Verb: spool.VerbDelete, Outcome: "would_delete"})
+				writeJSONLine(e, tend.Outcome{ID: id, Verb: spool.VerbDelete, Outcome: "would_delete"})
 			} else {
 				fmt.Fprintln(e.stdout, id)
 			}
 		}
 		return nil
 	}
-	return deleteRuns(e, ids, c.Session)
+	return deleteRuns(e, ids, c.Session, 0)
 }

@@ -1,93 +1,91 @@
 package main
 
 import (
-	"encoding/json"
 	"time"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend"
 )
 
-// control is what the service verbs share: a run, a session, an if_rev.
-type control struct {
+// controlArgs is what the service verbs share: a run, a session, an
+// if_rev.
+type controlArgs struct {
 	ID      string `arg:"" help:"The run."`
 	Session string `help:"Act as this session: only its runs may be acted on." env:"TEND_SESSION"`
 	IfRev   int64  `help:"Act only if the run's record is still at this revision (else: conflict, exit 7)."`
 	JSON    bool   `help:"Print the outcome as a JSON line (docs/schema/outcome.schema.json)."`
 }
 
-// send submits the request and turns its outcome into an exit code.
-func (c control) send(e *env, verb string, body map[string]any) error {
-	if err := spool.ValidID(c.ID); err != nil {
-		return exitf(exitUsage, "%s: %v", verb, err)
-	}
-	if c.Session != "" {
-		body["session"] = c.Session
-	}
-	if c.IfRev > 0 {
-		body["if_rev"] = c.IfRev
-	}
-	b, err := json.Marshal(body)
-	if err != nil {
+// send checks the ID, then sends the request and turns its outcome into
+// an exit code.
+func (c controlArgs) send(e *env, verb string, send func(*tend.Client, tend.Control) (tend.Outcome, error)) error {
+	if err := checkID(verb, c.ID); err != nil {
 		return err
 	}
-	n := spool.Name{ID: c.ID, Verb: verb}
 	e.json = c.JSON
-	outcome, detail, err := submit(e, n, b, true)
-	if err != nil {
-		return err
-	}
-	return outcomeExit(e, n, outcome, detail)
+	return control(e, c.Session, func(cl *tend.Client) (tend.Outcome, error) {
+		return send(cl, tend.Control{IfRev: c.IfRev})
+	})
 }
 
 type signalCmd struct {
-	control
+	controlArgs
 	Signal string `arg:"" help:"The signal: HUP, USR1, TERM, ... (or its number)."`
 }
 
 func (c *signalCmd) Help() string {
 	return `Sends a signal to the run's process group, after checking it is still
-the run's. Example: tend signal web HUP`
+the run's. Example:
+  tend signal web HUP`
 }
 
 func (c *signalCmd) Run(e *env) error {
-	if _, err := spool.SignalNamed(c.Signal); err != nil {
-		return exitf(exitUsage, "signal: %v", err)
-	}
-	return c.send(e, spool.VerbSignal, map[string]any{"signal": c.Signal})
+	return c.send(e, "signal", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
+		return cl.Signal(e.context(), c.ID, c.Signal, o)
+	})
 }
 
 type restartCmd struct {
-	control
+	controlArgs
 	Grace time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
 }
 
 func (c *restartCmd) Help() string {
 	return `Stops the run (SIGTERM, then SIGKILL after the grace) and starts it
 again under the same ID; its attempt count grows. A run waiting to be
-restarted starts at once. Example: tend restart web`
+restarted starts at once. Example:
+  tend restart web`
 }
 
 func (c *restartCmd) Run(e *env) error {
-	body := map[string]any{}
-	if c.Grace > 0 {
-		body["grace"] = c.Grace.String()
-	}
-	return c.send(e, spool.VerbRestart, body)
+	return c.send(e, "restart", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
+		o.Grace = c.Grace
+		return cl.Restart(e.context(), c.ID, o)
+	})
 }
 
-type pauseCmd struct{ control }
+type pauseCmd struct{ controlArgs }
 
 func (c *pauseCmd) Help() string {
 	return `Stops the run's process group with SIGSTOP (state paused); its timeout
-stops counting. Example: tend pause build`
+stops counting. Example:
+  tend pause build`
 }
 
-func (c *pauseCmd) Run(e *env) error { return c.send(e, spool.VerbPause, map[string]any{}) }
+func (c *pauseCmd) Run(e *env) error {
+	return c.send(e, "pause", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
+		return cl.Pause(e.context(), c.ID, o)
+	})
+}
 
-type resumeCmd struct{ control }
+type resumeCmd struct{ controlArgs }
 
 func (c *resumeCmd) Help() string {
-	return "Continues a paused run's process group with SIGCONT. Example: tend resume build"
+	return `Continues a paused run's process group with SIGCONT. Example:
+  tend resume build`
 }
 
-func (c *resumeCmd) Run(e *env) error { return c.send(e, spool.VerbResume, map[string]any{}) }
+func (c *resumeCmd) Run(e *env) error {
+	return c.send(e, "resume", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
+		return cl.Resume(e.context(), c.ID, o)
+	})
+}

@@ -1,14 +1,14 @@
 package main
 
 import (
-	"crypto/rand"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
@@ -17,11 +17,14 @@ type startCmd struct {
 	ID      string        `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
 	JSON    bool          `help:"Print the run's record once it is taken, not just its ID (docs/schema/record.schema.json)."`
 	Cwd     string        `help:"Working directory (default: the current one)." placeholder:"DIR"`
-	Env     []string      `short:"e" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
+	Env     []string      `short:"e" sep:"none" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
 	Timeout time.Duration `help:"Stop the run (SIGTERM, then SIGKILL after the grace) if it runs longer than this."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL when the run is stopped (default 10s)."`
 	Session string        `help:"The session the run belongs to." env:"TEND_SESSION"`
-	Label   []string      `short:"l" help:"Attach a label (repeatable)." placeholder:"K=V"`
+	Label   []string      `short:"l" sep:"none" help:"Attach a label (repeatable)." placeholder:"K=V"`
+	After   []string      `sep:"none" help:"Start only once run ID has completed (ID:ended: however it ended; ID:ready: once it runs and is ready); repeatable. Canceled if that can no longer happen." placeholder:"ID[:COND]"`
+	At      string        `help:"Start no earlier than this time: HH:MM[:SS] (today, or tomorrow if past) or RFC 3339." placeholder:"TIME" xor:"when"`
+	In      time.Duration `help:"Start no earlier than this long after the request is taken." placeholder:"DURATION" xor:"when"`
 
 	Restart           string        `help:"Restart policy: never, on-failure or always." placeholder:"POLICY" group:"Services"`
 	RestartLimit      int           `help:"At most this many restarts within --restart-window." default:"5" group:"Services"`
@@ -35,17 +38,18 @@ type startCmd struct {
 	HealthStartPeriod time.Duration `help:"Failed checks do not count for this long after each start." default:"30s" group:"Services"`
 	ReadyFile         bool          `help:"Starting until the run creates the file named in $TEND_READY." group:"Services"`
 
-	Command []string `arg:"" passthrough:"" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
+	Command []string `arg:"" passthrough:"partial" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
 }
 
 func (c *startCmd) Help() string {
-	return `Examples:
-  tend start -- make test                  # executes make with argument test
-  tend start --id web -- 'npm run dev 2>&1' # one argument: run by /bin/sh -c
-  tend start --timeout 10m -- ./long-job.sh
-
-Prints the run's ID. The run gets this shell's environment and working
-directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION.`
+	return `Prints the run's ID. The run gets this shell's environment and working
+directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION. Examples:
+  tend start -- ls -l /                      # executes ls with arguments -l and /
+  tend start --id nap -- 'sleep 5; echo up'  # one argument: run by /bin/sh -c
+  tend start --timeout 2s -- sleep 60        # stopped after 2s: timed_out
+  tend start -e LIST=a,b -l kind=demo -- 'echo "$LIST"'
+  tend start --id test --after build -- make test   # once build completed
+  tend start --after build --after lint:ended --in 10m -- ./deploy`
 }
 
 func (c *startCmd) Run(e *env) error {
@@ -56,43 +60,49 @@ func (c *startCmd) Run(e *env) error {
 	if len(args) == 0 {
 		return exitf(exitUsage, "start: no command given (tend start -- CMD [ARG...])")
 	}
-	body, err := c.request(args)
+	req, err := c.request(args)
 	if err != nil {
 		return exitf(exitUsage, "start: %v", err)
 	}
-	id := c.ID
-	if id == "" {
-		id = makeID(args)
-	} else if err := spool.ValidID(id); err != nil {
-		return exitf(exitUsage, "start: --id: %v", err)
-	}
-	n := spool.Name{ID: id, Verb: spool.VerbStart}
-	outcome, detail, err := submit(e, n, body, false)
-	if err != nil {
-		if startWaiting(e, id) { // submitted; it waits for a watcher
-			fmt.Fprintln(e.stdout, id)
+	if c.ID != "" {
+		if err := tend.CheckID(c.ID); err != nil {
+			return exitf(exitUsage, "start: --id: %v", err)
 		}
+	}
+	client, err := e.client(c.Session)
+	if err != nil {
 		return err
 	}
-	if outcome != spool.Accepted {
-		return exitf(exitRefused, "start %s: %s: %s", id, outcome, detail)
+	id := c.ID
+	if id == "" {
+		id = tend.MakeID(req.Args())
 	}
-	st, err := tracker.NewStore(e.root).Read(id)
-	if c.JSON && err == nil {
+	st, err := client.Start(e.context(), id, req)
+	var oe *tend.OutcomeError
+	switch {
+	case errors.Is(err, tend.ErrNoWatcher):
+		fmt.Fprintln(e.stdout, id) // submitted: it waits for a watcher
+		return err
+	case errors.As(err, &oe):
+		return exitf(exitRefused, "start %s: %s", id, oe.Outcome)
+	case err != nil:
+		return err
+	}
+	if c.JSON {
 		writeJSON(e.stdout, st)
 	} else {
 		fmt.Fprintln(e.stdout, id)
 	}
-	if err == nil && st.State == tracker.Failed && st.PID == 0 {
+	if st.State == tracker.Failed && st.PID == 0 {
 		return exitf(exitFailed, "run %s: %s", id, st.Reason)
 	}
 	return nil
 }
 
-// request builds the start request's body, checked by the same parser the
+// request builds the start request, checked by the same parser the
 // watcher uses before anything is written.
-func (c *startCmd) request(args []string) ([]byte, error) {
-	req := spool.Start{Session: c.Session, Timeout: spool.Duration(c.Timeout)}
+func (c *startCmd) request(args []string) (tend.Request, error) {
+	req := tend.Request{Session: c.Session, Timeout: spool.Duration(c.Timeout)}
 	if len(args) == 1 {
 		req.Shell = args[0]
 	} else {
@@ -108,7 +118,7 @@ func (c *startCmd) request(args []string) ([]byte, error) {
 	}
 	var err error
 	if req.Cwd, err = filepath.Abs(cwd); err != nil {
-		return nil, err
+		return req, err
 	}
 	req.Env = map[string]string{}
 	for _, kv := range os.Environ() {
@@ -117,19 +127,51 @@ func (c *startCmd) request(args []string) ([]byte, error) {
 		}
 	}
 	if req.Env, err = addPairs(req.Env, c.Env, "--env"); err != nil {
-		return nil, err
+		return req, err
 	}
 	if len(c.Label) > 0 {
 		if req.Labels, err = addPairs(map[string]string{}, c.Label, "--label"); err != nil {
-			return nil, err
+			return req, err
 		}
 	}
 	c.service(&req)
-	body, err := req.MarshalJSON()
-	if err == nil {
-		_, err = spool.ParseStart(body)
+	for _, name := range c.After {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			return req, fmt.Errorf("--after %v", err)
+		}
+		req.After = append(req.After, d)
 	}
-	return body, err
+	switch {
+	case c.At != "":
+		at, err := parseAt(c.At, time.Now())
+		if err != nil {
+			return req, err
+		}
+		req.NotBefore = &spool.NotBefore{At: at}
+	case c.In > 0:
+		req.NotBefore = &spool.NotBefore{In: c.In}
+	}
+	_, err = tend.Body(req)
+	return req, err
+}
+
+// parseAt reads --at: an RFC 3339 time, or a time of day (HH:MM or
+// HH:MM:SS, local time), the next one after now.
+func parseAt(s string, now time.Time) (time.Time, error) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, nil
+	}
+	for _, layout := range []string{"15:04", "15:04:05"} {
+		if t, err := time.ParseInLocation(layout, s, now.Location()); err == nil {
+			at := time.Date(now.Year(), now.Month(), now.Day(), t.Hour(), t.Minute(), t.Second(), 0, now.Location())
+			if !at.After(now) {
+				at = at.AddDate(0, 0, 1)
+			}
+			return at, nil
+		}
+	}
+	return time.Time{}, fmt.Errorf("--at %q: want HH:MM, HH:MM:SS or an RFC 3339 time", s)
 }
 
 func addPairs(m map[string]string, pairs []string, flag string) (map[string]string, error) {
@@ -143,26 +185,8 @@ func addPairs(m map[string]string, pairs []string, flag string) (map[string]stri
 	return m, nil
 }
 
-// makeID makes a readable, unique ID from the command's first word.
-func makeID(args []string) string {
-	word := filepath.Base(strings.Fields(args[0] + " x")[0])
-	var b strings.Builder
-	for i := 0; i < len(word) && b.Len() < 20; i++ {
-		if c := word[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-' {
-			b.WriteByte(c)
-		}
-	}
-	if b.Len() == 0 || b.String()[0] == '-' {
-		b.Reset()
-		b.WriteString("run")
-	}
-	var r [3]byte
-	rand.Read(r[:])
-	return b.String() + "-" + hex.EncodeToString(r[:])
-}
-
 // service sets the request's service settings from the flags.
-func (c *startCmd) service(req *spool.Start) {
+func (c *startCmd) service(req *tend.Request) {
 	if c.Restart != "" && c.Restart != spool.RestartNever {
 		// A misspelled policy is refused when the request is checked.
 		req.Restart = &spool.Restart{Policy: c.Restart, Limit: c.RestartLimit, Window: spool.Duration(c.RestartWindow),

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
@@ -22,7 +23,7 @@ PID file), its PID, its keeper's, uptime and version, and how many runs are
 in each state. A PID file left by a crashed watcher is reported and removed.
 Exits 0 if a watcher runs, 6 if none does. Examples:
   tend status
-  tend status --json | jq .runs`
+  tend status --json`
 }
 
 // status is what "tend status --json" prints.
@@ -64,13 +65,17 @@ func (c *statusCmd) Run(e *env) error {
 // lock), the runs per state, and problems a quick look finds.
 func readStatus(root string) (status, error) {
 	s := status{Root: root, Runs: map[string]int{}}
-	running, _, err := watcher.Probe(root)
+	client, err := tend.Open(root, tend.Options{})
+	if err != nil {
+		return s, err
+	}
+	running, _, err := tracker.ProbeWatcher(root)
 	if err != nil {
 		return s, err
 	}
 	if running {
 		s.Running = true
-		if info, ok := liveInfo(root); ok {
+		if info, ok := client.LiveInfo(); ok {
 			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, info.Durability
 			s.StartedAt = &info.StartedAt
 			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
@@ -80,13 +85,19 @@ func readStatus(root string) (status, error) {
 	}
 	runs, errs := tracker.NewStore(root).ListBrief() // counts states only
 	for _, st := range runs {
-		s.Runs[st.State]++
+		s.Runs[string(st.State)]++
 	}
 	for _, err := range errs {
 		s.Problems = append(s.Problems, err.Error())
 	}
+	if _, err := watcher.LoadSettings(root, watcher.DefaultSettings); err != nil {
+		s.Problems = append(s.Problems, err.Error()+" (a running watcher keeps the settings it has; a new one will not start)")
+	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {
 		s.Problems = append(s.Problems, err.Error())
+	}
+	if p := tracker.PendingProblem(root); p != "" {
+		s.Problems = append(s.Problems, p)
 	}
 	if msg := fullDisk(root); msg != "" {
 		s.Problems = append(s.Problems, msg)

@@ -1,6 +1,7 @@
-package main
+package tend
 
 import (
+	"context"
 	"errors"
 	"os"
 	"path/filepath"
@@ -8,7 +9,7 @@ import (
 	"time"
 )
 
-// waitUntil checks on a timer at first: a condition that holds at once or
+// watchUntil checks on a timer at first: a condition that holds at once or
 // after a few checks ends the wait with no more checks; so does an error.
 func TestWaitUntilChecks(t *testing.T) {
 	boom := errors.New("boom")
@@ -25,25 +26,25 @@ func TestWaitUntilChecks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			calls := 0
-			err := waitUntil(t.TempDir(), func() (bool, error) {
+			err := watchUntil(context.Background(), t.TempDir(), func() (bool, error) {
 				calls++
 				return tt.done(calls)
 			})
 			if !errors.Is(err, tt.wantErr) || calls != tt.wantCalls {
-				t.Fatalf("waitUntil = %v after %d checks, want %v after %d", err, calls, tt.wantErr, tt.wantCalls)
+				t.Fatalf("watchUntil = %v after %d checks, want %v after %d", err, calls, tt.wantErr, tt.wantCalls)
 			}
 		})
 	}
 }
 
-// Past its timed checks, waitUntil is woken by inotify when something
+// Past its timed checks, watchUntil is woken by inotify when something
 // changes in the directory, not by its check every recheckEvery.
 func TestWaitUntilWakesOnAChange(t *testing.T) {
 	dir := t.TempDir()
 	answer := filepath.Join(dir, "answer")
 	start := time.Now()
 	var wrote time.Time
-	err := waitUntil(dir, func() (bool, error) {
+	err := watchUntil(context.Background(), dir, func() (bool, error) {
 		if _, err := os.Stat(answer); err == nil {
 			return true, nil
 		}
@@ -62,5 +63,20 @@ func TestWaitUntilWakesOnAChange(t *testing.T) {
 	}
 	if took := time.Since(wrote); wrote.IsZero() || took >= recheckEvery {
 		t.Errorf("woken %v after the change; inotify should have woken it", took)
+	}
+}
+
+// watchUntil ends when its context does, during its timed checks or on
+// inotify, with the context's error.
+func TestWatchUntilEndsWithItsContext(t *testing.T) {
+	for _, after := range []time.Duration{0, spinFor / 2, 2 * spinFor} {
+		ctx, cancel := context.WithCancel(context.Background())
+		timer := time.AfterFunc(after, cancel)
+		err := watchUntil(ctx, t.TempDir(), func() (bool, error) { return false, nil })
+		timer.Stop()
+		cancel()
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("canceled after %v: watchUntil = %v, want context.Canceled", after, err)
+		}
 	}
 }

@@ -1,0 +1,188 @@
+package tend
+
+import (
+	"context"
+
+	"github.com/tendhq/tend/tracker"
+)
+
+// The streams of a run's output.
+const (
+	Stdout = "stdout"
+	Stderr = "stderr"
+)
+
+// LogSlice is a piece of one stream of a run's output, read by absolute
+// offset (docs/schema/logs.schema.json): byte N of everything the run
+// wrote to the stream has offset N, whatever was dropped since.
+type LogSlice struct {
+	Stream string `json:"stream"`
+	// Offset is where Data starts: the offset asked for, or the first byte
+	// still kept if that was dropped (output is capped).
+	Offset int64 `json:"offset"`
+	// Next is the offset to read from next time: no byte is read twice.
+	Next int64 `json:"next"`
+	// Dropped is how many of the bytes asked for were gone.
+	Dropped int64 `json:"dropped"`
+	// EOF says Data reaches the end of what the stream holds now, and
+	// Final that the run has ended: then nothing more will come.
+	EOF   bool   `json:"eof"`
+	Final bool   `json:"final"`
+	Data  string `json:"data"`
+}
+
+// LogLine is a line of a run's output, or its last bytes if they have no
+// newline yet, with the stream it was written to.
+type LogLine struct {
+	Stream string `json:"stream"`
+	Offset int64  `json:"offset"`
+	Next   int64  `json:"next"`
+	Data   string `json:"data"`
+}
+
+// ReadLog reads at most max bytes (all there is, if max is 0) of run id's
+// stream (Stdout or Stderr) from absolute offset offset.
+func (c *Client) ReadLog(ctx context.Context, id, stream string, offset, max int64) (LogSlice, error) {
+	st, err := c.readForLogs(ctx, id, stream, offset, max)
+	if err != nil {
+		return LogSlice{Stream: stream}, err
+	}
+	return c.readLog(st, stream, offset, max)
+}
+
+func (c *Client) readLog(st *Record, stream string, offset, max int64) (LogSlice, error) {
+	size := c.store.OutputSize(st, stream)
+	if max <= 0 {
+		max = size - offset
+	}
+	sl, err := c.store.ReadOutput(st, stream, offset, max)
+	if err != nil {
+		return LogSlice{Stream: stream}, err
+	}
+	return LogSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
+		EOF: sl.Next >= size, Final: tracker.Final(st.State), Data: string(sl.Data)}, nil
+}
+
+// readForLogs checks a read's arguments and returns the run's record.
+func (c *Client) readForLogs(ctx context.Context, id, stream string, offset, max int64) (*Record, error) {
+	if stream != Stdout && stream != Stderr {
+		return nil, invalidf("stream %q: want %s or %s", stream, Stdout, Stderr)
+	}
+	if offset < 0 || max < 0 {
+		return nil, invalidf("offsets and sizes are not negative (offset %d, max %d)", offset, max)
+	}
+	return c.Show(ctx, id)
+}
+
+// ReadLines returns run id's lines of both streams from absolute offset
+// offset of each, in the order the run wrote them (as the watcher recorded
+// its switches from one stream to the other), each with its stream, up to
+// what is written now: a line not ended yet is returned only once the run
+// has ended. It also returns how many bytes were gone (capped) when their
+// turn came.
+func (c *Client) ReadLines(ctx context.Context, id string, offset int64) ([]LogLine, int64, error) {
+	if offset < 0 {
+		return nil, 0, invalidf("offset %d is negative", offset)
+	}
+	st, err := c.Show(ctx, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	var lines []LogLine
+	it := c.store.Interleave(id, offset)
+	err = it.Read(st, true, func(l tracker.Line) error {
+		lines = append(lines, logLine(l))
+		return nil
+	})
+	return lines, it.Dropped, err
+}
+
+// TailLines returns the last n lines of both streams of the run st
+// records, in the order written, from the last 16 KiB of each.
+func (c *Client) TailLines(ctx context.Context, st *Record, n int) ([]LogLine, error) {
+	var lines []LogLine
+	err := c.store.InterleaveTail(st, 16<<10).Read(st, true, func(l tracker.Line) error {
+		if lines = append(lines, logLine(l)); len(lines) > n {
+			lines = lines[1:]
+		}
+		return nil
+	})
+	return lines, err
+}
+
+func logLine(l tracker.Line) LogLine {
+	return LogLine{Stream: l.Stream, Offset: l.Offset, Next: l.Offset + int64(len(l.Data)), Data: string(l.Data)}
+}
+
+// FollowLog passes run id's stream to emit from offset on, as the run
+// writes it, until the run ends, and returns its last record. emit also
+// gets the record as last read, with every slice (an empty one when only
+// the record changed). Bytes dropped meanwhile are neither passed twice nor
+// skipped unsaid: a slice's Dropped counts them.
+func (c *Client) FollowLog(ctx context.Context, id, stream string, offset int64, emit func(*Record, LogSlice) error) (*Record, error) {
+	if _, err := c.readForLogs(ctx, id, stream, offset, 0); err != nil {
+		return nil, err
+	}
+	var final *Record
+	err := watchUntil(ctx, c.store.RunDir(id), func() (bool, error) {
+		cur, err := c.store.Read(id)
+		if err != nil {
+			return false, err
+		}
+		for first := true; ; first = false {
+			sl, err := c.readLog(cur, stream, offset, 1<<20)
+			if err != nil {
+				return false, err
+			}
+			if len(sl.Data) > 0 || sl.Dropped > 0 || first {
+				if err := emit(cur, sl); err != nil {
+					return false, err
+				}
+			}
+			offset = sl.Next
+			if len(sl.Data) == 0 {
+				break
+			}
+		}
+		if tracker.Final(cur.State) {
+			final = cur
+			return true, nil
+		}
+		return false, nil
+	})
+	return final, err
+}
+
+// FollowLines passes run id's lines of both streams to emit, in the order
+// written, from absolute offset offset of each, as the run writes them,
+// until the run ends, and returns its last record and how many bytes were
+// gone (capped) when their turn came. emit gets the record as last read
+// too (and a zero LogLine when only the record changed).
+func (c *Client) FollowLines(ctx context.Context, id string, offset int64, emit func(*Record, LogLine) error) (*Record, int64, error) {
+	if offset < 0 {
+		return nil, 0, invalidf("offset %d is negative", offset)
+	}
+	if _, err := c.Show(ctx, id); err != nil {
+		return nil, 0, err
+	}
+	it := c.store.Interleave(id, offset)
+	var final *Record
+	err := watchUntil(ctx, c.store.RunDir(id), func() (bool, error) {
+		cur, err := c.store.Read(id)
+		if err != nil {
+			return false, err
+		}
+		if err := emit(cur, LogLine{}); err != nil {
+			return false, err
+		}
+		done := tracker.Final(cur.State)
+		if err := it.Read(cur, done, func(l tracker.Line) error { return emit(cur, logLine(l)) }); err != nil {
+			return false, err
+		}
+		if done {
+			final = cur
+		}
+		return done, nil
+	})
+	return final, it.Dropped, err
+}

@@ -1,0 +1,160 @@
+package tend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
+)
+
+// Outcome is the watcher's answer to one request (docs/protocol.md,
+// "Outcomes"; docs/schema/outcome.schema.json).
+type Outcome struct {
+	ID      string `json:"id"`
+	Verb    string `json:"verb"`
+	Outcome string `json:"outcome"`
+	Detail  string `json:"detail,omitempty"`
+}
+
+// String returns the outcome as its file holds it: "outcome[: detail]".
+func (o Outcome) String() string {
+	if o.Detail == "" {
+		return o.Outcome
+	}
+	return o.Outcome + ": " + o.Detail
+}
+
+// Err returns nil if the outcome says the request did what it asked (or,
+// for start, that the run exists), else an *OutcomeError.
+func (o Outcome) Err() error {
+	switch o.Outcome {
+	case spool.Accepted, spool.Updated, spool.Canceled, spool.Deleted, spool.Signaled, spool.Restarted, spool.Paused, spool.Resumed:
+		return nil
+	}
+	return &OutcomeError{o}
+}
+
+// An OutcomeError is an outcome that is not a success. It matches
+// ErrNotFound (not_found), ErrFinished (already_finished), ErrConflict
+// (conflict) or ErrRefused (every other).
+type OutcomeError struct {
+	Outcome Outcome
+}
+
+func (e *OutcomeError) Error() string {
+	return fmt.Sprintf("%s %s: %s", e.Outcome.Verb, e.Outcome.ID, e.Outcome)
+}
+
+// Unwrap returns the kind of the outcome: ErrNotFound, ErrFinished,
+// ErrConflict or ErrRefused.
+func (e *OutcomeError) Unwrap() error {
+	switch e.Outcome.Outcome {
+	case spool.NotFound:
+		return ErrNotFound
+	case spool.AlreadyFinished:
+		return ErrFinished
+	case spool.Conflict:
+		return ErrConflict
+	}
+	return ErrRefused
+}
+
+// request is a request to submit.
+type request struct {
+	name spool.Name
+	body []byte
+}
+
+// submit writes every request into the spool, then waits for all of their
+// outcomes, so that requests that each take a while (cancels wait for
+// their run to end) are carried out side by side. Control requests get a
+// tag of their own (see docs/protocol.md, "Request names"), so clients
+// acting on one run at once neither replace each other's requests nor
+// read each other's answers; their outcome files are removed once read. A
+// start request replaces nothing: one of the same name already in the
+// spool fails the call.
+func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) {
+	if err := c.dir.Make(); err != nil {
+		return nil, err
+	}
+	if err := c.autoStart(ctx); err != nil {
+		return nil, err
+	}
+	for i := range reqs {
+		if reqs[i].name.Verb != spool.VerbStart {
+			reqs[i].name.Tag = newTag()
+		}
+	}
+	// An outcome from an earlier request of the same name must not be
+	// taken for this one's: it is removed, or where this user may not (a
+	// shared root's outcomes/ is the watcher's), known by its inode: an
+	// answer replaces it atomically, so a new one is a new inode.
+	stale := make(map[spool.Name]uint64)
+	for _, r := range reqs {
+		if err := os.Remove(c.dir.OutcomePath(r.name)); errors.Is(err, os.ErrPermission) {
+			var st unix.Stat_t
+			if unix.Stat(c.dir.OutcomePath(r.name), &st) == nil {
+				stale[r.name] = st.Ino
+			}
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
+		}
+		if err := c.dir.Submit(r.name, r.body, r.name.Verb != spool.VerbStart); err != nil {
+			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
+		}
+	}
+	outcomes := make([]Outcome, len(reqs))
+	done := 0
+	err := watchUntil(ctx, c.dir.Outcomes(), func() (bool, error) {
+		for done < len(reqs) {
+			n := reqs[done].name
+			if ino, ok := stale[n]; ok {
+				var st unix.Stat_t
+				if unix.Stat(c.dir.OutcomePath(n), &st) != nil || st.Ino == ino {
+					break
+				}
+			}
+			outcome, detail, err := c.dir.ReadOutcome(n)
+			if err != nil {
+				break
+			}
+			outcomes[done] = Outcome{ID: n.ID, Verb: n.Verb, Outcome: outcome, Detail: detail}
+			if n.Tag != "" {
+				os.Remove(c.dir.OutcomePath(n)) // read: nobody else needs it
+			}
+			done++
+		}
+		if done == len(reqs) {
+			return true, nil
+		}
+		if running, _, perr := tracker.ProbeWatcher(c.root); perr == nil && !running {
+			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
+				c.root, c.spoolPath(reqs[done].name))
+		}
+		return false, nil
+	})
+	return outcomes, err
+}
+
+// submitOne submits one request and returns its outcome, and the outcome's
+// error if it is not a success.
+func (c *Client) submitOne(ctx context.Context, n spool.Name, body []byte) (Outcome, error) {
+	outcomes, err := c.submit(ctx, []request{{n, body}})
+	if err != nil {
+		return Outcome{ID: n.ID, Verb: n.Verb}, err
+	}
+	return outcomes[0], outcomes[0].Err()
+}
+
+// newTag returns a random request tag.
+func newTag() string {
+	var b [6]byte
+	rand.Read(b[:])
+	return "c" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,172 @@
+package tend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/fsnotify/fsnotify"
+	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// Most waits end within a few milliseconds (a start is answered in about
+// two), and an inotify instance costs more than that to give back: closing
+// one waits for an SRCU grace period in the kernel (the marks' reaper),
+// 8-20 ms measured, and a process's exit waits for that close. So a wait
+// first checks on a timer, and sets up inotify only if it lasts longer.
+const (
+	spinFor      = 20 * time.Millisecond
+	spinEvery    = time.Millisecond
+	recheckEvery = time.Second
+)
+
+// watchUntil calls check until it reports done or fails, or ctx ends
+// (then it returns ctx.Err()): every spinEvery for the first spinFor, then
+// whenever something changes in dir, and once every recheckEvery. Past the
+// first checks it blocks on inotify, not on a timer; the regular check
+// notices a watcher that died.
+func watchUntil(ctx context.Context, dir string, check func() (done bool, err error)) error {
+	if done, err := spin(ctx, check); done || err != nil {
+		return err
+	}
+	fsw, err := fsnotify.NewWatcher()
+	if err != nil {
+		return fmt.Errorf("inotify: %w", procfs.InotifyError(err))
+	}
+	defer fsw.Close()
+	if err := fsw.Add(dir); err != nil {
+		return fmt.Errorf("watch %s: %w", dir, procfs.InotifyError(err))
+	}
+	tick := time.NewTicker(recheckEvery)
+	defer tick.Stop()
+	for {
+		// Check after the watch is in place, so no change falls in between.
+		if done, err := check(); done || err != nil {
+			return err
+		}
+		select {
+		case <-fsw.Events:
+		case err := <-fsw.Errors:
+			if !errors.Is(err, fsnotify.ErrEventOverflow) {
+				return err
+			}
+		case <-tick.C:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// spin calls check every spinEvery for spinFor, until it reports done or
+// fails, or ctx ends.
+func spin(ctx context.Context, check func() (bool, error)) (bool, error) {
+	t := time.NewTimer(spinEvery)
+	defer t.Stop()
+	for end := time.Now().Add(spinFor); time.Now().Before(end); t.Reset(spinEvery) {
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		if done, err := check(); done || err != nil {
+			return done, err
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return false, ctx.Err()
+		}
+	}
+	return false, nil
+}
+
+// Wait blocks until run id has ended, and returns its record. If ctx ends
+// first, it returns the record as last read (nil if the run had none yet)
+// with ctx's error; the run goes on.
+func (c *Client) Wait(ctx context.Context, id string) (*Record, error) {
+	return c.WaitFor(ctx, id, Ended)
+}
+
+// WaitFor blocks until run id's record satisfies until (Ended, Ready, or a
+// condition of the caller's, which is also called with every record read
+// on the way), and returns it. While the run's start request waits in the
+// spool (no watcher yet, or one still busy), it waits for the request to
+// be taken: a rejected one is an error wrapping ErrRefused. A watcher is
+// started, if the client starts them, unless the record satisfies until
+// already. If ctx ends first, WaitFor returns the record as last read
+// (nil if the run had none yet) with ctx's error. The record returned is
+// durable: a power loss after WaitFor returns does not take it back.
+func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) bool) (*Record, error) {
+	if err := CheckID(id); err != nil {
+		return nil, err
+	}
+	if st, err := c.store.Read(id); err == nil && until(st) {
+		return st, c.seen(id) // no watcher needed, so none is started
+	}
+	if err := c.autoStart(ctx); err != nil {
+		return nil, err
+	}
+	if c.startWaiting(id) {
+		if err := watchUntil(ctx, c.dir.Spool(), func() (bool, error) { return !c.startWaiting(id), nil }); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := os.Stat(c.store.RunDir(id)); err != nil {
+		if outcome, detail, oerr := c.dir.ReadOutcome(spool.Name{ID: id, Verb: spool.VerbStart}); oerr == nil && outcome == spool.Rejected {
+			return nil, &OutcomeError{Outcome{ID: id, Verb: spool.VerbStart, Outcome: outcome, Detail: detail}}
+		}
+		return nil, c.notFound(id)
+	}
+	var st *Record
+	err := watchUntil(ctx, c.store.RunDir(id), func() (bool, error) {
+		read, err := c.store.Read(id)
+		if errors.Is(err, tracker.ErrNotFound) {
+			return false, nil // claimed, its first state not written yet
+		}
+		if err != nil {
+			return false, err
+		}
+		st = read
+		return until(st), nil
+	})
+	if err == nil {
+		err = c.seen(id)
+	}
+	return st, err
+}
+
+// seen makes run id's record, as the client just read it, durable before
+// the client acts on it: the watcher syncs a record's directory just after
+// it renames the record into place, and a record read in between would
+// not survive a power loss.
+func (c *Client) seen(id string) error {
+	if err := spool.FlushSeen.SyncDir(c.store.RunDir(id)); err != nil {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	return nil
+}
+
+// startWaiting reports whether a start request for id waits in the spool.
+func (c *Client) startWaiting(id string) bool {
+	if spool.ValidID(id) != nil {
+		return false
+	}
+	_, err := os.Lstat(c.spoolPath(spool.Name{ID: id, Verb: spool.VerbStart}))
+	return err == nil
+}
+
+func (c *Client) spoolPath(n spool.Name) string {
+	return filepath.Join(c.dir.Spool(), n.String())
+}
+
+// notFound is the error for a run id that has no record: it says whether
+// its start request waits in the spool.
+func (c *Client) notFound(id string) error {
+	if c.startWaiting(id) {
+		return errorf(ErrNotFound, "run %s has not started yet: its request waits in the spool", id)
+	}
+	return errorf(ErrNotFound, "no run %q in %s", id, c.root)
+}

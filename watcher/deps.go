@@ -1,0 +1,262 @@
+package watcher
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// Runs that wait: a start request may name runs it waits for (after, each
+// with a condition) and a time before which it does not start
+// (not_before). Such a run is queued, its reason naming what it waits
+// for, and starts, under the usual limits and in its turn, once every
+// condition holds. If one no longer can (the run it waits to complete
+// failed, was canceled or deleted), it ends canceled without starting,
+// and the runs that wait for it follow in the same way.
+
+// waitReason says what run st waits for, for its record's reason; "" if
+// it waits for nothing.
+func waitReason(st *tracker.State) string {
+	var parts []string
+	for _, name := range st.After {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			continue
+		}
+		verb := map[spool.Condition]string{spool.Completed: "complete", spool.Ended: "end", spool.Ready: "be ready"}[d.When]
+		parts = append(parts, d.ID+" to "+verb)
+	}
+	reason := ""
+	if len(parts) > 0 {
+		reason = "waiting for " + strings.Join(parts, ", ")
+	}
+	if st.NotBefore != nil {
+		if reason != "" {
+			reason += "; "
+		}
+		reason += "not before " + st.NotBefore.Format(time.RFC3339)
+	}
+	return reason
+}
+
+// checkDeps says why run id may not wait for deps: one that is no run
+// (a dependency must exist when the request is taken), itself, or one that
+// waits for it, directly or not.
+func (w *watcher) checkDeps(id string, deps []spool.Dep) error {
+	for _, d := range deps {
+		if d.ID == id {
+			return fmt.Errorf(`"after": run %s cannot wait for itself`, id)
+		}
+		if w.queued(d.ID) == nil && !w.startWaiting(d.ID) {
+			// A start request in the spool, not taken yet, counts: a client
+			// that drops a run and what waits for it at once has both taken,
+			// in whichever order.
+			if _, err := w.lookup(d.ID); errors.Is(err, tracker.ErrNotFound) {
+				return fmt.Errorf(`"after": no run %s (a run waits only for runs that exist, or whose start request waits in the spool, when it is taken)`, d.ID)
+			}
+		}
+		if path := w.waitPath(d.ID, id, nil); path != nil {
+			return fmt.Errorf(`"after": run %s would wait for itself: %s`, id, strings.Join(append([]string{id}, path...), " waits for "))
+		}
+	}
+	return nil
+}
+
+// waitPath returns the queued runs through which run from waits for run
+// to (from first, to last), or nil if it does not.
+func (w *watcher) waitPath(from, to string, seen map[string]bool) []string {
+	if from == to {
+		return []string{to}
+	}
+	q := w.queued(from)
+	if q == nil {
+		return nil
+	}
+	if seen == nil {
+		seen = make(map[string]bool)
+	}
+	if seen[from] {
+		return nil
+	}
+	seen[from] = true
+	for _, name := range q.st.After {
+		if d, err := spool.ParseDep(name); err == nil {
+			if path := w.waitPath(d.ID, to, seen); path != nil {
+				return append([]string{from}, path...)
+			}
+		}
+	}
+	return nil
+}
+
+// conditions says what queued run st still waits for now (waits), or why
+// it never will start (never): both "" once every condition holds.
+func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never string) {
+	for _, name := range st.After {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			return "", fmt.Sprintf("it waits for %q, which names no run", name)
+		}
+		var dep *tracker.State
+		if e, ok := w.ended[d.ID]; ok {
+			dep = &tracker.State{ID: d.ID, State: e.state, Reason: e.reason}
+		} else {
+			dep, err = w.lookup(d.ID)
+		}
+		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
+			return d.String(), "" // its start request is not taken yet
+		}
+		if errors.Is(err, tracker.ErrNotFound) {
+			// Deleted: only finished runs are, and the history says how it
+			// ended.
+			if d.When == spool.Ended {
+				continue
+			}
+			state, ok := w.endedAs(d.ID)
+			if ok && state == tracker.Completed && d.When == spool.Completed {
+				continue
+			}
+			if !ok {
+				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
+			}
+			return "", fmt.Sprintf("run %s, which it waited for, was deleted before it %s", d.ID, map[spool.Condition]string{spool.Completed: "completed", spool.Ready: "was ready"}[d.When])
+		}
+		if err != nil {
+			return fmt.Sprintf("%s (its record cannot be read: %v)", d.ID, err), ""
+		}
+		switch ended := tracker.Final(dep.State); {
+		case d.When == spool.Ended && ended:
+		case d.When == spool.Completed && dep.State == tracker.Completed:
+		case d.When == spool.Ready && ready(dep):
+		case ended:
+			how := string(dep.State)
+			if dep.Reason != "" && dep.State != tracker.Canceled {
+				how += ": " + dep.Reason // a cancel's reason is its own chain
+			}
+			if d.When == spool.Ready {
+				return "", fmt.Sprintf("run %s, which it waited to be ready, ended %s", d.ID, how)
+			}
+			return "", fmt.Sprintf("run %s, which it waited to complete, ended %s", d.ID, how)
+		default:
+			return d.String(), ""
+		}
+	}
+	if st.NotBefore != nil && now.Before(*st.NotBefore) {
+		return "not before " + st.NotBefore.Format(time.RFC3339), ""
+	}
+	return "", ""
+}
+
+// ready reports whether run st is ready: running, and its health check
+// passed or its ready file is there if it waits for either.
+func ready(st *tracker.State) bool {
+	return st.State == tracker.Running && (st.ReadyAt != nil || !waitsForReady(st))
+}
+
+// waits reports whether run st has conditions to wait for: runs, or a
+// start time.
+func waits(st *tracker.State) bool { return len(st.After) > 0 || st.NotBefore != nil }
+
+// waitedOn reports whether a queued run waits for run id.
+func (w *watcher) waitedOn(id string) bool {
+	if w.waiters == 0 {
+		return false
+	}
+	for _, q := range w.queue {
+		if slices.ContainsFunc(q.st.After, func(name string) bool { return name == id || strings.HasPrefix(name, id+":") }) {
+			return true
+		}
+	}
+	return false
+}
+
+// settleWaits ends the queued runs whose conditions can no longer hold,
+// canceled, in queue order (the runs that wait for them follow), and arms
+// the timers of those that wait for a time. It reports whether any ended.
+func (w *watcher) settleWaits(now time.Time) bool {
+	ended := false
+	for {
+		again := false
+		for _, q := range slices.Clone(w.queue) {
+			if !waits(q.st) || w.queued(q.st.ID) != q {
+				continue
+			}
+			waits, never := w.conditions(q.st, now)
+			if never != "" {
+				w.endQueued(q, tracker.Canceled, never+"; it never started")
+				ended, again = true, true
+				continue
+			}
+			if waits != "" && q.st.NotBefore != nil && now.Before(*q.st.NotBefore) && q.at == nil {
+				q.at = w.after(time.Until(*q.st.NotBefore), func() {
+					q.at = nil
+					w.dequeue()
+				})
+			}
+		}
+		if !again {
+			return ended
+		}
+	}
+}
+
+// dequeueSoon runs dequeue on the loop soon, once for any number of calls
+// meanwhile: a state change that queued runs wait for (a run ending,
+// becoming ready, being deleted) is saved first.
+func (w *watcher) dequeueSoon() {
+	if w.dequeueDue {
+		return
+	}
+	w.dequeueDue = true
+	w.after(0, func() {
+		w.dequeueDue = false
+		w.dequeue()
+	})
+}
+
+// endedAs returns the state run id was in when it was last deleted: a run
+// that waits for a run that completed and was deleted since may still
+// start. The watcher notes it when it deletes a run; one an earlier
+// watcher deleted is looked up in the history, once.
+func (w *watcher) endedAs(id string) (tracker.StateName, bool) {
+	if state, ok := w.deletedAs[id]; ok {
+		return state, state != ""
+	}
+	state, ok := w.endedAsInHistory(id)
+	w.deletedAs[id] = state
+	return state, ok
+}
+
+// endedAsInHistory is endedAs, from the whole history.
+func (w *watcher) endedAsInHistory(id string) (tracker.StateName, bool) {
+	events, err := tracker.ReadAllHistory(w.cfg.Root)
+	if err != nil {
+		w.log.Printf("run %s: how it ended: %v", id, err)
+	}
+	var last tracker.StateName
+	found := false
+	for _, e := range events {
+		if e.ID != id {
+			continue
+		}
+		if e.State == tracker.Deleted {
+			found = last != ""
+			continue
+		}
+		last = e.State
+	}
+	return last, found
+}
+
+// An endedRun is how a run that others wait for ended: noted when its end
+// is saved, so that a run waiting for many does not read each one's record
+// again at each turn of the queue.
+type endedRun struct {
+	state  tracker.StateName
+	reason string
+}
