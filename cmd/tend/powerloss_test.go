@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -21,6 +22,7 @@ import (
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
 	"github.com/tendhq/tend/tracker/layout"
+	"golang.org/x/sys/unix"
 )
 
 // powerloss CUTS: the power-loss trial of #20. The root lives on a crashfs
@@ -521,11 +523,11 @@ func (t *trial) submit(kind, how string) *plRun {
 	switch how {
 	case "rename":
 		tmp := filepath.Join(spoolDir, "."+r.id+".tmp")
-		if os.WriteFile(tmp, []byte(body), 0o644) == nil && os.Rename(tmp, filepath.Join(spoolDir, r.id+".start")) == nil {
+		if writeRequest(tmp, body) == nil && os.Rename(tmp, filepath.Join(spoolDir, r.id+".start")) == nil {
 			t.pendingFiles = append(t.pendingFiles, r.id)
 		}
 	case "inplace":
-		if os.WriteFile(filepath.Join(spoolDir, r.id+".start"), []byte(body), 0o644) == nil {
+		if writeRequest(filepath.Join(spoolDir, r.id+".start"), body) == nil {
 			t.pendingFiles = append(t.pendingFiles, r.id)
 		}
 	default:
@@ -540,6 +542,22 @@ func (t *trial) submit(kind, how string) *plRun {
 		}, append(args, "--", body)...)
 	}
 	return r
+}
+
+// writeRequest writes a request file at path as a shell client of root's
+// does in a shared root: marked (setfattr -n trusted.tend -v request)
+// before its content, so that the watcher, which refuses a file of root's
+// in a spool others may write unless it has that mark, takes it.
+func writeRequest(path, body string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	err = unix.Fsetxattr(int(f.Fd()), "trusted.tend", []byte("request"), 0)
+	if err == nil {
+		_, err = f.WriteString(body)
+	}
+	return errors.Join(err, f.Close())
 }
 
 // readOutcomes reads the outcomes of the requests dropped as files, as a
@@ -617,7 +635,7 @@ func (t *trial) act() {
 		if r := t.pick(live); r != nil {
 			if t.rng.IntN(3) == 0 {
 				tmp := filepath.Join(t.root, "spool", "."+r.id+".cancel.tmp")
-				if os.WriteFile(tmp, nil, 0o644) == nil && os.Rename(tmp, filepath.Join(t.root, "spool", r.id+".cancel")) == nil {
+				if writeRequest(tmp, "") == nil && os.Rename(tmp, filepath.Join(t.root, "spool", r.id+".cancel")) == nil {
 					t.cancelFiles = append(t.cancelFiles, r.id)
 				}
 				return
@@ -741,7 +759,7 @@ func (t *trial) script(stop func() bool) {
 		func() {
 			// A request that is rejected.
 			name := t.newID() + ".start"
-			if os.WriteFile(filepath.Join(t.root, "spool", name), []byte(`{"command": 5}`), 0o644) != nil {
+			if writeRequest(filepath.Join(t.root, "spool", name), `{"command": 5}`) != nil {
 				return
 			}
 			for end := time.Now().Add(10 * time.Second); time.Now().Before(end) && !t.fs.Frozen(); time.Sleep(2 * time.Millisecond) {
