@@ -663,6 +663,22 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	return n.LoopbackNode.Getxattr(ctx, attr, dest)
 }
 
+// Setxattr sets an extended attribute; a KeptXattr is durable at once
+// (see KeptXattr).
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	f := n.cfs
+	return f.change(func() syscall.Errno {
+		errno := n.LoopbackNode.Setxattr(ctx, attr, data, flags)
+		if errno != 0 || attr != KeptXattr {
+			return errno
+		}
+		if id, err := f.idOf(n.path()); err == nil && f.m.nodes[id] != nil {
+			f.m.nodes[id].durable.mark = append([]byte(nil), data...)
+		}
+		return 0
+	})
+}
+
 // mark notes a mark: the place of a flush a test build left out.
 func (f *FS) mark() {
 	f.mu.Lock()

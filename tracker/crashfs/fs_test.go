@@ -290,3 +290,33 @@ func TestAfterMark(t *testing.T) {
 		t.Errorf("image %q, want %q", got, "after=after")
 	}
 }
+
+// TestKeepsMark: a request of root's, marked and renamed into a directory
+// then synced, keeps its mark across a cut, as a journaled file system
+// keeps an inode's attributes; an unmarked one gets none.
+func TestKeepsMark(t *testing.T) {
+	f, _, mnt := mount(t, nil)
+	for _, name := range []string{"marked", "plain"} {
+		tmp := filepath.Join(mnt, "."+name)
+		write(t, tmp, name, true)
+		if name == "marked" {
+			if err := unix.Setxattr(tmp, KeptXattr, []byte("request"), 0); err != nil {
+				t.Skipf("no trusted attributes here: %v", err)
+			}
+		}
+		must(t, os.Rename(tmp, filepath.Join(mnt, name)))
+	}
+	syncDir(t, mnt)
+	f.Freeze()
+	must(t, f.Unmount())
+	dst := filepath.Join(t.TempDir(), "image")
+	if _, err := f.Image(dst, Strict, rand.New(rand.NewPCG(1, 1))); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(readMark(filepath.Join(dst, "marked"))); got != "request" {
+		t.Errorf("marked: mark %q after the cut, want %q", got, "request")
+	}
+	if got := readMark(filepath.Join(dst, "plain")); got != nil {
+		t.Errorf("plain: mark %q after the cut, want none", got)
+	}
+}

@@ -55,6 +55,7 @@ type content struct {
 	data           []byte
 	entries        map[string]uint64 // name -> inode id
 	target         string
+	mark           []byte // its KeptXattr, if it has one
 }
 
 func (c *content) clone() *content {
@@ -291,6 +292,11 @@ func (m *model) write(dst string, keep keeper) (ImageStats, error) {
 		if err := unix.Lchown(path, int(c.uid), int(c.gid)); err != nil {
 			return &os.PathError{Op: "chown", Path: path, Err: err}
 		}
+		if c.mark != nil {
+			if err := unix.Lsetxattr(path, KeptXattr, c.mark, 0); err != nil {
+				return &os.PathError{Op: "setxattr", Path: path, Err: err}
+			}
+		}
 		if c.mode&unix.S_IFMT != unix.S_IFLNK {
 			if err := unix.Chmod(path, c.mode&0o7777); err != nil {
 				return &os.PathError{Op: "chmod", Path: path, Err: err}
@@ -351,7 +357,7 @@ func (m *model) scanDir(dir string, c *content) error {
 // inode ids through ids, if not nil; names whose inode the model does not
 // know are left out), a link's target.
 func readLive(path string, st *unix.Stat_t, ids map[uint64]uint64) (*content, error) {
-	c := &content{mode: st.Mode, uid: st.Uid, gid: st.Gid}
+	c := &content{mode: st.Mode, uid: st.Uid, gid: st.Gid, mark: readMark(path)}
 	switch st.Mode & unix.S_IFMT {
 	case unix.S_IFREG:
 		b, err := os.ReadFile(path)
@@ -388,4 +394,21 @@ func readLive(path string, st *unix.Stat_t, ids map[uint64]uint64) (*content, er
 		}
 	}
 	return c, nil
+}
+
+// KeptXattr is the one extended attribute a cut keeps: the mark tend's
+// clients put on root's requests (spool.Mark). A journaled file system
+// commits an attribute with its inode's other metadata, before or with a
+// later rename of it, so a request that survives a cut keeps its mark.
+// It is kept as set, without waiting for a flush.
+const KeptXattr = "trusted.tend"
+
+// readMark returns the KeptXattr of the file at path, nil if none.
+func readMark(path string) []byte {
+	buf := make([]byte, 64)
+	n, err := unix.Lgetxattr(path, KeptXattr, buf)
+	if err != nil {
+		return nil
+	}
+	return buf[:n]
 }
