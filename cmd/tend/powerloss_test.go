@@ -116,7 +116,7 @@ func (t *trial) cuts(n int) {
 			t.mount()
 		}
 		if t.mutant != "" && t.mark == nil && t.markHere(i) {
-			t.mark = t.fs.CutAfterMark(t.rng.IntN(4))
+			t.mark = t.fs.CutAfterMark([]int{0, 0, 1, 2, 3}[t.rng.IntN(5)])
 		}
 		t.cutsOnRoot++
 		if !t.up() {
@@ -130,6 +130,11 @@ func (t *trial) cuts(n int) {
 			// A root's first watcher makes its directories, its key, its
 			// history: a strict cut once clients have seen some answers.
 			t.randomCut(crashfs.Strict)
+		case t.mutant != "" && i%3 == 2:
+			// Once every answer of the scripted sequence is in.
+			t.script(t.fs.Frozen)
+			t.fs.Freeze()
+			t.powerCut(crashfs.Strict, "at the end of the scripted sequence")
 		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
@@ -196,6 +201,9 @@ type trial struct {
 	cutting                  bool            // a cut is under way: no process is started (guarded by starting)
 	shared                   bool            // tend up --shared root has returned
 	ups                      int             // tend ups on this root
+	slow                     bool            // the next short run takes a while
+	careful                  bool            // the next request dropped as a file is synced
+	downRun                  *plRun          // a request dropped while no watcher ran
 	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
 	cutsOnRoot               int             // cuts made on this root
 	mark                     <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
@@ -212,6 +220,7 @@ type trial struct {
 // plRun is a run of the trial, and what clients saw acknowledged of it.
 type plRun struct {
 	id, kind string // kind: short, long, service
+	cut      int    // the cut it was submitted before
 	code     int    // a short run's exit code
 	accepted bool   // its start was answered accepted
 	end      *tracker.State
@@ -267,6 +276,7 @@ func (t *trial) fresh() {
 	t.backing = filepath.Join(t.work, fmt.Sprintf("backing%d", t.roots))
 	t.runs, t.order, t.gated = make(map[string]*plRun), nil, make(map[string]bool)
 	t.pendingFiles, t.cancelFiles, t.rejectedSeen, t.shared, t.ups, t.cutsOnRoot, t.mark = nil, nil, nil, false, 0, 0, nil
+	t.downRun = nil
 	t.sharedDaemon = false
 	// Every finished run is kept, for the checks.
 	t.ts.Check(os.MkdirAll(filepath.Join(t.backing, ".tend"), 0o700))
@@ -497,6 +507,8 @@ func (t *trial) body(kind string, code int) string {
 			pre += fmt.Sprintf("sleep 0.%d; ", t.rng.IntN(3))
 		}
 		return pre + "exit " + strconv.Itoa(code)
+	case "slow":
+		return pre + "sleep 0.2; exit " + strconv.Itoa(code)
 	}
 	return pre + fmt.Sprintf(`trap 'echo "$TEND_RUN_ID usr1" >> %s' USR1; while :; do sleep 5 & wait $!; done`, t.ranLog)
 }
@@ -505,6 +517,7 @@ func (t *trial) body(kind string, code int) string {
 // "rename", "inplace" or "cli"; "" picks one).
 func (t *trial) submit(kind, how string) *plRun {
 	r := &plRun{id: t.newID(), kind: kind, labels: make(map[string][]string), labelSeen: make(map[string]bool), notesSent: make(map[string]bool), notesSeen: make(map[string]bool)}
+	r.cut = t.cutNo
 	if kind == "short" {
 		r.code = []int{0, 0, 1, 3}[t.rng.IntN(4)]
 	}
@@ -519,12 +532,22 @@ func (t *trial) submit(kind, how string) *plRun {
 	t.order = append(t.order, r.id)
 	t.mu.Unlock()
 	body := t.body(kind, r.code)
+	if t.slow {
+		body, t.slow = t.body("slow", r.code), false
+	}
 	spoolDir := filepath.Join(t.root, "spool")
 	switch how {
 	case "rename":
 		tmp := filepath.Join(spoolDir, "."+r.id+".tmp")
 		if writeRequest(tmp, body) == nil && os.Rename(tmp, filepath.Join(spoolDir, r.id+".start")) == nil {
 			t.pendingFiles = append(t.pendingFiles, r.id)
+			if t.careful || t.rng.IntN(2) == 0 {
+				// A careful client: its request is on disk once submitted
+				// (it may not be, after the rename; a power loss may keep
+				// it in the spool after the watcher claimed it).
+				syncFile(filepath.Join(spoolDir, r.id+".start"))
+				syncFile(spoolDir)
+			}
 		}
 	case "inplace":
 		if writeRequest(filepath.Join(spoolDir, r.id+".start"), body) == nil {
@@ -560,6 +583,14 @@ func writeRequest(path, body string) error {
 	return errors.Join(err, f.Close())
 }
 
+// syncFile fsyncs the file or directory at path.
+func syncFile(path string) {
+	if f, err := os.Open(path); err == nil {
+		f.Sync()
+		f.Close()
+	}
+}
+
 // readOutcomes reads the outcomes of the requests dropped as files, as a
 // shell client would, and notes those answered.
 func (t *trial) readOutcomes() {
@@ -571,6 +602,9 @@ func (t *trial) readOutcomes() {
 			t.mu.Lock()
 			t.runs[id].accepted = true
 			t.mu.Unlock()
+		case err == nil && len(b) > 0 && t.runs[id].cut < t.cutNo:
+			// Submitted before a cut that took back its body (its client
+			// did not sync it): rejected, and never accepted.
 		case err == nil && len(b) > 0:
 			t.violation("run %s: its start was answered %q", id, b)
 		default:
@@ -745,7 +779,32 @@ func (t *trial) randomCut(model crashfs.Model) {
 // power was cut).
 func (t *trial) script(stop func() bool) {
 	steps := []func(){
-		func() { t.awaitStart(t.submit("short", "rename")) },
+		func() {
+			if r := t.downRun; r != nil {
+				t.downRun = nil
+				t.awaitStart(r)
+				t.waitEnd(r)
+				t.awaitClients()
+				t.remove(r)
+			}
+		},
+		func() {
+			// A wait under way when its run ends: it reads the end as soon
+			// as the record is renamed into place.
+			t.slow = true
+			r := t.submit("short", "cli")
+			t.awaitClients()
+			t.waitEnd(r)
+			t.awaitClients()
+		},
+		func() {
+			// A careful client's request (synced once renamed in), which
+			// the script deletes once it has ended.
+			t.careful = true
+			r := t.submit("short", "rename")
+			t.careful = false
+			t.awaitStart(r)
+		},
 		func() { t.awaitStart(t.submit("short", "inplace")) },
 		func() { t.awaitStart(t.submit("long", "cli")) },
 		func() { t.awaitStart(t.submit("service", "cli")) },
@@ -777,7 +836,7 @@ func (t *trial) script(stop func() bool) {
 		step()
 		t.awaitClients()
 	}
-	for _, id := range t.order[len(t.order)-4:] {
+	for i, id := range t.order[len(t.order)-4:] {
 		if stop() {
 			return
 		}
@@ -800,13 +859,8 @@ func (t *trial) script(stop func() bool) {
 					r.revsSeen = append(r.revsSeen, revOf(o.Detail))
 				}
 			}, "note", r.id, "n-"+r.id, "--json")
-			if r.end != nil && r.code != 0 {
-				r.deleteSent = true
-				t.runOne(func(out string) {
-					if o := outcomeOf(out); o.Outcome == spool.Deleted {
-						r.deleted = true
-					}
-				}, "rm", r.id, "--json")
+			if i == 0 || r.code != 0 {
+				t.remove(r)
 			}
 		case "long":
 			r.signalsSent++
@@ -823,6 +877,21 @@ func (t *trial) script(stop func() bool) {
 				}
 			}, "restart", r.id, "--json")
 		}
+	}
+}
+
+// remove deletes run r if a client saw it end, with tend rm, and waits.
+func (t *trial) remove(r *plRun) {
+	t.mu.Lock()
+	ended := r.end != nil && !r.deleteSent
+	r.deleteSent = r.deleteSent || ended
+	t.mu.Unlock()
+	if ended {
+		t.runOne(func(out string) {
+			if o := outcomeOf(out); o.Outcome == spool.Deleted {
+				r.deleted = true
+			}
+		}, "rm", r.id, "--json")
 	}
 }
 
@@ -929,7 +998,9 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 	t.ts.Check(os.RemoveAll(t.backing))
 	t.ts.Check(os.Rename(img, t.backing))
 	t.fs = nil
-	t.pendingFiles, t.cancelFiles = nil, nil
+	// A request dropped as a file may have survived the cut: its client
+	// reads its answer after, as a shell script waiting for it would.
+	t.cancelFiles = nil
 	t.progress("cut %d (%s, %s): kept %d of %d unsynced changes; %d files, %d dirs", t.cutNo, model, where, stats.Kept, stats.Pending, stats.Files, stats.Dirs)
 	// Which runs passed their gates, as far as the disk knows: a cut
 	// between a gate's line and the command's first step leaves a run
@@ -960,6 +1031,14 @@ func (t *trial) recover() bool {
 	t3 := time.Now()
 	t.verify()
 	t.progress("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
+	if t.downRun == nil {
+		// A request a careful client drops, and syncs, while no watcher
+		// runs: the next one claims it as it starts, and the scripted
+		// sequence deletes it once it has ended.
+		t.careful = true
+		t.downRun = t.submit("short", "rename")
+		t.careful = false
+	}
 	return true
 }
 
@@ -1012,7 +1091,7 @@ func (t *trial) verify() {
 		if t.mutant != "" && t.mark == nil {
 			// The repair's flushes are a mutant's too: cut at the next
 			// flush after one it left out.
-			t.mark = t.fs.CutAfterMark(t.rng.IntN(4))
+			t.mark = t.fs.CutAfterMark([]int{0, 0, 1, 2, 3}[t.rng.IntN(5)])
 		}
 		rout, rerr, rcode := t.run3("fsck", "--repair")
 		if t.mark != nil && t.fs.Marks() == marks {

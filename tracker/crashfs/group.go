@@ -113,10 +113,26 @@ func (g *Group) Kill() error {
 }
 
 func (g *Group) kill() error {
+	procs, _ := os.ReadFile(filepath.Join(g.dir, "cgroup.procs"))
 	if err := g.write("cgroup.kill", "1"); err != nil {
 		return err
 	}
-	return g.await("populated 0", time.Minute)
+	if err := g.await("populated 0", time.Minute); err != nil {
+		return err
+	}
+	// Gone, not only dead: a zombie not yet reaped still answers to its
+	// PID and start time, and a watcher started at once would take it
+	// for a run still alive. After a real power loss there are none.
+	end := time.Now().Add(10 * time.Second)
+	for _, pid := range strings.Fields(string(procs)) {
+		for time.Now().Before(end) {
+			if _, err := os.Stat("/proc/" + pid); err != nil {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	return nil
 }
 
 // Close kills what is left in g and removes it.
