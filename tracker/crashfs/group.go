@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -21,9 +22,12 @@ import (
 // killing it then kills each, including any forked meanwhile.
 type Group struct {
 	base string // the cgroup's path without its generation
-	gen  int
-	dir  string
-	fd   int
+	// mu guards the rest: a Kill makes a new cgroup while processes are
+	// being started in the old one.
+	mu  sync.Mutex
+	gen int
+	dir string
+	fd  int
 }
 
 // NewGroup makes an empty group, below this process's own cgroup.
@@ -65,6 +69,8 @@ func (g *Group) remove() error {
 
 // SysProcAttr returns what starts a process in g.
 func (g *Group) SysProcAttr() *syscall.SysProcAttr {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	return &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: g.fd}
 }
 
@@ -78,6 +84,8 @@ func (g *Group) Start(cmd *exec.Cmd) error {
 // are stopped (or after a while: a process in an uninterruptible wait
 // stops once it leaves it).
 func (g *Group) Freeze() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if err := g.write("cgroup.freeze", "1"); err != nil {
 		return err
 	}
@@ -103,6 +111,8 @@ func (g *Group) describe() string {
 // processes go to a new cgroup: Linux kills a process cloned into a
 // cgroup that was killed (6.18 does).
 func (g *Group) Kill() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	if err := g.kill(); err != nil {
 		return err
 	}
@@ -137,6 +147,8 @@ func (g *Group) kill() error {
 
 // Close kills what is left in g and removes it.
 func (g *Group) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
 	err := g.kill()
 	if rerr := g.remove(); err == nil {
 		err = rerr
