@@ -97,13 +97,14 @@ func (c *Client) Wait(ctx context.Context, id string) (*Record, error) {
 // be taken: a rejected one is an error wrapping ErrRefused. A watcher is
 // started, if the client starts them, unless the record satisfies until
 // already. If ctx ends first, WaitFor returns the record as last read
-// (nil if the run had none yet) with ctx's error.
+// (nil if the run had none yet) with ctx's error. The record returned is
+// durable: a power loss after WaitFor returns does not take it back.
 func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) bool) (*Record, error) {
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
 	if st, err := c.store.Read(id); err == nil && until(st) {
-		return st, nil // no watcher needed, so none is started
+		return st, c.seen(id) // no watcher needed, so none is started
 	}
 	if err := c.autoStart(ctx); err != nil {
 		return nil, err
@@ -131,7 +132,21 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		st = read
 		return until(st), nil
 	})
+	if err == nil {
+		err = c.seen(id)
+	}
 	return st, err
+}
+
+// seen makes run id's record, as the client just read it, durable before
+// the client acts on it: the watcher syncs a record's directory just after
+// it renames the record into place, and a record read in between would
+// not survive a power loss.
+func (c *Client) seen(id string) error {
+	if err := spool.FlushSeen.SyncDir(c.store.RunDir(id)); err != nil {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	return nil
 }
 
 // startWaiting reports whether a start request for id waits in the spool.

@@ -291,19 +291,26 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // request's name.
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
+	if err := os.Mkdir(d.Rejected(), 0o755); err == nil {
+		// Made again (an operator cleared it): its name is durable
+		// before what it will hold.
+		if err := FlushRootDirs.SyncDir(d.Root); err != nil {
+			return "", err
+		}
+	}
 	for i := 0; ; i++ {
 		dst := filepath.Join(d.Rejected(), rejectedName(name, i))
 		if _, err := os.Lstat(dst + ".error"); err == nil {
 			continue
 		}
 		if err := writeIn(d.Rejected(), func() error {
-			return Replace(dst+".error", []byte(line), Perm{Mode: 0o644})
+			return Replace(dst+".error", []byte(line), Perm{Mode: 0o644}, Durable{FlushReason, FlushReasonDir})
 		}); err != nil {
 			return "", err
 		}
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err == nil {
-			return dst, SyncDir(d.Rejected()) // as durable as its reason
+			return dst, FlushRejected.SyncDir(d.Rejected()) // as durable as its reason
 		}
 		os.Remove(dst + ".error")
 		if !errors.Is(err, unix.EEXIST) {

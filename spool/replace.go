@@ -16,13 +16,14 @@ import (
 // Replace replaces the file at path with data, atomically and durably:
 // readers see the old content or the new, never a mix, and once Replace
 // returns the new content survives a crash or a power loss (the file and
-// its directory are fsynced). The new file has perm (see Perm).
+// its directory are fsynced, as d names them). The new file has perm (see
+// Perm).
 //
 // It is what every record of a run is written with, so it is lean: raw
 // system calls, where os.File registers every file with the runtime's
 // poller (four fcntl and an epoll_ctl a file).
-func Replace(path string, data []byte, perm Perm) error {
-	return ReplaceAll([]string{path}, [][]byte{data}, []Perm{perm})[0]
+func Replace(path string, data []byte, perm Perm, d Durable) error {
+	return ReplaceAll([]string{path}, [][]byte{data}, []Perm{perm}, d)[0]
 }
 
 // A Perm says who may read a file tend writes. Mode, if not zero, is its
@@ -66,10 +67,11 @@ func ReplaceUnsynced(path string, data []byte, perm Perm) error {
 // ReplaceAll replaces several files as Replace does each, with one round
 // of fsyncs: every new file is written first, then synced and renamed,
 // then each directory synced, with up to syncsInFlight fsyncs at once (a
-// disk serves several nearly as fast as one). errs[i] is paths[i]'s
-// error; a file whose error is nil is replaced and durable. perms, if not
-// nil, holds each file's Perm.
-func ReplaceAll(paths []string, data [][]byte, perms []Perm) (errs []error) {
+// disk serves several nearly as fast as one), the files' as d.File and the
+// directories' as d.Dir. errs[i] is paths[i]'s error; a file whose error
+// is nil is replaced and durable. perms, if not nil, holds each file's
+// Perm.
+func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []error) {
 	errs = make([]error, len(paths))
 	fds := make([]int, len(paths))
 	tmps := make([]string, len(paths))
@@ -106,7 +108,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm) (errs []error) {
 		if errs[i] != nil {
 			return
 		}
-		err := unix.Fsync(fds[i])
+		err := d.File.Fsync(fds[i])
 		if cerr := unix.Close(fds[i]); err == nil {
 			err = cerr
 		}
@@ -127,7 +129,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm) (errs []error) {
 		}
 	}
 	dirErrs := make([]error, len(dirs))
-	inParallel(len(dirs), func(i int) { dirErrs[i] = SyncDir(dirs[i]) })
+	inParallel(len(dirs), func(i int) { dirErrs[i] = d.Dir.SyncDir(dirs[i]) })
 	for i, path := range paths {
 		if errs[i] == nil {
 			errs[i] = dirErrs[slot[filepath.Dir(path)]]
@@ -221,19 +223,6 @@ func keepMode(fd int, path string) error {
 	}
 	if mode := st.Mode & 0o777; mode != 0o600 { // never setuid, setgid or sticky
 		return unix.Fchmod(fd, mode)
-	}
-	return nil
-}
-
-// SyncDir fsyncs a directory, making the renames in it durable.
-func SyncDir(dir string) error {
-	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: dir, Err: err}
-	}
-	defer unix.Close(fd)
-	if err := unix.Fsync(fd); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return nil
 }

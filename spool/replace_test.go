@@ -11,7 +11,7 @@ func TestReplace(t *testing.T) {
 	for _, replace := range []struct {
 		name string
 		f    func(string, []byte) error
-	}{{"Replace", func(p string, b []byte) error { return Replace(p, b, Perm{}) }}, {"ReplaceUnsynced", func(p string, b []byte) error { return ReplaceUnsynced(p, b, Perm{}) }}} {
+	}{{"Replace", func(p string, b []byte) error { return Replace(p, b, Perm{}, testDurable) }}, {"ReplaceUnsynced", func(p string, b []byte) error { return ReplaceUnsynced(p, b, Perm{}) }}} {
 		t.Run(replace.name, func(t *testing.T) {
 			dir := t.TempDir()
 			path := filepath.Join(dir, "f")
@@ -40,14 +40,14 @@ func TestReplace(t *testing.T) {
 func TestReplaceFailsNamingTheFile(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "missing", "f")
-	err := Replace(path, []byte("x"), Perm{})
+	err := Replace(path, []byte("x"), Perm{}, testDurable)
 	if err == nil || !strings.Contains(err.Error(), path) {
 		t.Fatalf("Replace into a missing directory: %v", err)
 	}
 	// A rename that fails (a directory in the way) leaves no temporary file.
 	os.Mkdir(filepath.Join(dir, "d"), 0o755)
 	os.WriteFile(filepath.Join(dir, "d", "x"), nil, 0o644)
-	if err := Replace(filepath.Join(dir, "d"), []byte("x"), Perm{}); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "d")) {
+	if err := Replace(filepath.Join(dir, "d"), []byte("x"), Perm{}, testDurable); err == nil || !strings.Contains(err.Error(), filepath.Join(dir, "d")) {
 		t.Fatalf("Replace over a directory: %v", err)
 	}
 	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
@@ -102,7 +102,7 @@ func TestReplaceAll(t *testing.T) {
 		filepath.Join(dir, "missing", "f"),
 		filepath.Join(dir, "a", "g"),
 	}
-	errs := ReplaceAll(paths, [][]byte{[]byte("1\n"), []byte("2\n"), []byte("3\n"), []byte("4\n")}, nil)
+	errs := ReplaceAll(paths, [][]byte{[]byte("1\n"), []byte("2\n"), []byte("3\n"), []byte("4\n")}, nil, testDurable)
 	for i, want := range []string{"1\n", "2\n", "", "4\n"} {
 		b, err := os.ReadFile(paths[i])
 		if want == "" {
@@ -125,3 +125,6 @@ func TestReplaceAll(t *testing.T) {
 		}
 	}
 }
+
+// testDurable is the Durable of the files these tests replace.
+var testDurable = Durable{File: FlushRecord, Dir: FlushRecordDir}

@@ -44,11 +44,12 @@ func CutsText(cuts []Cut) string {
 // returns what it wrote.
 func (s *Store) WriteCuts(id string, owner int, cuts []Cut) (string, error) {
 	text := CutsText(cuts)
-	write := spool.Replace
 	if s.durability == WatcherCrash {
-		write = spool.ReplaceUnsynced
+		return text, spool.ReplaceUnsynced(s.Run(id).Cut(), []byte(text), RunPerm(owner))
 	}
-	return text, write(s.Run(id).Cut(), []byte(text), RunPerm(owner))
+	// Part of the run's record: synced as its state.json is.
+	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
+	return text, spool.Replace(s.Run(id).Cut(), []byte(text), RunPerm(owner), durable)
 }
 
 // maxCuts bounds a cut file read: it holds a line or two, and is its

@@ -203,7 +203,12 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 
 // tempName matches what an interrupted atomic write leaves: spool.Replace's
 // "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
-var tempName = regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|[^.].*\.(start|cancel|delete|label|note))\d+$|^\..*\.tmp$|^\.record-`)
+var tempName = regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
+
+// Leftover reports whether name is that of a temporary file an
+// interrupted write leaves behind (in a root, a run's directory or
+// outcomes/): nothing needs it.
+func Leftover(name string) bool { return tempName.MatchString(name) }
 
 // leftovers finds temporary files and directories that only a crash
 // leaves behind.
@@ -291,12 +296,28 @@ func Repair(root string, identify Identify) ([]string, error) {
 		}
 		done = append(done, what...)
 	}
+	// Removed, not synced: a power loss may bring one back, for the
+	// next repair to remove again; nothing needs it meanwhile.
 	for _, p := range leftovers(root) {
 		if strings.Contains(p.What, "temporary file") {
 			if err := os.Remove(p.Path); err == nil {
 				done = append(done, p.Path+": removed (a partial write)")
 			}
 		}
+	}
+	for _, p := range orphanOutcomes(root) {
+		// The answer to a start whose run was deleted: the deletion
+		// removes it, but a power loss may bring it back.
+		if err := os.Remove(p.Path); err == nil {
+			done = append(done, p.Path+": removed (its run was deleted)")
+		}
+	}
+	// What was appended to the history is as durable as the records
+	// rebuilt with it. (Its name, if the repair made the file, is made
+	// durable by the next watcher, which syncs the root as it starts;
+	// until then a power loss only undoes the repair, to be done again.)
+	if err := OpenHistory(root).syncData(spool.FlushRepair); err != nil {
+		return done, err
 	}
 	return done, nil
 }
@@ -345,7 +366,8 @@ func repairHistory(root string) ([]string, error) {
 	return done, nil
 }
 
-// replaceFile replaces path with b atomically and durably.
+// replaceFile replaces path with b atomically, its data durable before
+// it has its name.
 func replaceFile(path string, b []byte) error {
 	tmp := path + ".fsck.tmp"
 	f, err := os.Create(tmp)
@@ -354,7 +376,7 @@ func replaceFile(path string, b []byte) error {
 	}
 	_, err = f.Write(b)
 	if err == nil {
-		err = f.Sync()
+		err = spool.FlushRepair.Fsync(int(f.Fd()))
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -364,9 +386,11 @@ func replaceFile(path string, b []byte) error {
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return err
 	}
-	return spool.SyncDir(filepath.Dir(path))
+	// Not its directory: a power loss that takes back the rename leaves
+	// the file as it was, for the next repair to rewrite, and the next
+	// watcher syncs the root as it starts.
+	return err
 }
 
 // repairRun rebuilds run id's state file if it is broken or edited.

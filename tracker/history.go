@@ -76,6 +76,10 @@ type History struct {
 	// file is not exclusive within it).
 	mu     sync.Mutex
 	lockFD int
+	// made is set when an append made history.jsonl (or rotated the
+	// files) since the last Sync: their names are not durable until the
+	// root is synced.
+	made bool
 	// MaxSize is the size beyond which history.jsonl is rotated before an
 	// append: it becomes history.1.jsonl, history.1.jsonl becomes
 	// history.2.jsonl, and so on; none is deleted. Zero: never.
@@ -181,12 +185,13 @@ func (h *History) appendLocked(events ...Event) error {
 		buf.WriteByte('\n')
 	}
 	path := layout.Root(h.root).History()
-	fd, size, err := openEnd(path)
+	fd, size, made, err := openEnd(path)
 	if errors.Is(err, ErrTornEnd) {
 		if perr := appendPending(h.root, buf.Bytes()); perr != nil {
 			return errors.Join(err, perr)
 		}
 		h.pending = true
+		h.made = true // the pending file may be new: the root is synced too
 		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), layout.Root(h.root).PendingHistory())
 	}
 	if err != nil {
@@ -203,13 +208,15 @@ func (h *History) appendLocked(events ...Event) error {
 	}
 	if h.MaxSize > 0 && size > 0 && size+int64(len(data)) > h.MaxSize {
 		unix.Close(fd)
+		h.made = true // before: a failed rotation may have moved some
 		if err := rotate(h.root); err != nil {
 			return err
 		}
-		if fd, _, err = openEnd(path); err != nil {
+		if fd, _, _, err = openEnd(path); err != nil {
 			return err
 		}
 	}
+	h.made = h.made || made
 	err = spool.WriteAll(fd, data)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
@@ -292,32 +299,95 @@ func appendPendingLocked(root string) (int, error) {
 	return n, nil
 }
 
-// openEnd opens the history file at path for appending, creating it, and
-// returns it with its size; ErrTornEnd if it does not end with a newline.
-// Raw system calls: it runs at every state change of every run.
-func openEnd(path string) (fd int, size int64, err error) {
-	fd, err = unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_CLOEXEC, 0o644)
+// openEnd opens the history file at path for appending, creating it (made
+// says so), and returns it with its size; ErrTornEnd if it does not end
+// with a newline. Raw system calls: it runs at every state change of
+// every run.
+func openEnd(path string) (fd int, size int64, made bool, err error) {
+	const flags = unix.O_RDWR | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_CLOEXEC
+	fd, err = unix.Open(path, flags, 0)
+	if errors.Is(err, unix.ENOENT) {
+		fd, err = unix.Open(path, flags|unix.O_CREAT, 0o644)
+		made = true
+	}
 	if err != nil {
-		return -1, 0, &os.PathError{Op: "open", Path: path, Err: err}
+		return -1, 0, false, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	var st unix.Stat_t
 	if err := unix.Fstat(fd, &st); err != nil {
 		unix.Close(fd)
-		return -1, 0, &os.PathError{Op: "fstat", Path: path, Err: err}
+		return -1, 0, false, &os.PathError{Op: "fstat", Path: path, Err: err}
 	}
 	if st.Size == 0 {
-		return fd, 0, nil
+		return fd, 0, made, nil
 	}
 	var last [1]byte
 	if _, err := unix.Pread(fd, last[:], st.Size-1); err != nil {
 		unix.Close(fd)
-		return -1, 0, &os.PathError{Op: "read", Path: path, Err: err}
+		return -1, 0, false, &os.PathError{Op: "read", Path: path, Err: err}
 	}
 	if last[0] != '\n' {
 		unix.Close(fd)
-		return -1, 0, fmt.Errorf("%s: %w", path, ErrTornEnd)
+		return -1, 0, false, fmt.Errorf("%s: %w", path, ErrTornEnd)
 	}
-	return fd, st.Size, nil
+	return fd, st.Size, made, nil
+}
+
+// Sync makes the lines appended so far durable: a power loss takes back
+// none of them. The file's data is synced, and the root too if an append
+// made the file, or rotated it, since the last Sync.
+func (h *History) Sync() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sync(spool.FlushHistory, spool.FlushHistoryDir)
+}
+
+// syncData makes the history file's data durable, as flush file, not its
+// name.
+func (h *History) syncData(file spool.Flush) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.sync(file, "")
+}
+
+// sync is Sync, as the flushes named file and dir (none if empty); the
+// caller holds h.mu. Changes waiting in the pending file, while the
+// history's end is torn, are synced as the history's own lines are.
+func (h *History) sync(file, dir spool.Flush) error {
+	paths := []string{layout.Root(h.root).History()}
+	if h.pending {
+		paths = append(paths, layout.Root(h.root).PendingHistory())
+	}
+	for _, path := range paths {
+		if err := syncData(path, file); err != nil {
+			return err
+		}
+	}
+	if h.made && dir != "" {
+		if err := dir.SyncDir(h.root); err != nil {
+			return err
+		}
+		h.made = false
+	}
+	return nil
+}
+
+// syncData fdatasyncs the file at path, as flush file; a missing file
+// has nothing to sync.
+func syncData(path string, file spool.Flush) error {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // nothing appended
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	err = file.Fdatasync(fd)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("%s: fdatasync: %w", path, err)
+	}
+	return nil
 }
 
 // checkEnd returns the size of the history file at path, and ErrTornEnd if

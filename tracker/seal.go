@@ -51,11 +51,11 @@ func LoadKey(root string, create bool) (key []byte, created bool, err error) {
 	}
 	err = spool.WriteAll(fd, key)
 	if err == nil {
-		err = unix.Fsync(fd)
+		err = spool.FlushKey.Fsync(fd)
 	}
 	unix.Close(fd)
 	if err == nil {
-		err = spool.SyncDir(root)
+		err = spool.FlushKeyDir.SyncDir(root)
 	}
 	if err != nil {
 		unix.Unlink(path)

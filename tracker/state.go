@@ -123,6 +123,11 @@ type State struct {
 	Stop *Stop `json:"stop,omitempty"`
 	// Notes are lines of text people and agents attached (verb note).
 	Notes []Note `json:"notes,omitempty"`
+	// Done names the last tagged requests (label, note, restart) carried
+	// out on the run, so that one taken again (after a crash or a power
+	// loss, before its claimed file was removed for good) is answered
+	// without being carried out twice.
+	Done []string `json:"done,omitempty"`
 
 	// A service's settings, from its request.
 	Restart   *spool.Restart `json:"restart,omitempty"`

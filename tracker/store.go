@@ -95,12 +95,18 @@ func (s *Store) Run(id string) layout.Run {
 // RunDir returns the directory of run id (see Run).
 func (s *Store) RunDir(id string) string { return string(s.Run(id)) }
 
-// Make creates runs/ if it is missing.
+// Make creates runs/ if it is missing, durably unless the store's
+// durability is WatcherCrash: every record durable in it is lost if it
+// is.
 func (s *Store) Make() error {
-	if err := os.Mkdir(s.dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
+	err := os.Mkdir(s.dir, 0o755)
+	if errors.Is(err, os.ErrExist) {
+		return nil
 	}
-	return nil
+	if err == nil && s.durability != WatcherCrash {
+		err = spool.FlushRootDirs.SyncDir(filepath.Dir(s.dir))
+	}
+	return err
 }
 
 // MakeRunDir creates run id's directory, and runs/ first if it was
@@ -170,13 +176,14 @@ func (s *Store) replace(paths []string, data [][]byte, perms []spool.Perm) []err
 	s.mu.Lock()
 	made, synced := s.dirsMade, s.dirsSynced
 	s.mu.Unlock()
+	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
 	if made == synced {
-		return spool.ReplaceAll(paths, data, perms)
+		return spool.ReplaceAll(paths, data, perms, durable)
 	}
 	var wg sync.WaitGroup
 	var syncErr error
-	wg.Go(func() { syncErr = spool.SyncDir(s.dir) })
-	errs := spool.ReplaceAll(paths, data, perms)
+	wg.Go(func() { syncErr = spool.FlushRunsDir.SyncDir(s.dir) })
+	errs := spool.ReplaceAll(paths, data, perms, durable)
 	wg.Wait()
 	if syncErr != nil {
 		for i := range errs {
@@ -453,14 +460,23 @@ func (s *Store) readCached(c *listCache, dirfd int, id, stamp string, buf []byte
 }
 
 // Trash takes run id's directory out of the store at once, by renaming it
-// to a hidden name, so readers see the whole record or none of it. It
-// returns the new path, for Purge.
+// to a hidden name, so readers see the whole record or none of it; unless
+// the store's durability is WatcherCrash, durably. It returns the new
+// path, for Purge; with an error, the directory was renamed if the path
+// is not empty, but the rename may not survive a power loss.
 func (s *Store) Trash(id string) (string, error) {
 	var buf [8]byte
 	rand.Read(buf[:])
 	trash := filepath.Join(s.dir, "."+id+".deleted-"+hex.EncodeToString(buf[:]))
 	if err := unix.Renameat2(unix.AT_FDCWD, s.RunDir(id), unix.AT_FDCWD, trash, unix.RENAME_NOREPLACE); err != nil {
 		return "", fmt.Errorf("run %s: %w", id, err)
+	}
+	if s.durability != WatcherCrash {
+		// Gone for good before the history says so and the deletion is
+		// answered: a power loss must not bring it back.
+		if err := spool.FlushTrash.SyncDir(s.dir); err != nil {
+			return trash, fmt.Errorf("run %s: %w", id, err)
+		}
 	}
 	return trash, nil
 }

@@ -178,6 +178,7 @@ func fullState(zone *time.Location) *State {
 		CreatedAt: t, StartedAt: &t, EndedAt: &t, ExitCode: &code, Signal: "SIGTERM", Reason: "exited with code 3",
 		Stop:      &Stop{Cause: CauseCanceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},
 		Notes:     []Note{{Time: t, Text: "n"}},
+		Done:      []string{"a@t1.note"},
 		Restart:   &spool.Restart{Policy: "on-failure", Limit: 5, Window: d, Delay: d, MaxDelay: d},
 		Health:    &spool.Health{HTTP: "http://x/", Interval: d, Timeout: d, Retries: 2, StartPeriod: d},
 		ReadyFile: true,

@@ -3,7 +3,9 @@ package watcher
 import (
 	"errors"
 	"slices"
+	"sync"
 
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -119,7 +121,7 @@ func (w *watcher) flush() {
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
 	w.appendHistory(b.events)
-	for i, err := range w.store.WriteAll(b.states) {
+	for i, err := range w.writeRecords(b.states) {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
@@ -162,10 +164,76 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 		w.unsaved.events = append(w.unsaved.events, events...) // keep the history in order
 	} else if err := w.hist.Append(events...); errors.Is(err, tracker.ErrTornEnd) {
 		w.log.Printf("run %s: history: %v", events[len(events)-1].ID, err) // kept on disk, in order
+		w.histUnsynced = true                                              // the pending file, synced as the history is
 	} else if err != nil {
 		w.log.Printf("run %s: history: %v (retrying)", events[len(events)-1].ID, err)
 		w.unsaved.events = append(w.unsaved.events, events...)
+	} else {
+		w.histUnsynced = true
 	}
+}
+
+// writeRecords writes the records of states (Store.WriteAll) and, beside
+// their fsyncs, makes the history appended before them durable: what a
+// client is answered after the records, it can find in the history after
+// a power loss too. Not with durability watcher_crash, which syncs
+// neither.
+//
+// The spool is synced beside them too if a request was claimed from it
+// since it last was: a claim is a rename, and a power loss could keep
+// its new name (synced with the record) and not the removal of the old,
+// bringing back a request its run has taken, into the spool, to be taken
+// again once its run is deleted.
+func (w *watcher) writeRecords(states []*tracker.State) []error {
+	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced {
+		return w.store.WriteAll(states)
+	}
+	var wg sync.WaitGroup
+	var histErr, spoolErr error
+	if w.histUnsynced {
+		wg.Go(func() { histErr = w.hist.Sync() })
+	}
+	spoolSync := w.spoolUnsynced
+	if spoolSync {
+		wg.Go(func() { spoolErr = spool.FlushClaim.SyncDir(w.spool.Spool()) })
+	}
+	errs := w.store.WriteAll(states)
+	wg.Wait()
+	if w.histUnsynced {
+		w.historySynced(histErr)
+	}
+	if spoolSync {
+		if spoolErr != nil {
+			w.log.Printf("%v", spoolErr) // the next flush tries again
+		} else {
+			w.spoolUnsynced = false
+		}
+	}
+	return errs
+}
+
+// claimed notes a claim from the spool (err is its error): the spool is
+// synced with the next records.
+func (w *watcher) claimed(err error) {
+	if err == nil {
+		w.spoolUnsynced = true
+	}
+}
+
+// syncHistory makes the history appended so far durable, before what
+// depends on it alone (a deletion's answer).
+func (w *watcher) syncHistory() {
+	if w.histUnsynced && w.settings.Durability != tracker.WatcherCrash {
+		w.historySynced(w.hist.Sync())
+	}
+}
+
+func (w *watcher) historySynced(err error) {
+	if err != nil {
+		w.log.Printf("history: %v", err) // the next flush tries again
+		return
+	}
+	w.histUnsynced = false
 }
 
 // recorded notes the result of writing st's record.

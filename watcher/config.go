@@ -247,5 +247,5 @@ func AllowGroup(root, group string) error {
 	if err != nil {
 		return err
 	}
-	return spool.Replace(path, append(out, '\n'), spool.Perm{Mode: 0o644})
+	return spool.Replace(path, append(out, '\n'), spool.Perm{Mode: 0o644}, spool.Durable{File: spool.FlushConfig, Dir: spool.FlushConfigDir})
 }

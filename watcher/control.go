@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -32,6 +33,7 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	}
 	taken = takenPath(w.spool, n)
 	claimed, err := w.spool.Claim(f, taken)
+	w.claimed(err)
 	if err != nil {
 		w.log.Printf("%s: claiming: %v", n, err)
 		return "", false
@@ -225,12 +227,42 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	default:
 		if ok, why := permitted(f.UID, session, st); !ok {
 			w.answer(n, spool.NotPermitted, why)
+		} else if slices.Contains(st.Done, n.String()) {
+			w.answerDone(n, st)
 		} else if !w.conflict(n, st, ifRev) {
 			return st, done, true
 		}
 	}
 	done()
 	return nil, nil, false
+}
+
+// doneKept is how many tagged requests a record remembers (Done): more
+// than a crash or a power loss can leave claimed at once for one run.
+const doneKept = 16
+
+// markDone notes in st that tagged request n is carried out on it, once
+// its record is written. Untagged names are used again by design, so a
+// repeated one cannot be told from a new request: it is not noted.
+func markDone(st *tracker.State, n spool.Name) {
+	if n.Tag == "" {
+		return
+	}
+	st.Done = append(st.Done, n.String())
+	if len(st.Done) > doneKept {
+		st.Done = st.Done[len(st.Done)-doneKept:]
+	}
+}
+
+// answerDone answers request n again, which run st's record says was
+// carried out: taken a second time, it changes nothing.
+func (w *watcher) answerDone(n spool.Name, st *tracker.State) {
+	w.log.Printf("%s: carried out already (rev %d): answered again, not carried out twice", n, st.Rev)
+	if n.Verb == spool.VerbRestart {
+		w.outcome(n, spool.Restarted, fmt.Sprintf("attempt %d", st.Attempt))
+		return
+	}
+	w.outcome(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
 
 // takeMeta answers a label or note request: it changes run st's metadata
@@ -247,6 +279,7 @@ func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *in
 	defer done()
 	change.Time = time.Now()
 	tracker.ApplyChange(st, change)
+	markDone(st, n)
 	w.saveChange(st, change)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
@@ -273,8 +306,11 @@ func (w *watcher) takeNote(n spool.Name, f spool.File, req spool.Note) {
 // (finishDeletions).
 func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 	trash, err := w.store.Trash(st.ID)
-	if err != nil {
+	if trash == "" {
 		return err
+	}
+	if err != nil {
+		w.log.Printf("%v (renamed aside, not synced)", err)
 	}
 	if w.waitedOn(st.ID) {
 		w.deletedAs[st.ID] = st.State // what the runs that wait for it ask
@@ -288,6 +324,9 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason}
 	if err := w.hist.Append(ev); err != nil {
 		w.log.Printf("run %s: history: %v", id, err)
+	} else {
+		w.histUnsynced = true
+		w.syncHistory() // before it is answered
 	}
 	for _, verb := range []string{spool.VerbStart, spool.VerbCancel} {
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))

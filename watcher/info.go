@@ -11,14 +11,17 @@ import (
 )
 
 // writeInfo writes watcher.json and watcher.pid (the PID alone, for
-// shells), each replaced atomically.
+// shells), each replaced atomically, not synced: after a power loss no
+// watcher runs, whatever they say, and a reader checks the lock, so a
+// stale, old or empty one after a power loss is harmless (the power-loss
+// trial showed nothing lost without their fsyncs).
 func (w *watcher) writeInfo() error {
 	info := tracker.WatcherInfo{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root, Durability: w.settings.Durability}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := spool.Replace(w.root().WatcherInfo(), append(b, '\n'), spool.Perm{Mode: 0o644}); err != nil {
+	if err := spool.ReplaceUnsynced(w.root().WatcherInfo(), append(b, '\n'), spool.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherInfo(), err)
 	}
-	if err := spool.Replace(w.root().WatcherPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), spool.Perm{Mode: 0o644}); err != nil {
+	if err := spool.ReplaceUnsynced(w.root().WatcherPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), spool.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherPID(), err)
 	}
 	return nil

@@ -205,6 +205,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		return false // a version whose waits changed is taken as an edit first
 	}
 	claimed, err := w.spool.Claim(f, w.store.Run(n.ID).Request())
+	w.claimed(err)
 	if err != nil {
 		return false
 	}

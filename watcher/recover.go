@@ -68,7 +68,7 @@ func (w *watcher) recoverClaimed(id string) {
 	dir := w.store.RunDir(id)
 	b, fi, err := w.readRequest(id)
 	if errors.Is(err, os.ErrNotExist) {
-		os.Remove(dir) // an empty directory from a claim cut short
+		removeEmpty(dir) // a claim cut short, or a launch a power loss took back
 		return
 	}
 	n := spool.Name{ID: id, Verb: spool.VerbStart}
@@ -93,6 +93,29 @@ func (w *watcher) recoverClaimed(id string) {
 	w.save(st)
 	w.launch(st, req.Env)
 	w.outcome(n, spool.Accepted, "")
+}
+
+// removeEmpty removes the run directory dir of a claim that did not
+// survive (a crash before the rename, a power loss after it), and the
+// files a launch makes there before the run's first record (its output
+// files, its gate file), if they are empty, and what an interrupted write
+// of that record left: nothing is lost, and the request, if it comes
+// again, can make the run anew.
+func removeEmpty(dir string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fi, err := e.Info()
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && !tracker.Leftover(e.Name()) {
+			return
+		}
+	}
+	for _, e := range ents {
+		os.Remove(filepath.Join(dir, e.Name()))
+	}
+	os.Remove(dir)
 }
 
 // readRequest reads run id's claimed request, and its stat: a regular
@@ -206,9 +229,16 @@ func recordTime(root string, st *tracker.State) time.Time {
 
 // neverRan handles run st, whose command is known never to have run: it
 // is started now, unless it was being canceled or timed out, which it then
-// is.
+// is; one being restarted starts its next attempt.
 func (w *watcher) neverRan(st *tracker.State, why string) {
 	st.PID, st.PGID, st.ProcStart, st.StartedAt = 0, 0, 0, nil
+	if st.Stop != nil && st.Stop.Cause == tracker.CauseRestart {
+		// Stopped to be started again: its next attempt is what was
+		// asked for, and its restart requests are answered by it.
+		w.log.Printf("recover: run %s never ran (%s) while it was being restarted: starting its next attempt", st.ID, why)
+		w.restartNow(st)
+		return
+	}
 	if st.Stop != nil {
 		now := time.Now()
 		st.State, st.EndedAt = st.Stop.Cause.Ends(), &now

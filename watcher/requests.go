@@ -7,11 +7,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // pending is a spool entry that has been seen but not yet taken or rejected.
@@ -108,6 +110,14 @@ func (w *watcher) examine(name string) {
 		w.examineAfter(name, p.busyDelay)
 		return
 	}
+	if err == nil && nameErr == nil && f.Links > 1 && w.claimGhost(n, f) {
+		// Renamed into its run's directory, and back in the spool after a
+		// power loss took the rename's other half: it is taken already.
+		w.log.Printf("%s: run %s claimed this very file before a power loss: removed from the spool", spool.Printable(name), n.ID)
+		os.Remove(filepath.Join(w.spool.Spool(), name))
+		w.forget(name)
+		return
+	}
 	problem := err
 	if problem == nil {
 		problem = nameErr
@@ -117,6 +127,9 @@ func (w *watcher) examine(name string) {
 	}
 	if q := w.queued(n.ID); problem == nil && q != nil && n.Verb == spool.VerbStart && f.UID != q.st.OwnerUID {
 		problem = fmt.Errorf("owned by uid %d, but queued run %s belongs to uid %d: only its owner may edit it", f.UID, n.ID, q.st.OwnerUID)
+	}
+	if problem == nil && w.carriedOut(name, n, f) {
+		return
 	}
 	var take func()
 	if problem == nil {
@@ -137,6 +150,40 @@ func (w *watcher) examine(name string) {
 		w.settleSpawns() // the run it is about may be one being forked
 	}
 	take()
+}
+
+// carriedOut answers tagged control request n (spool entry name, read as
+// f) again, and removes it, if its run's record says it was carried out
+// (see markDone): taken again after a power loss, its body may not have
+// survived with it (its writer did not sync it), and a request that was
+// carried out must not be answered rejected.
+func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
+	if n.Tag == "" || n.Verb == spool.VerbStart {
+		return false
+	}
+	st, err := w.lookup(n.ID)
+	if err != nil || !slices.Contains(st.Done, n.String()) {
+		return false
+	}
+	if ok, _ := permitted(f.UID, "", st); !ok {
+		return false
+	}
+	os.Remove(filepath.Join(w.spool.Spool(), name))
+	w.forget(name)
+	w.answerDone(n, st)
+	return true
+}
+
+// claimGhost reports whether start request f in the spool is the very
+// file run n.ID claimed (its request, by device and inode): a claim is a
+// rename, and a power loss may keep its new name and not the removal of
+// the old one, when the spool was not synced since.
+func (w *watcher) claimGhost(n spool.Name, f spool.File) bool {
+	if n.Verb != spool.VerbStart {
+		return false
+	}
+	var st unix.Stat_t
+	return unix.Lstat(w.store.Run(n.ID).Request(), &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino
 }
 
 // request parses request n's body for its verb, and returns what takes it.
@@ -278,6 +325,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		return
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
+	w.claimed(err)
 	if err != nil {
 		os.Remove(dir)
 		if !errors.Is(err, fs.ErrNotExist) {

@@ -62,9 +62,11 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 //
 // The process is held at a gate until its PID is recorded: whatever
 // happens to the watcher, a run recorded as starting never ran, and one
-// recorded running has the PID to find it by. Past the gate it creates
-// runs/ID/started, then execs the command; so a run whose process ended
-// without that file never ran and can be started again (see recover.go).
+// recorded running has the PID to find it by. Past the gate it writes a
+// line to runs/ID/gate (through a descriptor opened with O_DSYNC, so the
+// line survives a power loss once written) and creates runs/ID/started,
+// then execs the command; so a run whose process ended with neither never
+// ran and can be started again (see recover.go).
 //
 // Inside a batch the fork is left to the forker's thread while the loop
 // takes the next requests (it waits there until the child has exec'd,
@@ -150,8 +152,10 @@ func (w *watcher) notStarted(st *tracker.State, err error) {
 
 // gateScript holds a run at the gate: it waits for a line on fd 3 and
 // gives up (exit 125) if the watcher dies first, then marks the run
-// started ($1) and execs the command.
-const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; : >"$1" || exit 125; shift; exec "$@"`
+// started (a line to its gate file, fd 4, durably; then $1) and execs the
+// command. A mark that cannot be written stops it: a run that may have
+// run must say so.
+const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; echo passed >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; exec "$@"`
 
 // gateLine is the gate for a run whose command is a shell command line
 // (sh -c TEXT): the text follows it on the same line of the same script,
@@ -160,7 +164,7 @@ const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; : >"$1" || exit 
 // text sees what sh -c TEXT shows it: $0 is /bin/sh, no positional
 // parameters, messages on line 1; a syntax error in it stops the script
 // before the gate, with the same message and status 2.
-const gateLine = `IFS= read -r go <&3 || exit 125; exec 3<&-; unset go; : >"$1" || exit 125; shift; `
+const gateLine = `IFS= read -r go <&3 || exit 125; exec 3<&-; unset go; echo passed >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; `
 
 // gateArgv returns the argv of st's process: a shell that waits at the
 // gate, then runs st's command.
@@ -201,14 +205,15 @@ func setLimits(pid int, st *tracker.State) error {
 	return nil
 }
 
-// startedPath is the file a run's process creates once past its gate.
-func (w *watcher) startedPath(id string) string {
-	return w.store.Run(id).Started()
-}
-
+// hasStarted reports whether run id's process passed its gate: it made
+// started (which a power loss may take back), or wrote to its gate file
+// (which it may not). A run an earlier tend started has no gate file.
 func (w *watcher) hasStarted(id string) bool {
-	_, err := os.Lstat(w.startedPath(id))
-	return err == nil
+	if _, err := os.Lstat(w.store.Run(id).Started()); err == nil {
+		return true
+	}
+	var st unix.Stat_t
+	return unix.Lstat(w.store.Run(id).Gate(), &st) == nil && st.Size > 0
 }
 
 // supervise watches r's process: its exit, and its timeout.
@@ -249,10 +254,10 @@ type spawn struct {
 	argv []string
 	env  []string
 	// stdin is the watcher's /dev/null; files are the child's stdout,
-	// stderr and the gate's read end, closed in the watcher once it is
-	// forked; gate is the write end.
+	// stderr, the gate's read end and its gate file, closed in the
+	// watcher once it is forked; gate is the write end.
 	stdin int
-	files [3]int
+	files [4]int
 	gate  int
 	done  <-chan struct{}     // closed once fork has returned
 	cred  *syscall.Credential // whom it runs as, if not the watcher's user
@@ -267,7 +272,7 @@ type spawn struct {
 // set up and undo the runtime poller, for files that only the child uses.
 func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_ *spawn, err error) {
 	dir := w.store.RunDir(st.ID)
-	sp := &spawn{st: st, files: [3]int{-1, -1, -1}, gate: -1, pidfd: -1}
+	sp := &spawn{st: st, files: [4]int{-1, -1, -1, -1}, gate: -1, pidfd: -1}
 	as, err := w.runAs(st)
 	if err != nil {
 		return nil, err
@@ -287,6 +292,9 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 		if sp.files[i], err = tracker.OpenRunFile(filepath.Join(dir, name), unix.O_WRONLY|unix.O_APPEND, st.OwnerUID); err != nil {
 			return nil, err
 		}
+	}
+	if sp.files[3], err = w.openGateFile(st); err != nil {
+		return nil, err
 	}
 	pipe := []int{-1, -1}
 	if err = unix.Pipe2(pipe, unix.O_CLOEXEC); err != nil {
@@ -312,8 +320,26 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 		}
 		sp.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
 	}
-	sp.argv = gateArgv(st, w.startedPath(st.ID))
+	sp.argv = gateArgv(st, w.store.Run(st.ID).Started())
 	return sp, nil
+}
+
+// openGateFile makes run st's gate file anew, empty, for its process to
+// write to once past its gate. It is opened with O_DSYNC (unless the
+// durability is watcher_crash), so that the line is on disk before the
+// command runs: a run that may have run is never started again, even
+// after a power loss. Its name is durable with the run's record, which is
+// written (and its directory synced) before the gate opens.
+func (w *watcher) openGateFile(st *tracker.State) (int, error) {
+	path := w.store.Run(st.ID).Gate()
+	if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
+		return -1, &os.PathError{Op: "unlink", Path: path, Err: err}
+	}
+	flags := unix.O_WRONLY | unix.O_APPEND
+	if w.settings.Durability != tracker.WatcherCrash {
+		flags |= spool.FlushGate.SyncFlag()
+	}
+	return tracker.OpenRunFile(path, flags, st.OwnerUID)
 }
 
 // runAs returns the account run st's process runs as where that is not
@@ -370,7 +396,7 @@ func (w *watcher) devNull() (int, error) {
 func (sp *spawn) fork() {
 	f := sp.files
 	sp.pid, sp.err = syscall.ForkExec(sp.argv[0], sp.argv, &syscall.ProcAttr{
-		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(sp.stdin), uintptr(f[0]), uintptr(f[1]), uintptr(f[2])},
+		Dir: sp.st.Cwd, Env: sp.env, Files: []uintptr{uintptr(sp.stdin), uintptr(f[0]), uintptr(f[1]), uintptr(f[2]), uintptr(f[3])},
 		Sys: &syscall.SysProcAttr{Setsid: true, PidFD: &sp.pidfd, Credential: sp.cred},
 	})
 	sp.closeFiles()

@@ -158,7 +158,10 @@ func writeChosen(path string, ino uint64, ids []string) error {
 	for _, id := range ids {
 		b = append(b, id+"\n"...)
 	}
-	return spool.Replace(path, b, spool.Perm{Mode: 0o600})
+	// Unsynced, as the selector request itself is (its client's rename):
+	// a power loss may take back both, or this alone, and the request is
+	// then answered for the runs it selects at the next start.
+	return spool.ReplaceUnsynced(path, b, spool.Perm{Mode: 0o600})
 }
 
 // readChosen returns the runs kept at path for the request file with inode

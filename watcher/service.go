@@ -308,7 +308,13 @@ func (w *watcher) restartNow(st *tracker.State) {
 	}
 	st.Restarts++
 	resetAttempt(st)
-	os.Remove(w.startedPath(st.ID)) // the new attempt passes its own gate
+	for _, name := range requests {
+		if n, err := spool.ParseName(name); err == nil {
+			markDone(st, n) // with the record the launch writes
+		}
+	}
+	os.Remove(w.store.Run(st.ID).Started()) // the new attempt passes its own gate
+	os.Remove(w.store.Run(st.ID).Gate())
 	os.Remove(w.readyPath(st.ID))
 	attempt := st.Attempt + 1 // counted once forked (see launch)
 	w.launch(st, req.Env)

@@ -214,6 +214,14 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := os.MkdirAll(layout.Root(cfg.Root).Exits(), 0o755); err != nil {
 		return err
 	}
+	if w.settings.Durability != tracker.WatcherCrash {
+		// The directories made before, by tend up or a client (rejected/
+		// must hold what it is answered about), durable before anything
+		// in them is.
+		if err := spool.FlushRootDirs.SyncDir(cfg.Root); err != nil {
+			return err
+		}
+	}
 	l, err := lock(cfg.Root)
 	if err != nil {
 		return err
@@ -287,6 +295,10 @@ type watcher struct {
 	spool spool.Dir
 	store *tracker.Store
 	hist  *tracker.History
+	// histUnsynced is set while lines appended to the history are not
+	// yet synced, spoolUnsynced while a claim from the spool is not (see
+	// writeRecords).
+	histUnsynced, spoolUnsynced bool
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
@@ -641,7 +653,7 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 		return
 	}
 	w.appendHistory(events)
-	w.recorded(st, w.store.Write(st))
+	w.recorded(st, w.writeRecords([]*tracker.State{st})[0])
 	w.retryUnsaved()
 }
 
@@ -727,8 +739,10 @@ func (w *watcher) retryUnsaved() {
 			if err := w.hist.Append(u.events...); err == nil || errors.Is(err, tracker.ErrTornEnd) {
 				w.log.Printf("history: %d events that could not be written are written now", len(u.events))
 				u.events = nil
+				w.histUnsynced = true
 			}
 		}
+		w.syncHistory()
 		var written []string
 		for id, st := range u.states {
 			if g := u.gone[id]; g != nil && time.Now().Before(g.next) {

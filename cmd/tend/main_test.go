@@ -20,6 +20,7 @@ import (
 	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/crashfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,6 +77,10 @@ func scriptParams(dir string) testscript.Params {
 			switch cond {
 			case "root":
 				return os.Getuid() == 0, nil
+			case "fuse":
+				// A crashfs can be mounted: root, and a kernel with FUSE
+				// (/dev/fuse is made if missing).
+				return crashfs.Prepare() == nil, nil
 			case "exitinfo":
 				return keepsExitInfo(), nil
 			case "collapse":
@@ -108,6 +113,7 @@ func scriptParams(dir string) testscript.Params {
 			"watchers":  cmdWatchers,
 			"strays":    cmdStrays,
 			"chaos":     cmdChaos,
+			"powerloss": cmdPowerLoss,
 			"maxlive":   cmdMaxLive,
 			"races":     cmdRaces,
 			"freeport":  cmdFreePort,

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
 )
 
 // Users' disks have journals; this project's machine's own disk has none,
@@ -60,9 +61,60 @@ func replaceFloor(dir string) time.Duration {
 	var took []time.Duration
 	for range 100 {
 		start := time.Now()
-		check(spool.Replace(path, []byte(`{"state": "running"}`+"\n"), spool.Perm{}))
+		check(spool.Replace(path, []byte(`{"state": "running"}`+"\n"), spool.Perm{}, spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}))
 		took = append(took, time.Since(start))
 	}
 	os.Remove(path)
 	return percentiles(took).p50
+}
+
+// flushEvery is how many records a watcher's batch holds before it writes
+// them (watcher.flushEvery).
+const flushEvery = 32
+
+// groupFloor times a commit of records files in as many directories on
+// dir's file system, p50 of 20, two ways: as tend writes a batch
+// (spool.ReplaceAll: every file written, then their fsyncs and renames,
+// then the directories', several in flight at once), and as one syncfs(2)
+// after writing them all unsynced, the alternative #13 asked to measure.
+func groupFloor(dir string, records int) (parallel, syncfs time.Duration) {
+	var paths []string
+	var data [][]byte
+	for i := range records {
+		d := filepath.Join(dir, fmt.Sprintf("group%d", i))
+		check(os.MkdirAll(d, 0o755))
+		paths, data = append(paths, filepath.Join(d, "state.json")), append(data, []byte(`{"state": "running"}`+"\n"))
+	}
+	defer func() {
+		for i := range records {
+			os.RemoveAll(filepath.Join(dir, fmt.Sprintf("group%d", i)))
+		}
+	}()
+	perms := make([]spool.Perm, records)
+	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
+	var par, fs []time.Duration
+	for range 20 {
+		start := time.Now()
+		for _, err := range spool.ReplaceAll(paths, data, perms, durable) {
+			check(err)
+		}
+		par = append(par, time.Since(start))
+		start = time.Now()
+		for i := range paths {
+			check(spool.ReplaceUnsynced(paths[i], data[i], perms[i]))
+		}
+		check(syncFS(dir))
+		fs = append(fs, time.Since(start))
+	}
+	return percentiles(par).p50, percentiles(fs).p50
+}
+
+// syncFS is syncfs(2) on dir's file system.
+func syncFS(dir string) error {
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	return unix.Syncfs(fd)
 }

@@ -112,4 +112,8 @@ func (d Run) Ready() string { return d.join("ready") }
 // gate.
 func (d Run) Started() string { return d.join("started") }
 
+// Gate is made empty by tend before the run's process starts; the process
+// writes a line to it, synced, once it has passed its start gate.
+func (d Run) Gate() string { return d.join("gate") }
+
 func (d Run) join(name string) string { return filepath.Join(string(d), name) }

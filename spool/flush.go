@@ -1,0 +1,120 @@
+package spool
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Flush is one of the fsyncs tend makes, by name: each protects
+// something a power loss would otherwise take (docs/design.md has the
+// table, and the test that fails without each). The power-loss trial
+// removes them one at a time (make powerloss-mutants, a build with the
+// tendmutants tag) to show that it notices each one missing.
+type Flush string
+
+const (
+	// FlushRecord: a run's new state.json, before it replaces the old one.
+	FlushRecord Flush = "record"
+	// FlushRecordDir: a run's directory, once its new state.json is in it.
+	FlushRecordDir Flush = "record-dir"
+	// FlushRunsDir: runs/, once a run's directory was made in it.
+	FlushRunsDir Flush = "runs-dir"
+	// FlushRootDirs: the root, once tend made runs/ or rejected/ in it
+	// (the watcher syncs it as it starts, having made what was missing).
+	FlushRootDirs Flush = "root-dirs"
+	// FlushClaim: the spool, once requests were claimed from it (renamed
+	// out), beside the records written after.
+	FlushClaim Flush = "claim"
+	// FlushSeen: a run's directory, by a client that read its record and
+	// acts on it (tend wait), before it does.
+	FlushSeen Flush = "seen"
+	// FlushGate: a run's gate file, written by its process once past its
+	// gate, before the command runs (a write with O_DSYNC).
+	FlushGate Flush = "gate"
+	// FlushTrash: runs/, once a deleted run's directory was renamed aside.
+	FlushTrash Flush = "trash"
+	// FlushHistory: history.jsonl, with the lines appended before the
+	// records written with them.
+	FlushHistory Flush = "history"
+	// FlushHistoryDir: the root, once an append made history.jsonl (or
+	// rotated it).
+	FlushHistoryDir Flush = "history-dir"
+	// FlushReason: rejected/<name>.error, before it has its name.
+	FlushReason Flush = "reason"
+	// FlushReasonDir: rejected/, once <name>.error is in it, before the
+	// request joins it.
+	FlushReasonDir Flush = "reason-dir"
+	// FlushRejected: rejected/, once the request is in it.
+	FlushRejected Flush = "rejected-dir"
+	// FlushKey: record.key, before it is used.
+	FlushKey Flush = "key"
+	// FlushKeyDir: the root, once record.key is in it.
+	FlushKeyDir Flush = "key-dir"
+	// FlushConfig: config.json as tend up --shared writes it.
+	FlushConfig Flush = "config"
+	// FlushConfigDir: the root, once that config.json is in it.
+	FlushConfigDir Flush = "config-dir"
+	// FlushRepair: a history file tend fsck --repair rewrote, before it
+	// has its name, and the history once it appended to it.
+	FlushRepair Flush = "repair"
+)
+
+// Flushes returns every Flush tend makes.
+func Flushes() []Flush {
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
+}
+
+// Fsync fsyncs fd, as f.
+func (f Flush) Fsync(fd int) error {
+	if f.removed() {
+		markFD(fd)
+		return nil
+	}
+	return unix.Fsync(fd)
+}
+
+// Fdatasync fdatasyncs fd, as f: its data and size, not its other
+// metadata.
+func (f Flush) Fdatasync(fd int) error {
+	if f.removed() {
+		markFD(fd)
+		return nil
+	}
+	return unix.Fdatasync(fd)
+}
+
+// SyncFlag returns the flag that makes every write to a file opened with
+// it durable as f (O_DSYNC).
+func (f Flush) SyncFlag() int {
+	if f.removed() {
+		return 0
+	}
+	return unix.O_DSYNC
+}
+
+// SyncDir fsyncs directory dir, as f: the names made, renamed or removed
+// in it are durable once it returns.
+func (f Flush) SyncDir(dir string) error {
+	if f.removed() {
+		markPath(dir)
+		return nil
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fsync(fd); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("fsync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// Durable names the two flushes of a durable replace (Replace,
+// ReplaceAll): the new file's, before it has its name, and its
+// directory's, after.
+type Durable struct{ File, Dir Flush }
