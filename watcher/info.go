@@ -25,6 +25,11 @@ type Info struct {
 	// Durability is what the run records written now survive (it follows
 	// config.json).
 	Durability tracker.Durability `json:"durability"`
+	// MaxRunning and MaxPerSession are the limits in force (0: none), from
+	// the watcher's flags and config.json, which only the watcher knows
+	// together: tend top shows how full they are.
+	MaxRunning    int `json:"max_running,omitempty"`
+	MaxPerSession int `json:"max_running_per_session,omitempty"`
 }
 
 // InfoPath returns the path of root's watcher.json.
@@ -46,7 +51,8 @@ func ReadInfo(root string) (Info, error) {
 // writeInfo writes watcher.json and watcher.pid (the PID alone, for
 // shells), each replaced atomically.
 func (w *watcher) writeInfo() error {
-	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root, Durability: w.settings.Durability}
+	info := Info{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root,
+		Durability: w.settings.Durability, MaxRunning: w.settings.MaxRunning, MaxPerSession: w.settings.MaxPerSession}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := spool.Replace(InfoPath(w.cfg.Root), append(b, '\n'), spool.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", InfoPath(w.cfg.Root), err)
