@@ -598,7 +598,7 @@ func waitingText(st *tracker.State) string {
 		s += ", " + timeText(st, time.Now())
 	}
 	if st.Progress != "" {
-		s += ", " + st.Progress
+		s += ", " + progressText(st.Progress)
 	}
 	return s
 }
