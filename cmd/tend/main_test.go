@@ -124,6 +124,7 @@ func scriptParams(dir string) testscript.Params {
 			"need":      cmdNeed,
 			"edits":     cmdEdits,
 			"readme":    cmdReadme,
+			"term":      cmdTerm,
 		},
 	}
 }
