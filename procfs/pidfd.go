@@ -206,6 +206,84 @@ func (h *Handle) waitid(options int) (Exit, bool, error) {
 	return e, ok, err
 }
 
+// ErrNoExitInfo means the kernel keeps no exit status for a process that
+// is not the caller's child (PIDFD_INFO_EXIT came with Linux 6.15).
+var ErrNoExitInfo = errors.New("the kernel keeps no exit status for pidfds (Linux 6.15 or newer does)")
+
+// ExitInfo returns how the process ended, whoever its parent is, once its
+// parent has reaped it: the kernel keeps the status for every pidfd that
+// was open when the process was reaped (Linux 6.15, PIDFD_INFO_EXIT). ok
+// is false while it runs or waits, a zombie, to be reaped. The error
+// wraps ErrNoExitInfo where the kernel does not keep it.
+func (h *Handle) ExitInfo() (e Exit, ok bool, err error) {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return Exit{}, false, err
+	}
+	info := unix.PidfdInfo{Mask: unix.PIDFD_INFO_EXIT}
+	var ierr error
+	if err := conn.Control(func(fd uintptr) { ierr = unix.IoctlPidfdInfo(int(fd), &info) }); err != nil {
+		return Exit{}, false, err
+	}
+	switch {
+	case ierr == unix.ENOTTY || ierr == unix.EINVAL || ierr == unix.ESRCH:
+		// No PIDFD_GET_INFO (before 6.13), or a process reaped with no
+		// status kept for it (6.13 and 6.14).
+		return Exit{}, false, fmt.Errorf("pid %d: %w", h.pid, ErrNoExitInfo)
+	case ierr != nil:
+		return Exit{}, false, fmt.Errorf("pidfd info of %d: %w", h.pid, ierr)
+	case info.Mask&unix.PIDFD_INFO_EXIT == 0:
+		return Exit{}, false, nil
+	}
+	return decodeStatus(unix.WaitStatus(info.Exit_code)), true, nil
+}
+
+// decodeStatus decodes a wait status, as wait(2) gives it.
+func decodeStatus(ws unix.WaitStatus) Exit {
+	if ws.Signaled() {
+		return Exit{Code: -1, Signal: ws.Signal(), Core: ws.CoreDump()}
+	}
+	return Exit{Code: ws.ExitStatus()}
+}
+
+// Inherit makes the pidfd survive an exec of the calling process, and
+// returns its number, for the program it execs to take it over with
+// NewHandle.
+func (h *Handle) Inherit() (int, error) {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, ferr := -1, error(nil)
+	if err := conn.Control(func(p uintptr) {
+		fd = int(p)
+		_, ferr = unix.FcntlInt(p, unix.F_SETFD, 0)
+	}); err != nil {
+		return -1, err
+	}
+	if ferr != nil {
+		return -1, fmt.Errorf("pidfd of %d: %w", h.pid, ferr)
+	}
+	return fd, nil
+}
+
+// Dup returns a new pidfd, close-on-exec, on the same process, for the
+// caller to pass to a child it starts.
+func (h *Handle) Dup() (int, error) {
+	conn, err := h.f.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd, derr := -1, error(nil)
+	if err := conn.Control(func(p uintptr) { fd, derr = unix.FcntlInt(p, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		return -1, err
+	}
+	if derr != nil {
+		return -1, fmt.Errorf("pidfd of %d: %w", h.pid, derr)
+	}
+	return fd, nil
+}
+
 // Close releases the pidfd. It does not signal or reap the process.
 func (h *Handle) Close() error { return h.f.Close() }
 

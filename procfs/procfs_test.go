@@ -249,3 +249,49 @@ func waitEnviron(t *testing.T, pid int) {
 		}
 	}
 }
+
+// TestExitInfoAfterReap: the status is there for any pidfd once the
+// process is reaped, not before.
+func TestExitInfoAfterReap(t *testing.T) {
+	tests := []struct {
+		script string
+		want   Exit
+	}{
+		{"exit 7", Exit{Code: 7}},
+		{"kill -TERM $$", Exit{Code: -1, Signal: syscall.SIGTERM}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.script, func(t *testing.T) {
+			h := startChild(t, tt.script)
+			other, err := Open(h.PID(), mustStat(t, h.PID()).StartTime)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer other.Close()
+			if err := h.WaitExited(); err != nil {
+				t.Fatal(err)
+			}
+			if _, ok, err := other.ExitInfo(); errors.Is(err, ErrNoExitInfo) {
+				t.Skip(err)
+			} else if err != nil || ok {
+				t.Fatalf("ExitInfo of a zombie = %v, %v; want not yet", ok, err)
+			}
+			if _, err := h.Reap(); err != nil {
+				t.Fatal(err)
+			}
+			got, ok, err := other.ExitInfo()
+			if err != nil || !ok || got != tt.want {
+				t.Fatalf("ExitInfo = %+v, %v, %v; want %+v", got, ok, err, tt.want)
+			}
+		})
+	}
+}
+
+func mustStat(t *testing.T, pid int) Stat {
+	t.Helper()
+	st, err := ReadStat(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}

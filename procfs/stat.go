@@ -214,6 +214,29 @@ func Getenv(pid int, key string) (string, bool) {
 	return "", false
 }
 
+// Lookup returns the values of keys in the environment of process pid, as
+// Getenv does each ("" for a key it lacks), from one read. ok is false if
+// the environment cannot be read.
+func Lookup(pid int, keys ...string) (values []string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return nil, false
+	}
+	values = make([]string, len(keys))
+	for kv := range bytes.SplitSeq(b, []byte{0}) {
+		k, v, found := bytes.Cut(kv, []byte{'='})
+		if !found {
+			continue
+		}
+		for i, key := range keys {
+			if values[i] == "" && string(k) == key {
+				values[i] = string(v)
+			}
+		}
+	}
+	return values, true
+}
+
 // ThreadChildren returns the PIDs of the children of thread tid of this
 // process: those it created, and the orphans it adopted as a subreaper's.
 func ThreadChildren(tid int) ([]int, error) {

@@ -1,7 +1,6 @@
 package spool
 
 import (
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -142,33 +141,42 @@ func parseRlimits(raw json.RawMessage) (*Rlimits, error) {
 	return &l, nil
 }
 
-// Ulimit returns the shell commands that set l (for the run's gate).
-func (l *Rlimits) Ulimit() string {
+// An Rlimit is one resource limit of Rlimits, as setrlimit(2) takes it.
+type Rlimit struct {
+	Name     string // the field of "limits" it comes from
+	Resource int    // RLIMIT_...
+	unix.Rlimit
+}
+
+// List returns the limits l sets, in the order of its fields. Each sets
+// the soft and the hard limit, as a shell's ulimit does, except the CPU
+// time: its soft limit is a second below the hard one, so the run gets
+// SIGXCPU (which says why it ended) before SIGKILL.
+func (l *Rlimits) List() []Rlimit {
 	if l == nil {
-		return ""
+		return nil
 	}
-	var b bytes.Buffer
-	set := func(flag string, v int64) { fmt.Fprintf(&b, "ulimit -%s %d || exit 125; ", flag, v) }
+	var list []Rlimit
+	set := func(name string, res int, soft, hard int64) {
+		list = append(list, Rlimit{name, res, unix.Rlimit{Cur: uint64(soft), Max: uint64(hard)}})
+	}
 	if l.NoFile != nil {
-		set("n", *l.NoFile)
+		set("nofile", unix.RLIMIT_NOFILE, *l.NoFile, *l.NoFile)
 	}
 	if l.NProc != nil {
-		set("p", *l.NProc)
+		set("nproc", unix.RLIMIT_NPROC, *l.NProc, *l.NProc)
 	}
 	if l.CPU != nil {
-		// SIGXCPU at the soft limit (which says why the run ended), and
-		// SIGKILL a second later, at the hard one, if it catches SIGXCPU.
 		secs := int64(l.CPU.D() / time.Second)
-		set("t", secs+1) // both limits, then the soft one below the hard
-		set("St", secs)
+		set("cpu", unix.RLIMIT_CPU, secs, secs+1)
 	}
 	if l.Core != nil {
-		set("c", *l.Core/512) // the shell counts 512-byte blocks
+		set("core", unix.RLIMIT_CORE, *l.Core, *l.Core)
 	}
 	if l.AS != nil {
-		set("v", *l.AS/1024) // and KiB
+		set("as", unix.RLIMIT_AS, *l.AS, *l.AS)
 	}
-	return strings.TrimSpace(b.String())
+	return list
 }
 
 // Signal is a parsed signal request.

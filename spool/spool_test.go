@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestParseName(t *testing.T) {
@@ -435,7 +437,9 @@ func TestParseServiceFields(t *testing.T) {
 		{`{"command": "x", "health": {"tcp": "a:1", "exec": "true"}}`, "exactly one", nil},
 		{`{"command": "x", "health": {}}`, "exactly one", nil},
 		{`{"command": "x", "limits": {"nofile": 10, "cpu": "2s"}}`, "", func(s Start) bool {
-			return s.Limits.Ulimit() == "ulimit -n 10 || exit 125; ulimit -t 3 || exit 125; ulimit -St 2 || exit 125;"
+			l := s.Limits.List()
+			return len(l) == 2 && l[0].Resource == unix.RLIMIT_NOFILE && l[0].Cur == 10 && l[0].Max == 10 &&
+				l[1].Name == "cpu" && l[1].Cur == 2 && l[1].Max == 3
 		}},
 		{`{"command": "x", "limits": {"nofile": -1}}`, "negative", nil},
 		{`{"command": "x", "limits": {"cpu": "10ms"}}`, "under one second", nil},

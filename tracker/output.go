@@ -22,20 +22,37 @@ type Slice struct {
 }
 
 // ReadOutput reads up to max bytes of run st's stream ("stdout" or
-// "stderr") from absolute offset off. It re-reads st's record if the file
+// "stderr") from absolute offset off. After the read it reads st's record,
+// and the file's layout (see Layout), again, and reads again if the file
 // was cut meanwhile, so it never returns bytes at the wrong offset.
 func (s *Store) ReadOutput(st *State, stream string, off, max int64) (Slice, error) {
+	f, err := openOutput(s.Run(st.ID).Stream(stream))
+	if errors.Is(err, os.ErrNotExist) {
+		_, dropped := st.Layout(stream, nil, nil)
+		return readAt(nil, off, max, 0, dropped)
+	}
+	if err != nil {
+		return Slice{}, err
+	}
+	defer f.Close()
+	cuts, err := s.ReadCuts(st.ID)
+	if err != nil {
+		return Slice{}, err
+	}
 	for range 3 {
-		base, dropped := st.streamInfo(stream)
-		sl, err := readAt(s.Path(st.ID, stream), off, max, base, dropped)
+		base, dropped := st.Layout(stream, f, cuts)
+		sl, err := readAt(f, off, max, base, dropped)
 		if err != nil {
 			return sl, err
 		}
 		again, err := s.Read(st.ID)
 		if err != nil && !errors.Is(err, ErrEdited) {
-			return sl, nil // the record is gone; what was read is right for the record read
+			again = st // the record is gone: it was right if the file was not cut since
 		}
-		if b, d := again.streamInfo(stream); b == base && d == dropped {
+		if cuts, err = s.ReadCuts(st.ID); err != nil {
+			return Slice{}, err
+		}
+		if b, d := again.Layout(stream, f, cuts); b == base && d == dropped {
 			return sl, nil
 		}
 		st = again // cut while reading: read again at the new base
@@ -43,45 +60,38 @@ func (s *Store) ReadOutput(st *State, stream string, off, max int64) (Slice, err
 	return Slice{}, fmt.Errorf("run %s: %s kept being cut while read", st.ID, stream)
 }
 
-func (st *State) streamInfo(stream string) (base, dropped int64) {
+func (st *State) stream(stream string) Stream {
 	if st.Output == nil {
-		return 0, 0
+		return Stream{}
 	}
 	if stream == "stderr" {
-		return st.Output.Stderr.Base, st.Output.Stderr.Dropped
+		return st.Output.Stderr
 	}
-	return st.Output.Stdout.Base, st.Output.Stdout.Dropped
+	return st.Output.Stdout
 }
 
-func readAt(path string, off, max, base, dropped int64) (Slice, error) {
+func readAt(f *os.File, off, max, base, dropped int64) (Slice, error) {
 	sl := Slice{Offset: off, Next: off}
 	if off < dropped {
 		sl.Dropped = dropped - off
 		sl.Offset, sl.Next = dropped, dropped
 	}
-	fd, _, err := spool.OpenRegular(path)
-	if errors.Is(err, os.ErrNotExist) {
+	if f == nil {
 		return sl, nil
 	}
-	if err != nil {
-		return sl, fmt.Errorf("%s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), path)
-	defer f.Close()
 	// Never more than the file holds past the offset: max may be anything
 	// a client asked for.
 	fi, err := f.Stat()
 	if err != nil {
 		return sl, err
 	}
-	max = min(max, fi.Size()-(sl.Offset-base))
-	if max <= 0 {
+	if max = min(max, fi.Size()-(sl.Offset-base)); max <= 0 {
 		return sl, nil
 	}
 	buf := make([]byte, max)
 	n, err := f.ReadAt(buf, sl.Offset-base)
 	if err != nil && err != io.EOF {
-		return sl, fmt.Errorf("%s: %w", path, err)
+		return sl, fmt.Errorf("%s: %w", f.Name(), err)
 	}
 	sl.Data = buf[:n]
 	sl.Next = sl.Offset + int64(n)
@@ -91,10 +101,38 @@ func readAt(path string, off, max, base, dropped int64) (Slice, error) {
 // OutputSize returns the absolute size of run st's stream: everything it
 // has written, dropped bytes included.
 func (s *Store) OutputSize(st *State, stream string) int64 {
-	base, _ := st.streamInfo(stream)
-	fi, err := os.Stat(s.Path(st.ID, stream))
+	f, err := openOutput(s.Run(st.ID).Stream(stream))
+	if err != nil {
+		return st.stream(stream).Base
+	}
+	defer f.Close()
+	cuts, _ := s.ReadCuts(st.ID) // unreadable: the record's base, as ReadOutput refuses to read
+	base, _ := st.Layout(stream, f, cuts)
+	fi, err := f.Stat()
 	if err != nil {
 		return base
 	}
 	return base + fi.Size()
+}
+
+// RecordedOutputSize is OutputSize for the watcher, which knows its
+// record to be right: the record's base plus the file's size.
+func (s *Store) RecordedOutputSize(st *State, stream string) int64 {
+	base := st.stream(stream).Base
+	fi, err := os.Lstat(s.Run(st.ID).Stream(stream))
+	if err != nil || !fi.Mode().IsRegular() {
+		return base
+	}
+	return base + fi.Size()
+}
+
+// openOutput opens a run's output file to read it, never through a link
+// and never blocking (the run's directory may be its owner's, who may put
+// anything there).
+func openOutput(path string) (*os.File, error) {
+	fd, _, err := spool.OpenRegular(path)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }

@@ -7,29 +7,18 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
-
-// KeeperComm and WatcherComm are the names a keeper and a watcher give
-// themselves (in /proc/PID/comm, and so in ps), by which each is told from
-// other processes.
-const (
-	KeeperComm  = "tend-keeper"
-	WatcherComm = "tend-watcher"
-)
-
-// KeeperPIDPath returns the file in which the keeper in charge of root
-// writes its PID.
-func KeeperPIDPath(root string) string { return filepath.Join(root, "keeper.pid") }
-
-func keeperLockPath(root string) string { return filepath.Join(root, "keeper.lock") }
 
 // ErrKeeperRunning means another keeper is in charge of the root: its
 // watcher died and it is about to start a new one.
@@ -62,6 +51,42 @@ type KeeperConfig struct {
 	// records their ends, until the last one is gone. SIGUSR2 starts a
 	// watcher at once if the keeper waits to restart one.
 	Signals <-chan os.Signal
+	// Held are processes this keeper is to record the end of although
+	// they are not its children: the runs a watcher had adopted when it
+	// took the place of its dead keeper (see watcher.keeperDied), each by
+	// the pidfd it kept across its exec. The keeper writes each one's
+	// exit record from its pidfd (see procfs.Handle.ExitInfo).
+	Held []Held
+	// Successor is set for a keeper that a watcher became when its own
+	// keeper died: it keeps its children and Held until they end even if
+	// another keeper took charge of the root meanwhile.
+	Successor bool
+}
+
+// Held is a process a keeper holds a pidfd on: the leader of a run.
+type Held struct {
+	FD    int    // the pidfd, inherited across exec
+	PID   int    // its PID
+	Start uint64 // and start time, which name its exit record
+}
+
+// String renders h as the --hold flag of tend watch takes it.
+func (h Held) String() string { return fmt.Sprintf("%d:%d:%d", h.FD, h.PID, h.Start) }
+
+// ParseHeld parses Held.String's form.
+func ParseHeld(s string) (Held, error) {
+	var h Held
+	f := strings.Split(s, ":")
+	if len(f) != 3 {
+		return h, fmt.Errorf("held process %q: want FD:PID:START", s)
+	}
+	fd, err1 := strconv.Atoi(f[0])
+	pid, err2 := strconv.Atoi(f[1])
+	start, err3 := strconv.ParseUint(f[2], 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || fd < 0 || pid <= 0 {
+		return h, fmt.Errorf("held process %q: want FD:PID:START", s)
+	}
+	return Held{FD: fd, PID: pid, Start: start}, nil
 }
 
 // keeper is the small process above the watcher. It exists so that a
@@ -86,6 +111,17 @@ type keeper struct {
 	// root: it alone restarts watchers there. It lets go once done, and
 	// then only keeps the runs it has.
 	charge *flock.Flock
+	// held are the processes of cfg.Held not yet recorded, by PID;
+	// heldExited receives each one once it has exited.
+	held       map[int]*heldProc
+	heldExited chan *heldProc
+}
+
+// heldProc is a process of KeeperConfig.Held, which the keeper waits for.
+type heldProc struct {
+	Held
+	h     *procfs.Handle
+	delay time.Duration // before it looks again for the status of a zombie
 }
 
 // Keep runs a keeper on cfg.Root and returns the exit code for the keeper's
@@ -95,23 +131,31 @@ func Keep(cfg KeeperConfig) (int, error) {
 		return 1, fmt.Errorf("becoming a child subreaper: %w", err)
 	}
 	// The name lets watchers, ps and tests tell the keeper from a watcher.
-	if err := os.WriteFile("/proc/self/comm", []byte(KeeperComm), 0); err != nil {
+	if err := os.WriteFile("/proc/self/comm", []byte(tracker.KeeperComm), 0); err != nil {
 		return 1, fmt.Errorf("naming the keeper: %w", err)
 	}
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	k := &keeper{cfg: cfg, log: log.New(cfg.Log, "keeper: ", log.LstdFlags|log.Lmicroseconds)}
-	if err := k.takeCharge(); err != nil {
-		return cfg.Refused, err
-	}
-	defer k.releaseCharge()
+	k := &keeper{cfg: cfg, log: log.New(cfg.Log, "keeper: ", log.LstdFlags|log.Lmicroseconds),
+		held: make(map[int]*heldProc), heldExited: make(chan *heldProc, len(cfg.Held))}
+	k.hold(cfg.Held)
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	defer signal.Stop(sigchld)
-	if err := k.startWatcher(); err != nil {
+	if err := k.takeCharge(); err != nil {
+		if !cfg.Successor {
+			return cfg.Refused, err
+		}
+		// Its children and held processes are runs that only it can
+		// keep: it keeps them, and leaves the root to that keeper.
+		k.log.Printf("%v; keeping the runs this process holds until they end", err)
+		k.done = true
+	} else if err := k.startWatcher(); err != nil {
+		k.releaseCharge()
 		return 1, err
 	}
+	defer k.releaseCharge()
 	for {
 		if k.done {
 			k.releaseCharge()
@@ -125,6 +169,8 @@ func Keep(cfg KeeperConfig) (int, error) {
 		}
 		select {
 		case <-sigchld:
+		case p := <-k.heldExited:
+			k.heldEnded(p)
 		case sig := <-cfg.Signals:
 			k.order(sig)
 		case <-restart:
@@ -139,11 +185,16 @@ func (k *keeper) startWatcher() error {
 	if k.cfg.Ready != nil {
 		files = append(files, k.cfg.Ready)
 	}
+	held, args := k.passHeld(len(files))
+	files = append(files, held...)
 	// Its own process group: Ctrl-C at a terminal reaches the keeper only,
 	// which passes it on once.
-	p, err := os.StartProcess(k.cfg.Path, k.cfg.Args, &os.ProcAttr{
+	p, err := os.StartProcess(k.cfg.Path, append(slices.Clone(k.cfg.Args), args...), &os.ProcAttr{
 		Files: files, Sys: &syscall.SysProcAttr{Setpgid: true},
 	})
+	for _, f := range held {
+		f.Close()
+	}
 	if k.cfg.Ready != nil {
 		k.cfg.Ready.Close() // only the first watcher says it is ready
 		k.cfg.Ready = nil
@@ -162,19 +213,19 @@ func (k *keeper) takeCharge() error {
 	if err := os.MkdirAll(k.cfg.Root, 0o700); err != nil {
 		return err
 	}
-	l := newLock(keeperLockPath(k.cfg.Root))
+	l := newLock(layout.Root(k.cfg.Root).KeeperLock())
 	got, err := l.TryLock()
 	if err != nil {
-		return fmt.Errorf("%s: %w", keeperLockPath(k.cfg.Root), err)
+		return fmt.Errorf("%s: %w", layout.Root(k.cfg.Root).KeeperLock(), err)
 	}
 	if !got {
-		if running, pid, _ := Probe(k.cfg.Root); running {
+		if running, pid, _ := tracker.ProbeWatcher(k.cfg.Root); running {
 			return fmt.Errorf("%w on %s (pid %d)", ErrRunning, k.cfg.Root, pid)
 		}
-		return fmt.Errorf("%w of %s (pid %d) and restarts its watcher; run: tend up", ErrKeeperRunning, k.cfg.Root, readPID(KeeperPIDPath(k.cfg.Root)))
+		return fmt.Errorf("%w of %s (pid %d) and restarts its watcher; run: tend up", ErrKeeperRunning, k.cfg.Root, tracker.ReadPID(layout.Root(k.cfg.Root).KeeperPID()))
 	}
 	k.charge = l
-	if err := os.WriteFile(KeeperPIDPath(k.cfg.Root), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(layout.Root(k.cfg.Root).KeeperPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		l.Unlock()
 		return err
 	}
@@ -185,7 +236,7 @@ func (k *keeper) releaseCharge() {
 	if k.charge == nil {
 		return
 	}
-	os.Remove(KeeperPIDPath(k.cfg.Root))
+	os.Remove(layout.Root(k.cfg.Root).KeeperPID())
 	k.charge.Unlock()
 	k.charge = nil
 }
@@ -196,7 +247,7 @@ func (k *keeper) restartWatcher() {
 	if k.done || k.watcher != 0 {
 		return
 	}
-	if running, pid, _ := Probe(k.cfg.Root); running {
+	if running, pid, _ := tracker.ProbeWatcher(k.cfg.Root); running {
 		k.log.Printf("another watcher (pid %d) runs on %s; not starting one", pid, k.cfg.Root)
 		k.done = true
 		return
@@ -238,7 +289,7 @@ func (k *keeper) reap() (finished bool) {
 	for {
 		pid, e, err := procfs.PeekAnyChild()
 		if errors.Is(err, unix.ECHILD) {
-			return k.done && k.restart == nil
+			return k.done && k.restart == nil && len(k.held) == 0
 		}
 		if err != nil {
 			k.log.Printf("%v", err)
@@ -259,6 +310,69 @@ func (k *keeper) reap() (finished bool) {
 		}
 		procfs.ReapChild(pid)
 	}
+}
+
+// passHeld returns copies of the pidfds of the processes this keeper
+// holds and has not recorded yet, for a watcher it starts to have from
+// file descriptor first on, and the arguments that tell it which is which
+// (tend watcher --held). The watcher adopts their runs through them: a
+// process reaped by init before the keeper has written its record can be
+// found by no other means, and its status would be lost if the keeper
+// died next.
+func (k *keeper) passHeld(first int) (files []*os.File, args []string) {
+	for _, p := range k.held {
+		fd, err := p.h.Dup()
+		if err != nil {
+			k.log.Printf("%v", err)
+			continue
+		}
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", p.PID)))
+		args = append(args, "--held", Held{FD: first + len(files) - 1, PID: p.PID, Start: p.Start}.String())
+	}
+	return files, args
+}
+
+// hold starts waiting for the processes in held.
+func (k *keeper) hold(held []Held) {
+	for _, hp := range held {
+		h, err := procfs.NewHandle(hp.FD, hp.PID)
+		if err != nil {
+			k.log.Printf("%v", err)
+			continue
+		}
+		p := &heldProc{Held: hp, h: h}
+		k.held[hp.PID] = p
+		go func() {
+			h.WaitExited()
+			k.heldExited <- p
+		}()
+	}
+	switch n := len(k.held); {
+	case n == 1:
+		k.log.Printf("holding 1 adopted run that is not its child, to record its end")
+	case n > 1:
+		k.log.Printf("holding %d adopted runs that are not its children, to record their ends", n)
+	}
+}
+
+// heldEnded writes the exit record of held process p, which has exited,
+// once its parent has reaped it; until then it looks again now and then.
+func (k *keeper) heldEnded(p *heldProc) {
+	e, ok, err := p.h.ExitInfo()
+	switch {
+	case err != nil:
+		k.log.Printf("pid %d: its exit status is lost: %v", p.PID, err)
+	case !ok:
+		p.delay = min(max(2*p.delay, 10*time.Millisecond), time.Second)
+		time.AfterFunc(p.delay, func() { k.heldExited <- p })
+		return
+	default:
+		if err := writeExitRecord(k.cfg.Root, p.PID, p.Start, e); err != nil {
+			k.log.Printf("pid %d: %v", p.PID, err)
+		}
+	}
+	p.h.Close()
+	delete(k.held, p.PID)
 }
 
 func (k *keeper) watcherExited(e procfs.Exit) {
@@ -324,7 +438,30 @@ func (w *watcher) keeperDied() {
 		return
 	}
 	w.log.Printf("the keeper (pid %d) died: becoming the keeper, for a new watcher to adopt the runs", w.keeper)
-	err := syscall.Exec("/proc/self/exe", w.cfg.BecomeKeeper, os.Environ())
+	argv := append(slices.Clone(w.cfg.BecomeKeeper), w.holdArgs()...)
+	err := syscall.Exec("/proc/self/exe", argv, os.Environ())
 	w.log.Printf("becoming the keeper: %v", err)
 	w.keeper = 0
+}
+
+// holdArgs passes the pidfds of the runs this watcher adopted, which are
+// not its children, on to the keeper it is about to become: the keeper
+// that died was the parent of some, and their exit statuses would
+// otherwise be lost if this process died too, even after a new watcher
+// adopted them again. The keeper records their ends from the pidfds
+// (Held). The runs it started itself stay its children across the exec.
+func (w *watcher) holdArgs() []string {
+	var args []string
+	for _, r := range w.runs {
+		if !r.adopted || r.proc == nil {
+			continue
+		}
+		fd, err := r.proc.Inherit()
+		if err != nil {
+			w.log.Printf("run %s: %v", r.st.ID, err)
+			continue
+		}
+		args = append(args, "--hold", Held{FD: fd, PID: r.st.PID, Start: r.st.ProcStart}.String())
+	}
+	return args
 }

@@ -1,11 +1,16 @@
 package watcher
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
 	"os"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
 )
 
 // A watcher is a child subreaper: a process that leaves its run's group
@@ -86,6 +91,7 @@ func (w *watcher) drain() {
 	left := make(map[*run][]procfs.Stat)
 	live := 0
 	leaders := make(map[int]bool, len(w.runs))
+	liveGroups := make(map[int]bool, len(w.runs))
 	for _, r := range w.runs {
 		leaders[r.st.PID] = true
 		if r.exit != nil {
@@ -93,14 +99,24 @@ func (w *watcher) drain() {
 			left[r] = nil
 		} else {
 			live++
+			liveGroups[r.st.PGID] = true
 		}
 	}
 	keepers := make(map[int]bool)
 	for _, p := range all {
-		if p.Comm == KeeperComm {
+		if p.Comm == tracker.KeeperComm {
 			keepers[p.PID] = true
 		}
 	}
+	// While processes of this root's runs may be outside this watcher's
+	// tree (see lookForEscapes), every process is looked at; once none
+	// is, only its and the keepers' children are again.
+	escapes := w.escapes
+	var ours map[int]bool // only the runs a watcher adopted can be outside
+	if escapes || w.adoptedLive() {
+		ours = w.descendants(all, keepers)
+	}
+	w.escapes = w.runsOutside(ours) > 0
 	seen := make(map[int]bool)
 	for _, p := range all {
 		if p.State == 'Z' {
@@ -110,12 +126,15 @@ func (w *watcher) drain() {
 			left[r] = append(left[r], p)
 			continue
 		}
-		if leaders[p.PID] || p.PID == os.Getpid() {
+		if leaders[p.PID] || p.PID == os.Getpid() || liveGroups[p.PGID] {
 			continue
 		}
-		id, ok := w.strayOf(p, keepers)
+		id, ok := w.strayOf(p, keepers, escapes)
 		if !ok {
 			continue
+		}
+		if escapes && !ours[p.PID] {
+			w.escapes = true // still outside: look again next time
 		}
 		r := w.runs[id]
 		if r != nil && r.exit == nil || id == "" && live > 0 {
@@ -147,7 +166,7 @@ func (w *watcher) drain() {
 // at least one full pass has been made, that is: it finds what earlier
 // watchers left, which are then the keeper's children or strays.
 func (w *watcher) onlyLeadersLeft() bool {
-	if !w.scanned || len(w.strays) > 0 {
+	if !w.scanned || len(w.strays) > 0 || w.escapes {
 		return false
 	}
 	for _, r := range w.runs {
@@ -251,24 +270,170 @@ func (w *watcher) drainAgainIn(d time.Duration) {
 	})
 }
 
-// strayOf reports whether p, which is no run's leader, is an orphan from
-// one of this root's runs, and which: a child of this watcher or of a keeper
-// whose environment names this root. Only this watcher's and its own
-// keeper's children may name no run (their run is then "").
-func (w *watcher) strayOf(p procfs.Stat, keepers map[int]bool) (id string, ok bool) {
+// strayOf reports whether p, which is neither a run's leader nor in a
+// group that tend signals, is a process of one of this root's runs, and
+// of which ("" if it cannot tell). A process is known as this root's by
+// its descent: a child of this watcher or of its own keeper can only have
+// come from its runs; or, as a child of another keeper, by the mark it
+// inherited (see MarkVar), or TEND_ROOT naming this root for a run
+// started before marks (its TEND_RUN_ID is its run). While escapes are
+// looked for, any process is, by its mark only: a client that is no run
+// may name the root in its TEND_ROOT (scripts/e2e.sh does), and must not
+// be taken for a stray.
+func (w *watcher) strayOf(p procfs.Stat, keepers map[int]bool, escapes bool) (id string, ok bool) {
 	own := p.PPID == os.Getpid() || w.keeper != 0 && p.PPID == w.keeper
-	if !own && !keepers[p.PPID] {
+	inTree := own || keepers[p.PPID]
+	if !inTree && !escapes || p.PID <= 2 || p.PPID == 2 {
+		return "", false // (init and the kernel's threads are no one's)
+	}
+	env, readable := procfs.Lookup(p.PID, w.mark, "TEND_ROOT", "TEND_RUN_ID")
+	switch {
+	case readable && env[0] != "":
+		id = env[0]
+	case readable && inTree && env[1] == w.cfg.Root:
+		id = env[2]
+	default:
+		return "", own
+	}
+	if !inTree && !w.mayOwn(p.PID, id) {
 		return "", false
 	}
-	root, _ := procfs.Getenv(p.PID, "TEND_ROOT")
-	switch {
-	case root == w.cfg.Root:
-		id, _ = procfs.Getenv(p.PID, "TEND_RUN_ID")
-		return id, true
-	case root == "" && own:
-		return "", true
+	return id, true
+}
+
+// mayOwn reports whether process pid, which is outside this watcher's
+// tree and carries run id's mark, runs as a user that run id's processes
+// run as: the watcher's, or the run's owner. Anyone can put a mark in an
+// environment; only a process it could have come from is taken for the
+// run's.
+func (w *watcher) mayOwn(pid int, id string) bool {
+	fi, err := os.Lstat(fmt.Sprintf("/proc/%d", pid))
+	if err != nil {
+		return false
 	}
-	return "", false
+	uid := int(fi.Sys().(*syscall.Stat_t).Uid)
+	if uid == w.uid {
+		return true
+	}
+	if r := w.runs[id]; r != nil {
+		return r.st.OwnerUID == uid
+	}
+	st, err := w.store.Read(id)
+	return err == nil && st.OwnerUID == uid
+}
+
+// descendants returns the processes in all that descend from this
+// watcher or from a keeper: those whose parent, if it dies, leaves them to
+// a tend process (a subreaper) rather than to init.
+func (w *watcher) descendants(all []procfs.Stat, keepers map[int]bool) map[int]bool {
+	parent := make(map[int]int, len(all))
+	for _, p := range all {
+		parent[p.PID] = p.PPID
+	}
+	ours := make(map[int]bool)
+	self := os.Getpid()
+	for _, p := range all {
+		// At most as many steps as processes: a loop in a racy snapshot
+		// of /proc must not hang the watcher.
+		for pid, n := p.PPID, 0; pid > 1 && n < len(all); pid, n = parent[pid], n+1 {
+			if pid == self || keepers[pid] {
+				ours[p.PID] = true
+				break
+			}
+		}
+	}
+	return ours
+}
+
+// lookForEscapes sets w.escapes if a process of this root's runs is
+// outside the tree of this watcher and of the keepers: a parent of its
+// died while no tend process was above it (the watcher and its keeper
+// killed together, or the keeper after it had taken over a dead watcher's
+// runs), so it went to init, where no subreaper hands it back. Drains
+// then look at every process until none is left outside.
+func (w *watcher) lookForEscapes() {
+	all, err := procfs.All()
+	if err != nil {
+		w.log.Printf("scanning /proc: %v", err)
+		return
+	}
+	keepers := make(map[int]bool)
+	for _, p := range all {
+		if p.Comm == tracker.KeeperComm {
+			keepers[p.PID] = true
+		}
+	}
+	ours := w.descendants(all, keepers)
+	n := w.runsOutside(ours)
+	groups := make(map[int]bool, len(w.runs))
+	for _, r := range w.runs {
+		groups[r.st.PGID] = true
+	}
+	for _, p := range all {
+		if p.State == 'Z' || ours[p.PID] || p.PID == os.Getpid() || keepers[p.PID] || groups[p.PGID] {
+			continue
+		}
+		if _, ok := w.strayOf(p, keepers, true); ok {
+			n++
+		}
+	}
+	if n > 0 {
+		w.escapes = true
+		w.log.Printf("recover: %d processes of this root's runs are outside the watcher's tree (their parents died while no watcher or keeper was above them): they are ended with their runs", n)
+	}
+}
+
+// runsOutside counts the live runs whose leader is not in ours (see
+// descendants): what they spawn and leave goes to init. Only an adopted
+// run's leader can be outside.
+func (w *watcher) runsOutside(ours map[int]bool) int {
+	n := 0
+	for _, r := range w.runs {
+		if r.adopted && r.exit == nil && r.proc != nil && !ours[r.st.PID] {
+			n++
+		}
+	}
+	return n
+}
+
+// adoptedLive reports whether a run this watcher adopted is alive.
+func (w *watcher) adoptedLive() bool {
+	for _, r := range w.runs {
+		if r.adopted && r.exit == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// MarkVar returns the name of the environment variable that marks the
+// processes of root's runs: TEND_MARK_ and 16 hex digits of root's
+// SHA-256, set to the run's ID. Every process a run starts inherits it,
+// whatever it does to TEND_ROOT or TEND_RUN_ID (a run that uses a tend
+// root of its own), and only a process that exec's with an environment it
+// built anew (env -i, su -, sudo) drops it. Each root has its own name, so
+// a process started by a run of a root that is itself run by another
+// root's run carries both roots' marks.
+func MarkVar(root string) string {
+	sum := sha256.Sum256([]byte(root))
+	return "TEND_MARK_" + hex.EncodeToString(sum[:8])
+}
+
+// withoutMarks returns env without the marks of any root: a request's env
+// (which tend start fills with its caller's environment) must not make a
+// run pass for another root's.
+func withoutMarks(env map[string]string) map[string]string {
+	var out map[string]string
+	for k, v := range env {
+		if strings.HasPrefix(k, "TEND_MARK_") {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string, len(env))
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // isKeeper reports whether process pid is a tend keeper.
@@ -277,7 +442,7 @@ func isKeeper(pid int) bool {
 		return false
 	}
 	st, err := procfs.ReadStat(pid)
-	return err == nil && st.Comm == KeeperComm
+	return err == nil && st.Comm == tracker.KeeperComm
 }
 
 // keeperPID returns the PID of the keeper above this watcher, or 0.

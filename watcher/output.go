@@ -2,7 +2,9 @@ package watcher
 
 import (
 	"bytes"
-	"path/filepath"
+	"errors"
+	"github.com/tendhq/tend/procfs"
+	"os"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -27,7 +29,7 @@ func (w *watcher) watchRunDir(r *run) {
 		return
 	}
 	if err := w.fsw.Add(w.store.RunDir(r.st.ID)); err != nil {
-		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends, and --both shows its streams one after the other)", r.st.ID, InotifyError(err))
+		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends, and --both shows its streams one after the other)", r.st.ID, procfs.InotifyError(err))
 	}
 }
 
@@ -84,7 +86,7 @@ func (w *watcher) noteStream(r *run, stream string) {
 	if prev == "" || prev == stream {
 		return
 	}
-	r.switches = append(r.switches, tracker.Switch{From: prev, At: w.store.OutputSize(r.st, prev)})
+	r.switches = append(r.switches, tracker.Switch{From: prev, At: w.store.RecordedOutputSize(r.st, prev)})
 }
 
 // maxSwitches bounds a run's order file (about 16 bytes a switch): beyond
@@ -116,80 +118,210 @@ func (w *watcher) writeSwitches(r *run) {
 
 // capOutput writes r's stream switches down and drops the oldest bytes of
 // its output files beyond its limit (plus an eighth, so that a steady
-// writer is cut now and then, not on every write), keeping the newest. It cuts the file's start where the
-// file system can (FALLOC_FL_COLLAPSE_RANGE), else punches a hole.
+// writer is cut now and then, not on every write), keeping the newest.
 func (w *watcher) capOutput(r *run) {
 	w.writeSwitches(r)
 	limit := outputLimit(r.st)
-	changed := false
+	changed, cuts := false, ""
 	for _, name := range []string{"stdout", "stderr"} {
-		if w.capStream(r.st, name, limit) {
+		if c, ok := w.capStream(r.st, name, limit); ok {
 			changed = true
+			if c != "" {
+				cuts = c // a cut file written later holds the earlier one's cuts
+			}
 		}
 	}
 	if changed {
-		w.save(r.st)
+		w.saveCuts(r.st, cuts)
 	}
 }
 
-func (w *watcher) capStream(st *tracker.State, name string, limit int64) bool {
+// capStream drops the oldest bytes of st's stream name beyond limit. It
+// punches a hole over them, which moves no offset; where the file system
+// can cut a file's start (FALLOC_FL_COLLAPSE_RANGE) it then cuts the file,
+// which moves every offset (see cutStart), and returns what the run's cut
+// file holds then. It reports whether it dropped anything.
+func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts string, ok bool) {
 	// Checked with a stat first: at the end of every run, and every 100 ms
 	// of a run that writes, the file is almost never over its limit. An
 	// lstat: the size of whatever a link points to is not the run's.
-	path := w.store.Path(st.ID, name)
+	path := w.store.Run(st.ID).Stream(name)
 	var size unix.Stat_t
 	if err := unix.Lstat(path, &size); err != nil || size.Mode&unix.S_IFMT != unix.S_IFREG {
-		return false
+		return "", false
 	}
-	out := st.Output
-	if out == nil {
-		// Recorded only once something is cut: a record says "output"
-		// when its output was capped, or its request set the cap.
-		out = &tracker.Output{Limit: limit}
+	// Recorded only once something is cut: a record says "output" when its
+	// output was capped, or its request set the cap.
+	uncapped := st.Output == nil
+	if uncapped {
+		st.Output = &tracker.Output{Limit: limit}
 	}
-	s := &out.Stdout
-	if name == "stderr" {
-		s = &out.Stderr
-	}
+	s := outputStream(st, name)
 	total := s.Base + size.Size
-	if total-s.Dropped <= limit+limit/8 {
-		return false
-	}
-	st.Output = out
 	const block = 4096 // what both operations need their range aligned to
-	cut := (total - limit - s.Dropped) / block * block
-	if cut <= 0 {
-		return false
+	n := (total - limit - s.Dropped) / block * block
+	if total-s.Dropped <= limit+limit/8 || n <= 0 {
+		if uncapped {
+			st.Output = nil
+		}
+		return "", false
 	}
-	// Cut only the run's own file, never through a link or into another
-	// file put in its place: its directory may be its owner's.
-	fd, err := tracker.OpenRunFile(path, unix.O_WRONLY, st.OwnerUID)
+	f, err := w.openOutput(st, name)
 	if err != nil {
 		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
-		return false
+		return "", false
 	}
-	defer unix.Close(fd)
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, s.Dropped-s.Base, n); err != nil {
+		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
+		return "", false
+	}
+	w.crash("cut-punched")
 	if s.Base == s.Dropped {
-		if err := unix.Fallocate(fd, unix.FALLOC_FL_COLLAPSE_RANGE, 0, cut); err == nil {
-			s.Base += cut
-			s.Dropped += cut
-			return true
+		return w.cutStart(st, name, f, n), true
+	}
+	s.Dropped += n
+	return "", true
+}
+
+// cutStart cuts the first n bytes of f, st's stream name, which are a
+// hole punched for them (dropped, recorded or not), and sets the stream's
+// base and dropped bytes after them. It returns what the run's cut file
+// holds then ("" if it was not written).
+//
+// The cut moves every offset in the file, and the record that says so is
+// written only later (saveCuts). So it is first added to the run's cut
+// file: whatever step a watcher dies at, the record, the cut file and the
+// file's leading hole tell readers and the next watcher where the bytes
+// are (tracker.Layout), and the next watcher finishes the cut
+// (settleCuts). Where the file cannot be cut the dropped bytes stay a
+// hole, as on file systems that cannot cut at all.
+func (w *watcher) cutStart(st *tracker.State, name string, f *os.File, n int64) string {
+	s := outputStream(st, name)
+	s.Dropped = s.Base + n
+	if tracker.LeadingHole(f) < n {
+		return "" // the file system does not show the hole: a cut would be undecidable
+	}
+	// Cuts not yet recorded stay in the file until they are.
+	cuts, err := w.store.ReadCuts(st.ID)
+	var text string
+	if err == nil {
+		text, err = w.store.WriteCuts(st.ID, st.OwnerUID, append(cuts, tracker.Cut{Stream: name, Base: s.Base, Bytes: n}))
+	}
+	if err != nil {
+		w.log.Printf("run %s: cutting %s: %v (its dropped bytes stay a hole)", st.ID, name, err)
+		return ""
+	}
+	w.crash("cut-recorded")
+	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, n); err != nil {
+		if !errors.Is(err, unix.EOPNOTSUPP) {
+			w.log.Printf("run %s: cutting %s: %v (its dropped bytes stay a hole)", st.ID, name, err)
+		}
+		return text // the cut file says so until the record does
+	}
+	w.crash("cut-collapsed")
+	s.Base = s.Dropped
+	return text
+}
+
+// saveCuts saves st, whose output was capped, and once that is recorded
+// removes its cut file, if it still holds cuts ("" if none was written):
+// a later cut may have written it again meanwhile.
+func (w *watcher) saveCuts(st *tracker.State, cuts string) {
+	w.save(st)
+	if cuts == "" {
+		return
+	}
+	w.follow(effectRemoveCut, st.ID, func() {
+		if err := w.store.RemoveCuts(st.ID, cuts); err != nil {
+			w.log.Printf("run %s: %v", st.ID, err)
+		}
+	})
+}
+
+// settleCuts brings run st's record up to date with the cuts of its
+// output files that an earlier watcher left under way when it died, and
+// finishes them: a cut made but not recorded is recorded; a hole punched
+// at a file's start is recorded as dropped bytes, and the file cut.
+func (w *watcher) settleCuts(st *tracker.State) {
+	cuts, err := w.store.ReadCuts(st.ID)
+	if err != nil {
+		w.log.Printf("recover: run %s: %v (its offsets are left as recorded)", st.ID, err)
+		return
+	}
+	text := tracker.CutsText(cuts)
+	changed := false
+	for _, name := range []string{"stdout", "stderr"} {
+		if c, ok := w.settleCut(st, name, cuts); ok {
+			changed = true
+			if c != "" {
+				text = c // cutStart kept the cuts the file held
+			}
 		}
 	}
-	// Punch a hole over the next dropped range: the file keeps its size,
-	// and offsets stay absolute.
-	off := s.Dropped - s.Base
-	if err := unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, cut); err != nil {
-		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
-		return false
+	switch {
+	case changed:
+		w.saveCuts(st, text)
+	case len(cuts) > 0:
+		w.store.RemoveCuts(st.ID, text) // recorded before the watcher died
 	}
-	s.Dropped += cut
-	return true
+}
+
+// settleCut settles st's stream name (see settleCuts). It reports whether
+// the record changed, and what the cut file holds if it wrote it.
+func (w *watcher) settleCut(st *tracker.State, name string, cuts []tracker.Cut) (string, bool) {
+	f, err := w.openOutput(st, name)
+	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	base, dropped := st.Layout(name, f, cuts)
+	if st.Output == nil {
+		if dropped == 0 {
+			return "", false // the usual case: never capped
+		}
+		st.Output = &tracker.Output{Limit: outputLimit(st)}
+	}
+	s := outputStream(st, name)
+	switch {
+	case base != s.Base:
+		w.log.Printf("recover: run %s: %s was cut by %d bytes, which was not recorded: recording it", st.ID, name, base-s.Base)
+		s.Base, s.Dropped = base, dropped
+		return "", true
+	case dropped != s.Dropped && s.Base == s.Dropped:
+		w.log.Printf("recover: run %s: %d bytes of %s were dropped, which was not recorded: recording it, and cutting them", st.ID, dropped-s.Dropped, name)
+		return w.cutStart(st, name, f, dropped-s.Base), true
+	case dropped != s.Dropped:
+		w.log.Printf("recover: run %s: %d bytes of %s were dropped, which was not recorded: recording it", st.ID, dropped-s.Dropped, name)
+		s.Dropped = dropped
+		return "", true
+	}
+	return "", false
+}
+
+// openOutput opens st's output file name to cut it: the run's own regular
+// file, never through a link nor into another file put in its place (its
+// directory may be its owner's).
+func (w *watcher) openOutput(st *tracker.State, name string) (*os.File, error) {
+	path := w.store.Run(st.ID).Stream(name)
+	fd, err := tracker.OpenRunFile(path, unix.O_WRONLY, st.OwnerUID)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
+// outputStream returns st's record of its stream name.
+func outputStream(st *tracker.State, name string) *tracker.Stream {
+	if name == "stderr" {
+		return &st.Output.Stderr
+	}
+	return &st.Output.Stdout
 }
 
 // readProgress takes what r wrote to its progress file.
 func (w *watcher) readProgress(r *run) {
-	b, err := readHead(filepath.Join(w.store.RunDir(r.st.ID), "progress"), 4096)
+	b, err := readHead(w.store.Run(r.st.ID).Progress(), 4096)
 	if err != nil {
 		return
 	}

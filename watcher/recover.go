@@ -7,12 +7,14 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,6 +44,9 @@ func (w *watcher) recoverRuns() {
 		}
 		id := e.Name()
 		st, err := w.store.Read(id)
+		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
+			w.settleCuts(st)
+		}
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
 			w.recoverClaimed(id)
@@ -93,7 +98,7 @@ func (w *watcher) recoverClaimed(id string) {
 // readRequest reads run id's claimed request, and its stat: a regular
 // file of at most spool.MaxBody bytes, read without following a link.
 func (w *watcher) readRequest(id string) ([]byte, unix.Stat_t, error) {
-	return spool.ReadRegular(filepath.Join(w.store.RunDir(id), "request"), spool.MaxBody)
+	return spool.ReadRegular(w.store.Run(id).Request(), spool.MaxBody)
 }
 
 func (w *watcher) recoverLive(st *tracker.State) {
@@ -110,7 +115,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	}
 	// Open before looking for an exit record: the keeper writes the record
 	// before it reaps, so a process found gone has its record by then.
-	h, err := procfs.Open(st.PID, st.ProcStart)
+	h, err := w.openProcess(st)
 	if err != nil {
 		w.recoverEnded(st, err)
 		return
@@ -127,7 +132,11 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	if ps, err := procfs.ReadStat(st.PID); err == nil {
 		r.kept = isKeeper(ps.PPID)
 	}
-	w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	if h.Exited() {
+		w.log.Printf("recover: run %s (pid %d) has ended: adopted, for its status", st.ID, st.PID)
+	} else {
+		w.log.Printf("recover: run %s (pid %d) is alive: adopted", st.ID, st.PID)
+	}
 	w.watchRunDir(r)
 	w.supervise(r)
 	if st.Stop != nil {
@@ -154,6 +163,19 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		w.neverRan(st, "its process ended at the start gate")
 		return
 	}
+	if w.keeperHolds(st) {
+		// A keeper that took over from a watcher which had adopted the run
+		// holds a pidfd on it, and writes its record from it (see
+		// KeeperConfig.Held): once its parent, init, has reaped it, so not
+		// before it is gone, as a parent's is. It is awaited as an adopted
+		// run's.
+		now := time.Now()
+		r := &run{st: st, adopted: true, kept: true, exitedAt: now, killAt: now.Add(st.Grace.D())}
+		w.log.Printf("recover: run %s (pid %d) has ended; its keeper holds it, and is to write how", st.ID, st.PID)
+		w.runs[st.ID] = r
+		w.awaitExit(r, now, 10*time.Millisecond)
+		return
+	}
 	if st.Restart != nil {
 		// Its end is unknown (the machine restarted, or the keeper died too),
 		// but a service is brought back whatever it was.
@@ -175,7 +197,7 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 
 // recordTime is when st's exit record was written: about when it ended.
 func recordTime(root string, st *tracker.State) time.Time {
-	fi, err := os.Stat(filepath.Join(exitsDir(root), exitRecordName(st.PID, st.ProcStart)))
+	fi, err := os.Stat(filepath.Join(layout.Root(root).Exits(), exitRecordName(st.PID, st.ProcStart)))
 	if err != nil {
 		return time.Now()
 	}
@@ -215,7 +237,7 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 // sweepExitRecords removes the exit records that no run needs: those of
 // processes that were no run's leader, and those already used.
 func (w *watcher) sweepExitRecords() {
-	names, err := os.ReadDir(exitsDir(w.cfg.Root))
+	names, err := os.ReadDir(w.root().Exits())
 	if err != nil {
 		w.log.Printf("%v", err)
 		return
@@ -223,4 +245,69 @@ func (w *watcher) sweepExitRecords() {
 	for _, e := range names {
 		w.exitRecorded(e.Name())
 	}
+}
+
+// keeperHolds reports whether a keeper of this root holds a pidfd on run
+// st's process: its command line says so (tend watch --hold, see
+// holdArgs). The keepers are looked at once, when first asked.
+func (w *watcher) keeperHolds(st *tracker.State) bool {
+	if w.heldByKeepers == nil {
+		w.heldByKeepers = make(map[string]bool)
+		all, err := procfs.All()
+		if err != nil {
+			w.log.Printf("scanning /proc: %v", err)
+		}
+		for _, p := range all {
+			if p.Comm != tracker.KeeperComm || p.State == 'Z' {
+				continue
+			}
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
+			args := strings.Split(string(b), "\x00")
+			if !slices.Contains(args, w.cfg.Root) {
+				continue // another root's
+			}
+			for i, a := range args {
+				if a != "--hold" || i+1 == len(args) {
+					continue
+				}
+				if h, err := ParseHeld(args[i+1]); err == nil {
+					w.heldByKeepers[exitRecordName(h.PID, h.Start)] = true
+				}
+			}
+		}
+	}
+	return w.heldByKeepers[exitRecordName(st.PID, st.ProcStart)]
+}
+
+// takePassed takes over the pidfds the keeper passed on (Config.Held).
+func (w *watcher) takePassed() {
+	w.fromKeeper = make(map[string]*procfs.Handle)
+	for _, held := range w.cfg.Held {
+		h, err := procfs.NewHandle(held.FD, held.PID)
+		if err != nil {
+			w.log.Printf("recover: %v", err)
+			continue
+		}
+		w.fromKeeper[exitRecordName(held.PID, held.Start)] = h
+	}
+}
+
+// openProcess returns a handle on run st's process: the pidfd the keeper
+// passed on, which refers to it even once it is reaped (and keeps its exit
+// status: see takeExitInfo), or else one opened on its PID and start time.
+func (w *watcher) openProcess(st *tracker.State) (*procfs.Handle, error) {
+	name := exitRecordName(st.PID, st.ProcStart)
+	if h := w.fromKeeper[name]; h != nil {
+		delete(w.fromKeeper, name)
+		return h, nil
+	}
+	return procfs.Open(st.PID, st.ProcStart)
+}
+
+// closePassed closes the pidfds the keeper passed on that no run needed.
+func (w *watcher) closePassed() {
+	for _, h := range w.fromKeeper {
+		h.Close()
+	}
+	w.fromKeeper = nil
 }

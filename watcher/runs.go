@@ -105,6 +105,14 @@ func (w *watcher) spawned(sp *spawn) {
 		w.notStarted(st, err)
 		return
 	}
+	if err := setLimits(h.PID(), st); err != nil {
+		// Its gate closed, the process exits 125 without running anything.
+		unix.Close(sp.gate)
+		h.Reap()
+		h.Close()
+		w.notStarted(st, err)
+		return
+	}
 	now := time.Now()
 	r := &run{st: st, proc: h, started: now}
 	st.Attempt++
@@ -123,7 +131,7 @@ func (w *watcher) spawned(sp *spawn) {
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
 	gate := sp.gate
-	w.gateAfterRecorded(st.ID, func() {
+	w.follow(effectGate, st.ID, func() {
 		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
@@ -157,19 +165,45 @@ const gateLine = `IFS= read -r go <&3 || exit 125; exec 3<&-; unset go; : >"$1" 
 // gateArgv returns the argv of st's process: a shell that waits at the
 // gate, then runs st's command.
 func gateArgv(st *tracker.State, started string) []string {
-	ulimit := ""
-	if ul := st.Limits.Ulimit(); ul != "" {
-		ulimit = ul + " "
-	}
 	if c := st.Command; len(c) == 3 && c[0] == "/bin/sh" && c[1] == "-c" {
-		return []string{"/bin/sh", "-c", ulimit + gateLine + c[2], "/bin/sh", started}
+		return []string{"/bin/sh", "-c", gateLine + c[2], "/bin/sh", started}
 	}
-	return append([]string{"/bin/sh", "-c", ulimit + gateScript, "tend", started}, st.Command...)
+	return append([]string{"/bin/sh", "-c", gateScript, "tend", started}, st.Command...)
+}
+
+// setLimits sets st's resource limits on its process, pid, held at its
+// gate: with prlimit(2), not the gate shell's ulimit, whose flags differ
+// from shell to shell (-p is the process limit in dash, the pipe size in
+// bash).
+//
+// The watcher sets them as root for another user's run, which could raise
+// a limit past what that user may have: there a limit only ever lowers
+// what the process has (its hard limit caps what is asked for), as the
+// user's own setrlimit would.
+func setLimits(pid int, st *tracker.State) error {
+	lowerOnly := tracker.RunPerm(st.OwnerUID).Owner > 0
+	for _, l := range st.Limits.List() {
+		if lowerOnly {
+			var had unix.Rlimit
+			if err := unix.Prlimit(pid, l.Resource, nil, &had); err != nil {
+				if errors.Is(err, unix.EPERM) {
+					return fmt.Errorf("limits: %s: %w (setting the limits of another user's run needs CAP_SYS_RESOURCE, which this watcher lacks)", l.Name, err)
+				}
+				return fmt.Errorf("limits: %s: %w", l.Name, err)
+			}
+			l.Max = min(l.Max, had.Max)
+			l.Cur = min(l.Cur, l.Max)
+		}
+		if err := unix.Prlimit(pid, l.Resource, &l.Rlimit, nil); err != nil {
+			return fmt.Errorf("limits: %s %d: %w", l.Name, l.Cur, err)
+		}
+	}
+	return nil
 }
 
 // startedPath is the file a run's process creates once past its gate.
 func (w *watcher) startedPath(id string) string {
-	return filepath.Join(w.store.RunDir(id), "started")
+	return w.store.Run(id).Started()
 }
 
 func (w *watcher) hasStarted(id string) bool {
@@ -259,10 +293,10 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	sp.files[2], sp.gate = pipe[0], pipe[1]
-	sp.env = childEnv(as.baseEnv(), as.env(), extraEnv, map[string]string{
-		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session,
+	sp.env = childEnv(as.baseEnv(), as.env(), withoutMarks(extraEnv), map[string]string{
+		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session, w.mark: st.ID,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
-		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
+		"TEND_PROGRESS": w.store.Run(st.ID).Progress(),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	// Not for a run of another user: the watcher would look as root, and
@@ -488,7 +522,7 @@ func (w *watcher) stop(r *run, cause tracker.StopCause, reason string, grace tim
 	// Runs stopped together in a batch get SIGTERM once all their stopping
 	// records are written; or could not be: a run that fills the disk must
 	// still stop.
-	w.afterSaved(func() {
+	w.follow(effectSignal, "", func() {
 		if w.runs[r.st.ID] == r {
 			w.signalGroup(r, syscall.SIGTERM)
 		}
@@ -587,31 +621,75 @@ func (w *watcher) leadersExited(batch []*run) {
 	w.drainAgainIn(time.Millisecond)
 }
 
-// recordWait is how long an adopted run's end waits for its keeper's exit
-// record. The keeper writes it within milliseconds; the wait is long so that
-// only a keeper that is gone, not a slow one, makes a status unknown.
+// recordWait is how long an adopted run's end waits for its status: an
+// exit record from its keeper, or the kernel's (see takeExitInfo). The
+// keeper writes it within milliseconds, and init reaps at once; the wait
+// is long so that only a status that is gone, not a slow one, makes it
+// unknown.
 const recordWait = 30 * time.Second
 
 // adoptedExited takes the exit status of adopted run r from its exit
-// record, or waits a while for the keeper to write it.
+// record or from its pidfd, or waits a while for either.
 func (w *watcher) adoptedExited(r *run) {
-	if w.takeExitRecord(r) {
+	if w.takeExitRecord(r) || w.takeExitInfo(r) || r.exit != nil {
 		return
 	}
-	if !r.kept {
-		r.exit, r.unknown = &procfs.Exit{Code: -1}, true
-		return
-	}
-	r.awaiting = time.AfterFunc(recordWait, func() {
+	w.awaitExit(r, time.Now(), 10*time.Millisecond)
+}
+
+// awaitExit looks again, after d, for the status of adopted run r, whose
+// leader has exited: a keeper may be about to write its record, or its
+// parent about to reap it. Exit records are also taken as they come (see
+// exitRecorded). After recordWait its status is unknown.
+func (w *watcher) awaitExit(r *run, since time.Time, d time.Duration) {
+	r.awaiting = time.AfterFunc(d, func() {
 		w.do <- func() {
-			if r.awaiting != nil && r.exit == nil {
-				w.log.Printf("run %s: no exit record from the keeper for pid %d", r.st.ID, r.st.PID)
-				r.awaiting = nil
-				r.exit, r.unknown = &procfs.Exit{Code: -1}, true
-				w.drain()
+			if r.awaiting == nil || r.exit != nil {
+				return
 			}
+			r.awaiting = nil
+			switch {
+			case w.takeExitRecord(r) || w.takeExitInfo(r) || r.exit != nil:
+			case time.Since(since) >= recordWait:
+				w.log.Printf("run %s: no exit status for pid %d, from its keeper or the kernel", r.st.ID, r.st.PID)
+				r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+			default:
+				w.awaitExit(r, since, min(2*d, time.Second))
+				return
+			}
+			w.drain()
 		}
 	})
+}
+
+// takeExitInfo sets adopted run r's exit from the status the kernel keeps
+// for its pidfd once its parent has reaped it, whoever the parent is: a
+// keeper that died before it wrote the record, or init. Where the kernel
+// keeps none, a run whose parent is no keeper ends with its status
+// unknown, at once.
+func (w *watcher) takeExitInfo(r *run) bool {
+	if r.proc == nil {
+		return false // gone before this watcher looked: its record is awaited
+	}
+	e, ok, err := r.proc.ExitInfo()
+	if err != nil {
+		if !r.kept {
+			r.exit, r.unknown = &procfs.Exit{Code: -1}, true
+			if !errors.Is(err, procfs.ErrNoExitInfo) {
+				w.log.Printf("run %s: %v", r.st.ID, err)
+			}
+		}
+		return false
+	}
+	if !ok {
+		return false
+	}
+	r.exit = &e
+	if r.awaiting != nil {
+		r.awaiting.Stop()
+		r.awaiting = nil
+	}
+	return true
 }
 
 // takeExitRecord sets r's exit from its exit record, if there is one.
@@ -661,7 +739,7 @@ func (w *watcher) exitRecorded(name string) {
 func (w *watcher) finish(r *run) {
 	e := *r.exit
 	pid, start := r.st.PID, r.st.ProcStart
-	defer w.afterRecorded(r.st.ID, func() {
+	defer w.follow(effectReap, r.st.ID, func() {
 		if !r.adopted {
 			if _, err := r.proc.Reap(); err != nil {
 				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
@@ -712,7 +790,7 @@ func (w *watcher) finish(r *run) {
 		}
 		if !restartLimitReached(st) {
 			w.enterBackoff(st, how)
-			w.afterSaved(w.dequeue)
+			w.follow(effectDequeue, "", w.dequeue)
 			return
 		}
 		st.State = tracker.Failed
@@ -720,7 +798,7 @@ func (w *watcher) finish(r *run) {
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		w.answerStop(st, string(st.State))
-		w.afterSaved(w.dequeue)
+		w.follow(effectDequeue, "", w.dequeue)
 		return
 	}
 	switch {
@@ -740,23 +818,26 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, string(st.State))
-	w.afterSaved(w.dequeue) // its slot is free, once its end is flushed
+	w.follow(effectDequeue, "", w.dequeue) // its slot is free, once its end is flushed
 }
 
-// answerStop answers the cancel requests that wait on st's stop, if any:
-// canceled if the run ended canceled, else already_finished.
+// answerStop answers the requests that wait on st's stop, now that it has
+// ended: a cancel canceled if the run ended canceled, else
+// already_finished; a restart, which did not happen (a cancel won, or
+// the run could not be started again), not_running with the run's state.
 func (w *watcher) answerStop(st *tracker.State, detail string) {
 	if st.Stop == nil {
 		return
 	}
 	for _, name := range st.Stop.Requests {
 		n, err := spool.ParseName(name)
-		if err != nil {
-			continue
-		}
-		if st.State == tracker.Canceled {
+		switch {
+		case err != nil:
+		case n.Verb == spool.VerbRestart:
+			w.outcome(n, spool.NotRunning, string(st.State))
+		case st.State == tracker.Canceled:
 			w.outcome(n, spool.Canceled, "")
-		} else {
+		default:
 			w.outcome(n, spool.AlreadyFinished, detail)
 		}
 	}

@@ -15,15 +15,16 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -59,6 +60,15 @@ type Config struct {
 	// forks: a fork holds its thread's P until the child has exec'd, and
 	// a watcher on one P does nothing else meanwhile.
 	ForkProcs int
+	// Held are the processes on which the watcher's keeper holds pidfds
+	// (KeeperConfig.Held), each passed on by it as the file descriptor
+	// named: the watcher adopts their runs through them (see
+	// openProcess).
+	Held []Held
+	// CrashAt is for tests of crash safety: the steps (see crash) at
+	// which a watcher kills itself with SIGKILL, each the first time a
+	// watcher on the root reaches it.
+	CrashAt []string
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -66,53 +76,6 @@ const DefaultSettle = time.Second
 
 // ErrRunning means another watcher holds the root's lock.
 var ErrRunning = errors.New("another watcher is already running")
-
-// LockPath and PIDPath return the files that say whether a watcher runs.
-func LockPath(root string) string { return filepath.Join(root, "watcher.lock") }
-func PIDPath(root string) string  { return filepath.Join(root, "watcher.pid") }
-
-// Probe reports whether a watcher holds root's lock, and the PID it wrote.
-// It decides by the lock, not by the PID file. It holds a shared lock for a
-// moment, which a starting watcher waits out (see lock).
-func Probe(root string) (running bool, pid int, err error) {
-	return probe(LockPath(root), PIDPath(root))
-}
-
-// ProbeKeeper reports whether a keeper is in charge of root (see Keep),
-// and the PID it wrote, deciding by the keeper's lock.
-func ProbeKeeper(root string) (running bool, pid int, err error) {
-	return probe(keeperLockPath(root), KeeperPIDPath(root))
-}
-
-func probe(lockPath, pidPath string) (running bool, pid int, err error) {
-	// Not made if it is missing (no watcher runs), and not through a link.
-	l := flock.New(lockPath, flock.SetFlag(os.O_RDONLY|syscall.O_NOFOLLOW))
-	got, err := l.TryRLock()
-	if errors.Is(err, os.ErrNotExist) {
-		return false, 0, nil
-	}
-	if errors.Is(err, os.ErrPermission) {
-		// Another user's client in a shared root: the lock is the
-		// watcher's user's alone, so the PID file (the watcher's, or the
-		// keeper's) says, if a process of that name still has that PID.
-		pid := readPID(pidPath)
-		return pid > 0 && daemonAlive(pid), pid, nil
-	}
-	if err != nil {
-		return false, 0, err
-	}
-	if got {
-		l.Unlock()
-		return false, 0, nil
-	}
-	return true, readPID(pidPath), nil
-}
-
-func readPID(path string) int {
-	b, _ := os.ReadFile(path)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
-}
 
 // newLock returns the flock on the lock file at path, made if it is
 // missing, and never opened through a link. It is the watcher's user's
@@ -127,7 +90,7 @@ func newLock(path string) *flock.Flock {
 // hold it only for a moment, so it retries for a while before it decides
 // that another watcher runs.
 func lock(root string) (*flock.Flock, error) {
-	l := newLock(LockPath(root))
+	l := newLock(layout.Root(root).WatcherLock())
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	got, err := l.TryLockContext(ctx, 5*time.Millisecond)
@@ -135,9 +98,9 @@ func lock(root string) (*flock.Flock, error) {
 		return l, nil
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("%s: %w", LockPath(root), err)
+		return nil, fmt.Errorf("%s: %w", layout.Root(root).WatcherLock(), err)
 	}
-	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
+	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, tracker.ReadPID(layout.Root(root).WatcherPID()))
 }
 
 // loadKey reads the key that seals the records, or makes it. A root whose
@@ -155,7 +118,7 @@ func (w *watcher) loadKey() error {
 			w.log.Printf("sealing: %v", err)
 		}
 		if len(sealed) > 0 {
-			w.log.Printf("%s made: sealed the %d records an earlier tend wrote", tracker.KeyFile, len(sealed))
+			w.log.Printf("%s made: sealed the %d records an earlier tend wrote", w.root().RecordKey(), len(sealed))
 		}
 	}
 	return nil
@@ -169,7 +132,7 @@ func (w *watcher) loadKey() error {
 // one, which waits for the lock) rather than supervise the same runs
 // twice.
 func (w *watcher) relock() error {
-	path := LockPath(w.cfg.Root)
+	path := w.root().WatcherLock()
 	if now, err := os.Stat(path); err == nil {
 		for _, l := range w.locks {
 			if held, err := l.Stat(); err == nil && os.SameFile(held, now) {
@@ -248,7 +211,7 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.store.Make(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(exitsDir(cfg.Root), 0o755); err != nil {
+	if err := os.MkdirAll(layout.Root(cfg.Root).Exits(), 0o755); err != nil {
 		return err
 	}
 	l, err := lock(cfg.Root)
@@ -272,25 +235,28 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	// A name for ps, next to the keeper's; no harm if it cannot be set.
-	os.WriteFile("/proc/self/comm", []byte(WatcherComm), 0)
+	os.WriteFile("/proc/self/comm", []byte(tracker.WatcherComm), 0)
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	defer signal.Stop(sigchld)
 
 	fsw, err := fsnotify.NewBufferedWatcher(eventBatch)
 	if err != nil {
-		return fmt.Errorf("inotify: %w", InotifyError(err))
+		return fmt.Errorf("inotify: %w", procfs.InotifyError(err))
 	}
 	defer fsw.Close()
 	// Watch first, then look: a request dropped in between is seen twice,
 	// which is harmless, instead of not at all.
-	for _, dir := range []string{w.spool.Spool(), exitsDir(cfg.Root), cfg.Root} {
+	for _, dir := range []string{w.spool.Spool(), layout.Root(cfg.Root).Exits(), cfg.Root} {
 		if err := fsw.Add(dir); err != nil {
-			return fmt.Errorf("watch %s: %w", dir, InotifyError(err))
+			return fmt.Errorf("watch %s: %w", dir, procfs.InotifyError(err))
 		}
 	}
 	w.fsw = fsw
+	w.takePassed()
 	w.recoverRuns()
+	w.closePassed()
+	w.lookForEscapes()
 	w.writeQueue()
 	w.sweepExitRecords()
 	w.restoreControls()
@@ -303,8 +269,8 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.writeInfo(); err != nil {
 		return err
 	}
-	defer os.Remove(PIDPath(cfg.Root))
-	defer os.Remove(InfoPath(cfg.Root))
+	defer os.Remove(layout.Root(cfg.Root).WatcherPID())
+	defer os.Remove(layout.Root(cfg.Root).WatcherInfo())
 	w.log.Printf("watching %s (pid %d, keeper %d), durability %s", cfg.Root, os.Getpid(), w.keeper, w.settings.Durability)
 	if cfg.Ready != nil {
 		fmt.Fprintln(cfg.Ready, "ready")
@@ -344,6 +310,10 @@ type watcher struct {
 	waiters    int
 	dequeueDue bool
 	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
+	ended      map[string]endedRun          // how runs waited for ended (see conditions)
+	// selections holds the selector requests under way, by the name of
+	// each of their parts (see selection).
+	selections map[spool.Name]*selection
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
@@ -360,6 +330,18 @@ type watcher struct {
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
+	// mark is the variable that marks the processes of this root's runs
+	// (MarkVar); escapes is set while some of them may be outside the
+	// tree of this watcher and the keepers (see lookForEscapes).
+	mark    string
+	escapes bool
+	// heldByKeepers are the processes, by exit record name, on which a
+	// keeper of the root holds a pidfd, as recovery found them (see
+	// keeperHolds).
+	heldByKeepers map[string]bool
+	// fromKeeper are the handles of Config.Held not yet used, by exit
+	// record name; recovery uses them and closes the rest.
+	fromKeeper map[string]*procfs.Handle
 
 	do       chan func() // work from timers, run on the loop
 	exited   chan *run   // runs whose leader exited
@@ -387,9 +369,12 @@ func newWatcher(cfg Config) *watcher {
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
+		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
 		deletedAs:  make(map[string]tracker.StateName),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string)},
+		ended:      make(map[string]endedRun),
+		selections: make(map[spool.Name]*selection),
+		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -488,14 +473,14 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		switch ev.Name {
 		case w.spool.Spool():
 			return fmt.Errorf("the spool %s was removed", ev.Name)
-		case exitsDir(w.cfg.Root):
+		case w.root().Exits():
 			return fmt.Errorf("the exit records' directory %s was removed", ev.Name)
 		}
 	}
-	if ev.Name == LockPath(w.cfg.Root) {
+	if ev.Name == w.root().WatcherLock() {
 		return w.relock()
 	}
-	if ev.Name == ConfigPath(w.cfg.Root) {
+	if ev.Name == w.root().Config() {
 		w.reloadSettings()
 		return nil
 	}
@@ -503,7 +488,7 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		w.runDirEvent(filepath.Base(dir), filepath.Base(ev.Name))
 		return nil
 	}
-	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {
+	if filepath.Dir(ev.Name) == w.root().Exits() {
 		if ev.Has(fsnotify.Create) {
 			w.exitRecorded(filepath.Base(ev.Name))
 		}
@@ -607,7 +592,7 @@ func (w *watcher) guard(st *tracker.State) {
 			return
 		}
 	}
-	path := w.store.Path(st.ID, "state.json")
+	path := w.store.Run(st.ID).State()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return // removed: it is written anew
@@ -644,6 +629,11 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 	events := append(w.passed, ev)
 	w.passed = nil
 	if w.waitedOn(st.ID) {
+		if tracker.Final(st.State) {
+			// How it ended, for the runs that wait for it (conditions)
+			// to learn without reading its record each time.
+			w.ended[st.ID] = endedRun{st.State, st.Reason}
+		}
 		w.dequeueSoon() // once what it waits for is recorded
 	}
 	if w.batch.active {
@@ -680,23 +670,57 @@ func (w *watcher) passing(st *tracker.State) {
 }
 
 // unsaved holds what could not be written (a full or read-only disk): it
-// is written again every second until it is, so the records catch up.
+// is written again every second until it is, so the records catch up. A
+// record whose run directory was removed is tried a few times only (see
+// gone).
 type unsaved struct {
 	events   []tracker.Event
 	states   map[string]*tracker.State
-	waiting  map[string][]func() // for a record in states (see whenWritten)
+	waiting  map[string][]effect // for a record in states (see follow)
 	outcomes map[spool.Name][2]string
-	retrying bool
+	// gone holds the records in states whose run directory is gone,
+	// tried again with a growing delay, then given up.
+	gone     map[string]*goneRecord
+	retrying *time.Timer
 }
 
+// A goneRecord is how often, and until when, the record of a run whose
+// directory was removed has been tried again.
+type goneRecord struct {
+	tries int
+	next  time.Time
+}
+
+// goneTries is how often a record whose run directory is gone is tried
+// again (after 0.1 s, doubling: about 3 s in all) before it is given up.
+// Removing the directory throws away the record; trying longer would only
+// keep the run's leader from being reaped.
+const goneTries = 5
+
+// runDirGone reports whether run id's directory no longer exists.
+func (w *watcher) runDirGone(id string) bool {
+	_, err := os.Lstat(w.store.RunDir(id))
+	return errors.Is(err, os.ErrNotExist)
+}
+
+// retryUnsaved schedules the next try of what could not be written: in a
+// second, or sooner for a record whose run directory is gone.
 func (w *watcher) retryUnsaved() {
 	u := &w.unsaved
-	if u.retrying || len(u.events)+len(u.states)+len(u.outcomes) == 0 {
+	if len(u.events)+len(u.states)+len(u.outcomes) == 0 {
 		return
 	}
-	u.retrying = true
-	w.after(time.Second, func() {
-		u.retrying = false
+	d := time.Second
+	for _, g := range u.gone {
+		d = min(d, max(time.Until(g.next), time.Millisecond))
+	}
+	if u.retrying != nil {
+		if d == time.Second || !u.retrying.Stop() {
+			return // the try scheduled comes soon enough, or is under way
+		}
+	}
+	u.retrying = w.after(d, func() {
+		u.retrying = nil
 		if len(u.events) > 0 {
 			// Kept on disk if not appended: the history's end torn (see
 			// tracker.PendingPath).
@@ -707,11 +731,19 @@ func (w *watcher) retryUnsaved() {
 		}
 		var written []string
 		for id, st := range u.states {
+			if g := u.gone[id]; g != nil && time.Now().Before(g.next) {
+				continue
+			}
 			if w.store.Write(st) == nil {
 				w.log.Printf("run %s: its record (%s, rev %d) is written now", id, st.State, st.Rev)
 				delete(u.states, id)
+				delete(u.gone, id)
 				w.stamp(st)
 				written = append(written, id)
+				continue
+			}
+			if w.giveUpGone(st) {
+				written = append(written, id) // what waited for it goes ahead
 			}
 		}
 		for _, id := range written {
@@ -726,11 +758,50 @@ func (w *watcher) retryUnsaved() {
 	})
 }
 
-// daemonAlive reports whether process pid runs and is a watcher or a
-// keeper (by the name it gives itself), for a client that may not probe
-// the locks.
-func daemonAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	comm := strings.TrimSpace(string(b))
-	return err == nil && (comm == WatcherComm || comm == KeeperComm)
+// giveUpGone counts a failed try of st's record if its run directory is
+// gone, and gives the record up after goneTries: what waited for it (the
+// reaping of its leader, the answers to its cancel requests) then goes
+// ahead, and its events stay in the history. It reports whether it gave up.
+func (w *watcher) giveUpGone(st *tracker.State) bool {
+	u := &w.unsaved
+	if !w.runDirGone(st.ID) {
+		delete(u.gone, st.ID) // a full disk, say: tried every second until written
+		return false
+	}
+	g := u.gone[st.ID]
+	if g == nil {
+		g = &goneRecord{}
+		u.gone[st.ID] = g
+	}
+	g.tries++
+	if g.tries <= goneTries {
+		g.next = time.Now().Add(50 * time.Millisecond << g.tries)
+		return false
+	}
+	w.log.Printf("run %s: its directory %s is gone: its record (%s, rev %d) is not written; its history has its events", st.ID, w.store.RunDir(st.ID), st.State, st.Rev)
+	delete(u.states, st.ID)
+	delete(u.gone, st.ID)
+	delete(w.written, st.ID)
+	return true
 }
+
+// crash kills the watcher, as a crash at this step would, if step is one
+// of Config.CrashAt that no watcher on the root has reached yet (a file
+// ROOT/.crashed-STEP says one has): tests use it to kill a watcher between
+// two writes that must survive it in either order.
+func (w *watcher) crash(step string) {
+	if !slices.Contains(w.cfg.CrashAt, step) {
+		return
+	}
+	f, err := os.OpenFile(filepath.Join(w.cfg.Root, ".crashed-"+step), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		return // reached before
+	}
+	f.Close()
+	w.log.Printf("crashing at %s, as TEND_TEST_CRASH_AT says", step)
+	unix.Kill(os.Getpid(), unix.SIGKILL)
+	time.Sleep(time.Minute) // it does not return
+}
+
+// root names the files of the watcher's root.
+func (w *watcher) root() layout.Root { return layout.Root(w.cfg.Root) }

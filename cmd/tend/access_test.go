@@ -218,3 +218,19 @@ func markRequest() {
 		unix.Close(fd)
 	}
 }
+
+// hasCapability reports whether this process has capability c in its
+// effective set.
+func hasCapability(c int) bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			return err == nil && caps&(1<<c) != 0
+		}
+	}
+	return false
+}

@@ -17,15 +17,16 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+		"tend-mcp":    func() { os.Exit(mcpserver.Main("test", os.Args[1:], os.Stdin, os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,
@@ -72,8 +73,15 @@ func scriptParams(dir string) testscript.Params {
 		// (review the diff before committing it).
 		UpdateScripts: os.Getenv("TEND_UPDATE_GOLDEN") != "",
 		Condition: func(cond string) (bool, error) {
-			if cond == "root" {
+			switch cond {
+			case "root":
 				return os.Getuid() == 0, nil
+			case "exitinfo":
+				return keepsExitInfo(), nil
+			case "collapse":
+				return canCollapse(), nil
+			case "cap_sys_resource":
+				return hasCapability(unix.CAP_SYS_RESOURCE), nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -125,6 +133,9 @@ func scriptParams(dir string) testscript.Params {
 			"edits":     cmdEdits,
 			"readme":    cmdReadme,
 			"term":      cmdTerm,
+			"recovered": cmdRecovered,
+			"reaped":    cmdReaped,
+			"readcheck": cmdReadCheck,
 		},
 	}
 }
@@ -357,7 +368,7 @@ func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
 func killLeftovers(root string) {
 	all, _ := procfs.All()
 	// Keepers first: one left alive would start its watcher again.
-	for _, comm := range []string{watcher.KeeperComm, watcher.WatcherComm} {
+	for _, comm := range []string{tracker.KeeperComm, tracker.WatcherComm} {
 		for _, p := range all {
 			if p.Comm == comm && namesRoot(p.PID, root) {
 				unix.Kill(p.PID, unix.SIGKILL)
@@ -365,13 +376,13 @@ func killLeftovers(root string) {
 		}
 	}
 	for _, p := range all {
-		if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root {
+		if ofRoot(p.PID, root) {
 			unix.Kill(p.PID, unix.SIGKILL)
 		}
 	}
 	// A watcher started without --root (tend watch, in the root's parent)
 	// is known by what it recorded.
-	if info, err := watcher.ReadInfo(root); err == nil {
+	if info, err := tracker.ReadWatcherInfo(root); err == nil {
 		for _, pid := range []int{info.KeeperPID, info.PID} {
 			if st, err := procfs.ReadStat(pid); err == nil && strings.HasPrefix(st.Comm, "tend") {
 				unix.Kill(pid, unix.SIGKILL)
@@ -441,22 +452,23 @@ func countDaemons(root string) (watchers, keepers int) {
 			continue
 		}
 		switch p.Comm {
-		case watcher.WatcherComm:
+		case tracker.WatcherComm:
 			watchers++
-		case watcher.KeeperComm:
+		case tracker.KeeperComm:
 			keepers++
 		}
 	}
 	return watchers, keepers
 }
 
-// strays: no process whose environment names this script's root is left.
+// strays: no process whose environment names this script's root, or
+// carries its mark, is left.
 func cmdStrays(ts *testscript.TestScript, neg bool, args []string) {
 	root := ts.MkAbs(".tend")
 	poll(ts, func() string {
 		all, _ := procfs.All()
 		for _, p := range all {
-			if v, _ := procfs.Getenv(p.PID, "TEND_ROOT"); v == root && p.State != 'Z' {
+			if ofRoot(p.PID, root) && p.State != 'Z' {
 				id, _ := procfs.Getenv(p.PID, "TEND_RUN_ID")
 				return fmt.Sprintf("pid %d (%s) of run %s is still alive", p.PID, p.Comm, id)
 			}

@@ -14,6 +14,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -45,7 +46,10 @@ type (
 )
 
 // topHeaderFiles are the files of the root the header reads.
-var topHeaderFiles = map[string]bool{"watcher.json": true, "watcher.pid": true, "keeper.pid": true, "config.json": true, "history.pending.jsonl": true}
+var topHeaderFiles = func() map[string]bool {
+	var r layout.Root // names alone, as they are in the root
+	return map[string]bool{r.WatcherInfo(): true, r.WatcherPID(): true, r.KeeperPID(): true, r.Config(): true, r.PendingHistory(): true}
+}()
 
 // topBatchEvery is the least time between two batches of changes: a burst
 // of changes (500 runs starting) is a few redraws, not hundreds.
@@ -116,7 +120,7 @@ func (f *topFeed) follow1(ctx context.Context) bool {
 	root := f.client.Root()
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
-		f.send(topFeedErrMsg{watcher.InotifyError(err)})
+		f.send(topFeedErrMsg{procfs.InotifyError(err)})
 		return false
 	}
 	defer fsw.Close()
@@ -126,10 +130,10 @@ func (f *topFeed) follow1(ctx context.Context) bool {
 	// written; runs/'s when a run comes or goes. Watches first, then the
 	// listing: no change falls between.
 	if err := fsw.Add(root); err != nil {
-		f.send(topFeedErrMsg{watcher.InotifyError(err)})
+		f.send(topFeedErrMsg{procfs.InotifyError(err)})
 		return false
 	}
-	runs := filepath.Join(root, "runs")
+	runs := layout.Root(root).Runs()
 	fsw.Add(runs) // made with the first run; added then
 	f.load(ctx)
 	f.startFollow(ctx)
@@ -199,17 +203,17 @@ func (f *topFeed) noteFS(ctx context.Context, fsw *fsnotify.Watcher, ev fsnotify
 	root := f.client.Root()
 	dir, name := filepath.Dir(ev.Name), filepath.Base(ev.Name)
 	switch {
-	case dir == root && name == "runs":
+	case ev.Name == layout.Root(root).Runs():
 		if ev.Has(fsnotify.Create) {
 			fsw.Add(ev.Name)
 		}
 		f.mu.Lock()
 		f.reload = true // made, or removed with every record in it
 		f.mu.Unlock()
-	case dir == root && name == filepath.Base(tracker.HistoryPath(root)):
+	case ev.Name == layout.Root(root).History():
 		f.startFollow(ctx) // if it had stopped: mended or rotated, try again
 		return
-	case dir == filepath.Join(root, "runs") && spool.ValidID(name) == nil:
+	case dir == layout.Root(root).Runs() && spool.ValidID(name) == nil:
 		f.markDirty(name)
 		return
 	case dir == root && topHeaderFiles[name]:
@@ -411,7 +415,7 @@ func (f *topFeed) readAgain(id string) time.Duration {
 type topProbeMsg struct {
 	noRoot   bool
 	running  bool
-	info     watcher.Info
+	info     tracker.WatcherInfo
 	infoOK   bool
 	config   string // a bad config.json, as tend status says it
 	history  string // a torn history, or changes waiting beside it

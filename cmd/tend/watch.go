@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -19,6 +20,9 @@ import (
 type watchCmd struct {
 	watchFlags
 	ReadyFD int `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
+	// Set by a watcher that becomes the keeper (watcher.Config.BecomeKeeper).
+	Successor bool     `hidden:"" help:"This process was a watcher whose keeper died: keep its runs whatever happens."`
+	Hold      []string `hidden:"" sep:"none" placeholder:"FD:PID:START" help:"Record the end of this process, by the pidfd FD inherited (repeatable)."`
 }
 
 // watchFlags are the watcher's settings, the same for watch, up and the
@@ -73,8 +77,17 @@ func (c *watchCmd) Run(e *env) error {
 		ready = os.NewFile(uintptr(c.ReadyFD), "ready")
 		args = append(args, "--ready-fd", "3")
 	}
+	var held []watcher.Held
+	for _, s := range c.Hold {
+		h, err := watcher.ParseHeld(s)
+		if err != nil {
+			return exitf(exitUsage, "--hold: %v", err)
+		}
+		held = append(held, h)
+	}
 	code, err := watcher.Keep(watcher.KeeperConfig{
 		Root: e.root, Log: e.stderr, Ready: ready, Signals: sigs, Refused: exitRefused, CannotStart: exitCannotStart,
+		Held: held, Successor: c.Successor,
 		// /proc/self/exe is this very program even if its file has been
 		// replaced meanwhile, so a restarted watcher matches its keeper.
 		Path: "/proc/self/exe", Args: args,
@@ -94,7 +107,8 @@ func (c *watchCmd) Run(e *env) error {
 // watcherCmd is the watcher proper, which a keeper runs.
 type watcherCmd struct {
 	watchFlags
-	ReadyFD int `default:"-1"`
+	ReadyFD int      `default:"-1"`
+	Held    []string `sep:"none" placeholder:"FD:PID:START" help:"A pidfd the keeper holds and passes on, as FD (repeatable)."`
 }
 
 func (c *watcherCmd) Run(e *env) error {
@@ -108,11 +122,21 @@ func (c *watcherCmd) Run(e *env) error {
 	defer signal.Stop(stop)
 	cfg := watcher.Config{
 		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: buildVersion(), Settings: c.settings(),
-		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch"}, c.args()...),
+		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch", "--successor"}, c.args()...),
 		ForkProcs:    forkProcs,
+	}
+	if steps := os.Getenv("TEND_TEST_CRASH_AT"); steps != "" {
+		cfg.CrashAt = strings.Split(steps, ",")
 	}
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
+	}
+	for _, s := range c.Held {
+		h, err := watcher.ParseHeld(s)
+		if err != nil {
+			return exitf(exitUsage, "--held: %v", err)
+		}
+		cfg.Held = append(cfg.Held, h)
 	}
 	if path := os.Getenv("TEND_CPUPROFILE"); path != "" {
 		stopProfile, perr := profileCPU(path)
