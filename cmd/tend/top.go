@@ -1,14 +1,9 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"os"
-
-	tea "charm.land/bubbletea/v2"
-	"github.com/charmbracelet/colorprofile"
-	"github.com/tendhq/tend"
+	"os/exec"
+	"syscall"
 )
 
 type topCmd struct {
@@ -34,42 +29,18 @@ func (c *topCmd) Run(e *env) error {
 	if !isTerminal(out) {
 		return exitf(exitUsage, "top: needs a terminal; tend ls lists the runs and tend events -f follows their changes")
 	}
-	// The view's requests wait in the spool when no watcher runs, and say
-	// so: starting one is tend up's job, not a look at the root's.
-	client, err := tend.Open(e.root, tend.Options{Session: c.Session})
+	self := tendProgram()
+	prog := besideOrOnPath(self, "tend-top")
+	path, err := exec.LookPath(prog)
 	if err != nil {
-		return err
+		return exitf(exitFailed, "top: tend-top, the live view, is neither beside %s nor on the PATH: install it with go install github.com/tendhq/tend/cmd/tend-top (make install installs it with tend)", self)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	m := newTopModel(ctx, client)
-	p := tea.NewProgram(m, tea.WithContext(ctx), tea.WithOutput(out), tea.WithFPS(10), tea.WithColorProfile(topColorProfile(e, out)))
-	m.logs.send = p.Send
-	m.feed = newTopFeed(client, p.Send)
-	go m.feed.run(ctx)
-	_, err = p.Run()
-	cancel()
-	m.logs.stop()
-	if errors.Is(err, tea.ErrInterrupted) {
-		return nil // Ctrl-C with no terminal to read it from: a quit
+	color := "never"
+	if e.term.color {
+		color = "always"
 	}
-	if err != nil {
-		return fmt.Errorf("top: %w", err)
-	}
-	return nil
-}
-
-// topColorProfile is how top colors: as tend ls does (--color, TEND_COLOR,
-// NO_COLOR, TERM=dumb), with what the terminal supports detected as the
-// library does. Without color, attributes (bold, reverse) remain, so that
-// the selected row still shows.
-func topColorProfile(e *env, out *os.File) colorprofile.Profile {
-	detected := colorprofile.Detect(out, os.Environ())
-	switch {
-	case !e.term.color:
-		return colorprofile.ASCII
-	case detected < colorprofile.ANSI:
-		return colorprofile.ANSI // --color always on a terminal that says little
-	}
-	return detected
+	argv := []string{"tend-top", "--root", e.root, "--session=" + c.Session, "--color", color}
+	// Replaced, not run as a child: the terminal, and its signals, are the
+	// view's alone.
+	return exitf(exitFailed, "top: %v", syscall.Exec(path, argv, os.Environ()))
 }

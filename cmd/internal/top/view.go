@@ -1,4 +1,4 @@
-package main
+package top
 
 import (
 	"fmt"
@@ -11,6 +11,7 @@ import (
 	"charm.land/lipgloss/v2"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -28,9 +29,9 @@ var (
 )
 
 func init() {
-	// The colors of tend ls (stateColors), as styles.
+	// The colors of tend ls (runtext.StateColors), as styles.
 	colors := map[string]lipgloss.Style{"32": topGood, "36": lipgloss.NewStyle().Foreground(lipgloss.Cyan), "33": topWarn, "31": lipgloss.NewStyle().Foreground(lipgloss.Red)}
-	for state, c := range stateColors {
+	for state, c := range runtext.StateColors {
 		topStates[state] = colors[c]
 	}
 }
@@ -178,7 +179,7 @@ func (m *topModel) limitsLine() string {
 	switch {
 	case max > 0:
 		frac := float64(live) / float64(max)
-		bar := progressBar(frac, 8)
+		bar := runtext.ProgressBar(frac, 8)
 		if live >= max {
 			bar = topWarn.Render(bar)
 		}
@@ -214,7 +215,7 @@ func (m *topModel) problems() []string {
 		out = append(out, "history: "+m.history.Error())
 	}
 	if n := len(m.bad); n > 0 {
-		out = append(out, fmt.Sprintf("%d record%s cannot be read (tend fsck): %s", n, plural(n), m.bad[0]))
+		out = append(out, fmt.Sprintf("%d record%s cannot be read (tend fsck): %s", n, runtext.Plural(n), m.bad[0]))
 	}
 	if m.probe.config != "" {
 		out = append(out, m.probe.config)
@@ -224,7 +225,7 @@ func (m *topModel) problems() []string {
 		out = append(out, "not following changes: "+m.feedErr.Error())
 	}
 	for i := range out {
-		out[i] = printable(out[i]) // an error may quote a file
+		out[i] = runtext.Printable(out[i]) // an error may quote a file
 	}
 	return out
 }
@@ -242,14 +243,14 @@ type topCol struct {
 var (
 	colID       = topCol{name: "ID", sort: "id", prio: 100, text: func(m *topModel, r *topRow) string { return r.ID }}
 	colState    = topCol{name: "STATE", sort: "state", width: 10, prio: 95, text: func(m *topModel, r *topRow) string { return stateText(r) }}
-	colSession  = topCol{name: "SESSION", sort: "session", prio: 40, text: func(m *topModel, r *topRow) string { return orDash(r.Session) }}
+	colSession  = topCol{name: "SESSION", sort: "session", prio: 40, text: func(m *topModel, r *topRow) string { return runtext.OrDash(r.Session) }}
 	colAttempt  = topCol{name: "ATT/R", sort: "attempt", width: 5, prio: 30, right: true, text: func(m *topModel, r *topRow) string { return attemptText(r.Record) }}
-	colProgress = topCol{name: "PROGRESS", sort: "progress", width: 16, prio: 90, text: func(m *topModel, r *topRow) string { return progressText(r.Progress) }}
+	colProgress = topCol{name: "PROGRESS", sort: "progress", width: 16, prio: 90, text: func(m *topModel, r *topRow) string { return runtext.Progress(r.Progress) }}
 	colCPU      = topCol{name: "CPU%", sort: "cpu", width: 5, prio: 70, right: true, text: func(m *topModel, r *topRow) string { return cpuText(r) }}
 	colMem      = topCol{name: "MEM", sort: "mem", width: 6, prio: 60, right: true, text: func(m *topModel, r *topRow) string { return memText(r) }}
 	colSpark    = topCol{name: "CPU 1m", sort: "cpu", width: 10, prio: 50, text: func(m *topModel, r *topRow) string { return cpuSpark(r, 10) }}
-	colTime     = topCol{name: "TIME", sort: "time", width: 8, prio: 65, right: true, text: func(m *topModel, r *topRow) string { return timeText(r.Record, m.now) }}
-	colCommand  = topCol{name: "COMMAND", sort: "command", prio: 85, text: func(m *topModel, r *topRow) string { return printable(commandText(r.Command, 0)) }}
+	colTime     = topCol{name: "TIME", sort: "time", width: 8, prio: 65, right: true, text: func(m *topModel, r *topRow) string { return runtext.Time(r.Record, m.now) }}
+	colCommand  = topCol{name: "COMMAND", sort: "command", prio: 85, text: func(m *topModel, r *topRow) string { return runtext.Printable(runtext.Command(r.Command, 0)) }}
 )
 
 // minCommand is the least width the command keeps before columns go.
@@ -364,7 +365,7 @@ func cpuText(r *topRow) string {
 
 func memText(r *topRow) string {
 	if n, ok := r.rss(); ok && tend.Live(r.Record) {
-		return bytesText(n)
+		return runtext.Bytes(n)
 	}
 	return "-"
 }
@@ -426,7 +427,7 @@ func (m *topModel) detailLines(h int) []string {
 	}
 	title := fmt.Sprintf("%s · %s", r.ID, topStates[rec.State].Render(string(rec.State)))
 	if rec.Reason != "" {
-		title += " · " + printable(oneLine(rec.Reason))
+		title += " · " + runtext.Printable(runtext.OneLine(rec.Reason))
 	}
 	lines := []string{rule(m.width, title)}
 	info := m.detailInfo(r, rec)
@@ -473,19 +474,19 @@ func (m *topModel) detailInfo(r *topRow, rec *tend.Record) []string {
 			out = append(out, topFaint.Render(k+":")+" "+v)
 		}
 	}
-	add("command", printable(commandText(rec.Command, 0)))
+	add("command", runtext.Printable(runtext.Command(rec.Command, 0)))
 	var facts []string
 	if rec.PID != 0 && tend.Live(rec) {
 		facts = append(facts, fmt.Sprintf("pid %d", rec.PID))
 	}
 	if !tracker.Final(rec.State) && rec.StartedAt != nil || tracker.Final(rec.State) {
-		facts = append(facts, "time "+timeText(rec, m.now))
+		facts = append(facts, "time "+runtext.Time(rec, m.now))
 	}
 	if tracker.Final(rec.State) {
-		facts = append(facts, "exit "+exitText(rec))
+		facts = append(facts, "exit "+runtext.Exit(rec))
 	}
 	if rec.Attempt > 1 || rec.Restarts > 0 {
-		facts = append(facts, fmt.Sprintf("attempt %d, %d restart%s", rec.Attempt, rec.Restarts, plural(rec.Restarts)))
+		facts = append(facts, fmt.Sprintf("attempt %d, %d restart%s", rec.Attempt, rec.Restarts, runtext.Plural(rec.Restarts)))
 	}
 	if r.Position > 0 {
 		facts = append(facts, fmt.Sprintf("#%d in the queue", r.Position))
@@ -496,13 +497,13 @@ func (m *topModel) detailInfo(r *topRow, rec *tend.Record) []string {
 	add("run", strings.Join(facts, " · "))
 	var use []string
 	if rec.Progress != "" {
-		use = append(use, "progress "+progressText(rec.Progress))
+		use = append(use, "progress "+runtext.Progress(rec.Progress))
 	}
 	if c, ok := r.cpuPct(); ok {
 		use = append(use, fmt.Sprintf("cpu %.0f%% %s", c, cpuSpark(r, 20)))
 	}
 	if n, ok := r.rss(); ok && tend.Live(rec) {
-		use = append(use, fmt.Sprintf("mem %s %s", bytesText(n), memSpark(r, 20)))
+		use = append(use, fmt.Sprintf("mem %s %s", runtext.Bytes(n), memSpark(r, 20)))
 	}
 	add("now", strings.Join(use, " · "))
 	if h := rec.HealthStatus; h != nil {
@@ -512,7 +513,7 @@ func (m *topModel) detailInfo(r *topRow, rec *tend.Record) []string {
 			if !c.OK {
 				ok = topBad.Render("failed")
 			}
-			v += fmt.Sprintf(" · %s %s %s", c.Time.Format("15:04:05"), ok, printable(oneLine(c.Detail)))
+			v += fmt.Sprintf(" · %s %s %s", c.Time.Format("15:04:05"), ok, runtext.Printable(runtext.OneLine(c.Detail)))
 		}
 		add("health", v)
 	}
@@ -520,14 +521,14 @@ func (m *topModel) detailInfo(r *topRow, rec *tend.Record) []string {
 	if len(rec.Labels) > 0 {
 		var ls []string
 		for _, k := range slices.Sorted(maps.Keys(rec.Labels)) {
-			ls = append(ls, printable(k+"="+rec.Labels[k]))
+			ls = append(ls, runtext.Printable(k+"="+rec.Labels[k]))
 		}
 		add("labels", strings.Join(ls, " "))
 	}
 	for _, n := range rec.Notes[max(0, len(rec.Notes)-2):] {
-		add("note", n.Time.Format("15:04:05")+" "+printable(oneLine(n.Text)))
+		add("note", n.Time.Format("15:04:05")+" "+runtext.Printable(runtext.OneLine(n.Text)))
 	}
-	add("cwd", printable(rec.Cwd))
+	add("cwd", runtext.Printable(rec.Cwd))
 	return out
 }
 

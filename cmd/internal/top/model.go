@@ -1,4 +1,4 @@
-package main
+package top
 
 import (
 	cmpx "cmp"
@@ -13,6 +13,7 @@ import (
 	"charm.land/bubbles/v2/textinput"
 	tea "charm.land/bubbletea/v2"
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
@@ -397,8 +398,8 @@ var topSorts = map[string]func(a, b *topRow) int{
 	"session":   func(a, b *topRow) int { return strings.Compare(a.Session, b.Session) },
 	"attempt":   func(a, b *topRow) int { return cmpx.Compare(a.Attempt, b.Attempt) },
 	"progress": func(a, b *topRow) int {
-		fa, _, _, _ := parseProgress(a.Progress)
-		fb, _, _, _ := parseProgress(b.Progress)
+		fa, _, _, _ := runtext.ParseProgress(a.Progress)
+		fb, _, _, _ := runtext.ParseProgress(b.Progress)
 		return cmpx.Compare(fa, fb)
 	},
 	"cpu": func(a, b *topRow) int {
@@ -414,7 +415,9 @@ var topSorts = map[string]func(a, b *topRow) int{
 	"time": func(a, b *topRow) int {
 		return cmpx.Compare(runTime(a.Record, time.Now()), runTime(b.Record, time.Now()))
 	},
-	"command": func(a, b *topRow) int { return strings.Compare(commandText(a.Command, 0), commandText(b.Command, 0)) },
+	"command": func(a, b *topRow) int {
+		return strings.Compare(runtext.Command(a.Command, 0), runtext.Command(b.Command, 0))
+	},
 }
 
 // sortOrder is the order s steps through.
@@ -478,7 +481,7 @@ func parseTopFilter(filter string) func(*topRow) bool {
 
 // searchText is what a filter's words are looked for in.
 func searchText(r *topRow) string {
-	parts := []string{r.ID, string(r.State), r.Session, commandText(r.Command, 0)}
+	parts := []string{r.ID, string(r.State), r.Session, runtext.Command(r.Command, 0)}
 	for _, k := range slices.Sorted(maps.Keys(r.Labels)) {
 		parts = append(parts, k+"="+r.Labels[k])
 	}
@@ -551,7 +554,7 @@ func (m *topModel) logged(msg topLogMsg) {
 	if msg.reset {
 		m.logLines = m.logLines[:0]
 		for _, l := range msg.lines {
-			m.logLines = append(m.logLines, topLogLine{stream: l.Stream, text: printable(strings.TrimSuffix(l.Data, "\n"))})
+			m.logLines = append(m.logLines, topLogLine{stream: l.Stream, text: runtext.Printable(strings.TrimSuffix(l.Data, "\n"))})
 		}
 		// A line not ended yet goes on in what follows.
 		if n := len(msg.lines); n > 0 && !strings.HasSuffix(msg.lines[n-1].Data, "\n") {
@@ -564,7 +567,7 @@ func (m *topModel) logged(msg topLogMsg) {
 		text := m.logPart[c.stream] + c.data
 		lines := strings.Split(text, "\n")
 		for _, l := range lines[:len(lines)-1] {
-			m.logLines = append(m.logLines, topLogLine{stream: c.stream, text: printable(l)})
+			m.logLines = append(m.logLines, topLogLine{stream: c.stream, text: runtext.Printable(l)})
 		}
 		m.logPart[c.stream] = lines[len(lines)-1]
 	}
@@ -579,7 +582,7 @@ func (m *topModel) logView() []topLogLine {
 	lines := m.logLines
 	for _, s := range []string{tend.Stdout, tend.Stderr} {
 		if p := m.logPart[s]; p != "" {
-			lines = append(slices.Clip(lines), topLogLine{stream: s, text: printable(p)})
+			lines = append(slices.Clip(lines), topLogLine{stream: s, text: runtext.Printable(p)})
 		}
 	}
 	return lines

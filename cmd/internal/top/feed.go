@@ -1,4 +1,4 @@
-package main
+package top
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 	"github.com/fsnotify/fsnotify"
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
@@ -442,7 +443,7 @@ func probeRoot(client *tend.Client) topProbeMsg {
 	} else if msg := tracker.PendingProblem(root); msg != "" {
 		p.history = msg
 	}
-	if msg := fullDisk(root); msg != "" {
+	if msg := runtext.DiskProblem(root); msg != "" {
 		p.problems = append(p.problems, msg)
 	}
 	return p
