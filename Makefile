@@ -8,10 +8,12 @@ LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
-# tend, and tend-mcp beside it: the MCP server that `tend mcp` runs, a
-# program of its own so that no other tend call pays the MCP SDK's start-up.
+# tend, and beside it tend-mcp, the MCP server that `tend mcp` runs, and
+# tend-top, the live view that `tend top` runs: programs of their own so
+# that no other tend call pays the start-up of the MCP SDK or of a
+# terminal UI library.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/tend ./cmd/tend-mcp
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/tend ./cmd/tend-mcp ./cmd/tend-top
 
 # vet, then unit and end-to-end (testscript) tests under the race detector,
 # then the POSIX sh client suite under dash and bash.
@@ -28,7 +30,7 @@ e2e-sh: build
 	bash scripts/e2e.sh $(BIN)
 
 install:
-	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend ./cmd/tend-mcp
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend ./cmd/tend-mcp ./cmd/tend-top
 
 clean:
 	rm -rf bin
@@ -87,6 +89,7 @@ fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseControl$$' -fuzztime $(FUZZTIME) ./spool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./tracker
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBrief$$' -fuzztime $(FUZZTIME) ./tracker
+	$(GO) test -run '^$$' -fuzz '^FuzzPrintable$$' -fuzztime $(FUZZTIME) ./cmd/internal/runtext
 	$(GO) test -run '^$$' -fuzz '^FuzzReadHistory$$' -fuzztime $(FUZZTIME) ./tracker
 
 # The slow and privileged end-to-end tests (cmd/tend/testdata/hardening):

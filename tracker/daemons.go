@@ -90,6 +90,11 @@ type WatcherInfo struct {
 	// Durability is what the run records written now survive (it follows
 	// config.json).
 	Durability Durability `json:"durability"`
+	// MaxRunning and MaxPerSession are the limits in force (0: none), from
+	// the watcher's flags and config.json, which only the watcher knows
+	// together: tend top shows how full they are.
+	MaxRunning    int `json:"max_running,omitempty"`
+	MaxPerSession int `json:"max_running_per_session,omitempty"`
 }
 
 // ReadWatcherInfo reads root's watcher.json.

@@ -16,7 +16,8 @@ import (
 // stale, old or empty one after a power loss is harmless (the power-loss
 // trial showed nothing lost without their fsyncs).
 func (w *watcher) writeInfo() error {
-	info := tracker.WatcherInfo{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root, Durability: w.settings.Durability}
+	info := tracker.WatcherInfo{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root,
+		Durability: w.settings.Durability, MaxRunning: w.settings.MaxRunning, MaxPerSession: w.settings.MaxPerSession}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := spool.ReplaceUnsynced(w.root().WatcherInfo(), append(b, '\n'), spool.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherInfo(), err)

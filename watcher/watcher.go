@@ -527,11 +527,11 @@ func (w *watcher) reloadSettings() {
 		return
 	}
 	if !l.Equal(w.settings) {
-		durabilityChanged := l.Durability != w.settings.Durability
+		infoChanged := l.Durability != w.settings.Durability || l.MaxRunning != w.settings.MaxRunning || l.MaxPerSession != w.settings.MaxPerSession
 		w.settings = l
 		w.store.SetDurability(l.Durability)
-		if durabilityChanged {
-			if err := w.writeInfo(); err != nil { // for tend status
+		if infoChanged {
+			if err := w.writeInfo(); err != nil { // for tend status and tend top
 				w.log.Printf("%v", err)
 			}
 		}

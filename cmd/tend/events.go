@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 )
 
 type eventsCmd struct {
@@ -40,7 +41,7 @@ func (c *eventsCmd) print(e *env, ev tend.Event) error {
 	if c.JSON {
 		return writeJSONLine(e, ev)
 	}
-	exit := exitText(&tend.Record{ExitCode: ev.ExitCode, Signal: ev.Signal})
+	exit := runtext.Exit(&tend.Record{ExitCode: ev.ExitCode, Signal: ev.Signal})
 	line := fmt.Sprintf("%s %s %s rev %d", ev.Time.Local().Format("15:04:05.000"), ev.ID, ev.State, ev.Rev)
 	if exit != "-" {
 		line += " exit " + exit

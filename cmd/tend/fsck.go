@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 )
@@ -62,7 +63,7 @@ func (c *fsckCmd) Run(e *env) error {
 		}
 	}
 	if len(problems) > 0 {
-		return exitf(exitFailed, "%d problem%s in %s", len(problems), plural(len(problems)), e.root)
+		return exitf(exitFailed, "%d problem%s in %s", len(problems), runtext.Plural(len(problems)), e.root)
 	}
 	if !c.JSON {
 		fmt.Fprintf(e.stdout, "%s: no problems\n", e.root)

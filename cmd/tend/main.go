@@ -92,6 +92,7 @@ type cli struct {
 	Pause   pauseCmd   `cmd:"" help:"Pause a run (SIGSTOP)."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`
 	Events  eventsCmd  `cmd:"" help:"Print state changes as they happen."`
+	Top     topCmd     `cmd:"" help:"A live view of the runs, to watch and act on them."`
 
 	Help       helpCmd       `cmd:"" help:"Show the help of tend, or of a command (tend help start), as --help does."`
 	Completion completionCmd `cmd:"" help:"Print a shell completion script (bash, zsh, fish)."`

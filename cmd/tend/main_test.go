@@ -18,6 +18,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/tendhq/tend/cmd/internal/mcpserver"
+	"github.com/tendhq/tend/cmd/internal/top"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
@@ -28,6 +29,7 @@ func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 		"tend-mcp":    func() { os.Exit(mcpserver.Main("test", os.Args[1:], os.Stdin, os.Stderr)) },
+		"tend-top":    func() { os.Exit(top.Main(os.Args[1:], os.Stdout, os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,
@@ -138,6 +140,7 @@ func scriptParams(dir string) testscript.Params {
 			"need":      cmdNeed,
 			"edits":     cmdEdits,
 			"readme":    cmdReadme,
+			"term":      cmdTerm,
 			"recovered": cmdRecovered,
 			"reaped":    cmdReaped,
 			"readcheck": cmdReadCheck,

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend"
-	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -45,9 +45,9 @@ func infoText(r tend.Listed, t term) string {
 	// a time: its reason says why, or for what.
 	if (endedUnexplained(r.Record) || r.State == tracker.Queued) && r.Reason != "" {
 		if t.width == 0 {
-			return oneLine(r.Reason) // piped: whole
+			return runtext.OneLine(r.Reason) // piped: whole
 		}
-		return cut(oneLine(r.Reason), maxReasonWidth)
+		return runtext.Cut(runtext.OneLine(r.Reason), maxReasonWidth)
 	}
 	var parts []string
 	if r.Progress != "" {
@@ -56,7 +56,7 @@ func infoText(r tend.Listed, t term) string {
 		parts = append(parts, fmt.Sprintf("quiet %ds", int(*r.QuietFor)))
 	}
 	if r.Usage != nil {
-		parts = append(parts, fmt.Sprintf("cpu %.1fs mem %s", r.Usage.CPUSeconds, bytesText(r.Usage.RSSBytes)))
+		parts = append(parts, fmt.Sprintf("cpu %.1fs mem %s", r.Usage.CPUSeconds, runtext.Bytes(r.Usage.RSSBytes)))
 	}
 	if len(parts) == 0 {
 		return "-"
@@ -72,19 +72,6 @@ const maxReasonWidth = 48
 // a signal to say how: EXIT shows "-", and only its reason says why.
 func endedUnexplained(st *tracker.State) bool {
 	return tracker.Final(st.State) && st.ExitCode == nil && st.Signal == ""
-}
-
-// oneLine puts s on one line: a reason may quote a program's output.
-func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }
-
-func bytesText(n int64) string {
-	switch {
-	case n >= 1<<30:
-		return fmt.Sprintf("%.1fG", float64(n)/(1<<30))
-	case n >= 1<<20:
-		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
-	}
-	return fmt.Sprintf("%dK", n>>10)
 }
 
 func (c *lsCmd) Run(e *env) error {
@@ -133,7 +120,7 @@ func (c *lsCmd) Run(e *env) error {
 		return err
 	}
 	if len(bad) > 0 {
-		return exitf(exitFailed, "%d run record%s could not be read", len(bad), plural(len(bad)))
+		return exitf(exitFailed, "%d run record%s could not be read", len(bad), runtext.Plural(len(bad)))
 	}
 	return nil
 }
@@ -152,59 +139,14 @@ func printRuns(e *env, runs []tend.Listed, now time.Time) error {
 		if r.Position > 0 {
 			state = fmt.Sprintf("queued #%d", r.Position)
 		}
-		row := []cell{{text: r.ID}, {text: state, state: string(r.State)}, {text: exitText(r.Record)},
-			{text: timeText(r.Record, now)}, {text: infoText(r, e.term)}, {text: commandText(r.Command, 0)}}
+		row := []cell{{text: r.ID}, {text: state, state: string(r.State)}, {text: runtext.Exit(r.Record)},
+			{text: runtext.Time(r.Record, now)}, {text: infoText(r, e.term)}, {text: runtext.Command(r.Command, 0)}}
 		if sessions {
-			row = slices.Insert(row, 2, cell{text: orDash(r.Session)})
+			row = slices.Insert(row, 2, cell{text: runtext.OrDash(r.Session)})
 		}
 		rows = append(rows, row)
 	}
 	return e.term.printTable(e.stdout, header, rows)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
-}
-
-func exitText(st *tracker.State) string {
-	switch {
-	case st.ExitCode != nil:
-		return fmt.Sprint(*st.ExitCode)
-	case st.Signal != "":
-		return st.Signal
-	}
-	return "-"
-}
-
-// timeText is how long a run ran, or has been running.
-func timeText(st *tracker.State, now time.Time) string {
-	switch {
-	case st.StartedAt == nil:
-		return "-"
-	case st.DurationSeconds > 0:
-		return time.Duration(st.DurationSeconds * float64(time.Second)).Round(time.Millisecond).String()
-	case st.EndedAt != nil:
-		return max(0, st.EndedAt.Sub(*st.StartedAt)).Round(time.Millisecond).String()
-	case st.ProcStart != 0 && !tracker.Final(st.State):
-		// From the kernel's start time: right even if the wall clock was set.
-		return procfs.Age(st.ProcStart).Round(time.Second).String()
-	}
-	return max(0, now.Sub(*st.StartedAt)).Round(time.Second).String()
-}
-
-func commandText(argv []string, width int) string {
-	s := strings.Join(argv, " ")
-	if len(argv) == 3 && argv[0] == "/bin/sh" && argv[1] == "-c" {
-		s = argv[2]
-	}
-	s = strings.Join(strings.Fields(s), " ")
-	if width > 0 {
-		s = cut(s, width)
-	}
-	return s
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -257,8 +199,8 @@ func (c *showCmd) Run(e *env) error {
 		row("position", fmt.Sprintf("%d in the queue", live.Position))
 	}
 	row("reason", st.Reason)
-	row("exit", exitText(st))
-	row("command", commandText(st.Command, 1<<20))
+	row("exit", runtext.Exit(st))
+	row("command", runtext.Command(st.Command, 1<<20))
 	row("cwd", st.Cwd)
 	row("session", st.Session)
 	if st.PID != 0 {
@@ -271,7 +213,7 @@ func (c *showCmd) Run(e *env) error {
 	if st.EndedAt != nil {
 		row("ended", st.EndedAt.Format(time.RFC3339))
 	}
-	row("time", timeText(st, time.Now()))
+	row("time", runtext.Time(st, time.Now()))
 	keys := slices.Sorted(maps.Keys(st.Labels))
 	for _, k := range keys {
 		row("label", k+"="+st.Labels[k])
@@ -288,7 +230,7 @@ func (c *showCmd) Run(e *env) error {
 		if u.Procs == 1 {
 			procs = "process"
 		}
-		row("usage", fmt.Sprintf("cpu %.2fs, mem %s, %d %s", u.CPUSeconds, bytesText(u.RSSBytes), u.Procs, procs))
+		row("usage", fmt.Sprintf("cpu %.2fs, mem %s, %d %s", u.CPUSeconds, runtext.Bytes(u.RSSBytes), u.Procs, procs))
 	} else if st.CPUSeconds > 0 {
 		row("cpu", fmt.Sprintf("%.2fs", st.CPUSeconds))
 	}
@@ -296,7 +238,7 @@ func (c *showCmd) Run(e *env) error {
 		row("quiet", fmt.Sprintf("%.0fs since its output last grew", *q))
 	}
 	if o := st.Output; o != nil && (o.Stdout.Dropped > 0 || o.Stderr.Dropped > 0) {
-		row("dropped", fmt.Sprintf("%d bytes of stdout, %d of stderr (output capped at %s a stream)", o.Stdout.Dropped, o.Stderr.Dropped, bytesText(o.Limit)))
+		row("dropped", fmt.Sprintf("%d bytes of stdout, %d of stderr (output capped at %s a stream)", o.Stdout.Dropped, o.Stderr.Dropped, runtext.Bytes(o.Limit)))
 	}
 	showService(st, row)
 	row("stdout", client.Path(st.ID, "stdout"))
@@ -312,7 +254,7 @@ func (c *showCmd) Run(e *env) error {
 // its health.
 func showService(st *tracker.State, row func(k, v string)) {
 	if st.Restart != nil {
-		row("restart", fmt.Sprintf("%s, %d restart%s so far (attempt %d)", st.Restart.Policy, st.Restarts, plural(st.Restarts), st.Attempt))
+		row("restart", fmt.Sprintf("%s, %d restart%s so far (attempt %d)", st.Restart.Policy, st.Restarts, runtext.Plural(st.Restarts), st.Attempt))
 	}
 	for _, a := range st.Attempts {
 		row("attempt", fmt.Sprintf("%d ended %s: %s", a.Attempt, a.EndedAt.Format(time.RFC3339), a.Reason))
@@ -332,13 +274,6 @@ func showService(st *tracker.State, row func(k, v string)) {
 	if st.ReadyAt != nil {
 		row("ready", st.ReadyAt.Format(time.RFC3339))
 	}
-}
-
-func plural(n int) string {
-	if n == 1 {
-		return ""
-	}
-	return "s"
 }
 
 // showLastLines prints the run's last n lines of output, both streams in
@@ -594,10 +529,10 @@ func (c *waitCmd) timedOut(e *env, st *tracker.State) error {
 func waitingText(st *tracker.State) string {
 	s := fmt.Sprintf("waiting for %s: %s", st.ID, st.State)
 	if st.StartedAt != nil && !tracker.Final(st.State) {
-		s += ", " + timeText(st, time.Now())
+		s += ", " + runtext.Time(st, time.Now())
 	}
 	if st.Progress != "" {
-		s += ", " + st.Progress
+		s += ", " + runtext.Progress(st.Progress)
 	}
 	return s
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
@@ -45,7 +46,7 @@ func (c *historyCmd) Run(e *env) error {
 			fmt.Fprintln(e.stdout, string(b))
 			continue
 		}
-		exit := exitText(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
+		exit := runtext.Exit(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
 		rows = append(rows, []cell{{text: ev.Time.Local().Format(time.RFC3339Nano)}, {text: strconv.FormatInt(ev.Rev, 10)},
 			{text: string(ev.State), state: string(ev.State)}, {text: exit}, {text: ev.Reason}})
 	}

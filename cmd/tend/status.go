@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
@@ -99,7 +100,7 @@ func readStatus(root string) (status, error) {
 	if p := tracker.PendingProblem(root); p != "" {
 		s.Problems = append(s.Problems, p)
 	}
-	if msg := fullDisk(root); msg != "" {
+	if msg := runtext.DiskProblem(root); msg != "" {
 		s.Problems = append(s.Problems, msg)
 	}
 	// Checked for a watcher running as the root's owner, whose it is,
@@ -144,24 +145,4 @@ func printStatus(e *env, s status) {
 	if len(s.Problems) > 0 {
 		fmt.Fprintln(e.stdout, "(run tend fsck for a full check)")
 	}
-}
-
-// fullDisk says if root's file system is read-only or (nearly) out of
-// space or inodes: the watcher then cannot record changes until it is
-// writable, or space returns.
-func fullDisk(root string) string {
-	var fs unix.Statfs_t
-	if err := unix.Statfs(root, &fs); err != nil {
-		return ""
-	}
-	free := int64(fs.Bavail) * fs.Bsize
-	switch {
-	case fs.Flags&unix.ST_RDONLY != 0:
-		return fmt.Sprintf("%s: its file system is read-only: no request is taken and no record written until it is writable again", root)
-	case free < 1<<20:
-		return fmt.Sprintf("%s: its file system is full (%d bytes free): records are written again once there is space", root, free)
-	case fs.Files > 0 && fs.Ffree < 100:
-		return fmt.Sprintf("%s: its file system is out of inodes (%d free)", root, fs.Ffree)
-	}
-	return ""
 }

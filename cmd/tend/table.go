@@ -7,6 +7,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
@@ -51,18 +52,9 @@ func isTerminal(f *os.File) bool {
 	return err == nil
 }
 
-// stateColors are the ANSI colors of states: green for good, yellow for in
-// between, red for bad, cyan for not yet.
-var stateColors = map[tracker.StateName]string{
-	tracker.Running: "32", tracker.Completed: "32",
-	tracker.Queued: "36", tracker.Starting: "36",
-	tracker.Stopping: "33", tracker.Backoff: "33", tracker.Paused: "33", tracker.Canceled: "33",
-	tracker.Failed: "31", tracker.TimedOut: "31",
-}
-
 // paint wraps s in the color of state, if t colors.
 func (t term) paint(state, s string) string {
-	c, ok := stateColors[tracker.StateName(state)]
+	c, ok := runtext.StateColors[tracker.StateName(state)]
 	if !t.color || !ok {
 		return s
 	}
@@ -99,7 +91,7 @@ func (t term) printTable(w io.Writer, header []string, rows [][]cell) error {
 			text := c.text
 			if i == len(cells)-1 {
 				if t.width > 0 {
-					text = cut(text, t.width-used)
+					text = runtext.Cut(text, t.width-used)
 				}
 				b.WriteString(t.paint(c.state, text))
 				break
@@ -123,16 +115,4 @@ func (t term) printTable(w io.Writer, header []string, rows [][]cell) error {
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// cut shortens s to n runes, marking the cut with an ellipsis.
-func cut(s string, n int) string {
-	if n < 1 {
-		n = 1
-	}
-	if utf8.RuneCountInString(s) <= n {
-		return s
-	}
-	r := []rune(s)
-	return string(r[:n-1]) + "…"
 }
