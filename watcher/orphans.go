@@ -125,8 +125,8 @@ func (w *watcher) drain() {
 			left[r] = append(left[r], p)
 			continue
 		}
-		if leaders[p.PID] || p.PID == os.Getpid() || liveGroups[p.PGID] {
-			continue
+		if leaders[p.PID] || p.PID == os.Getpid() || liveGroups[p.PGID] || w.jobs.helper(p.PGID) {
+			continue // (a cluster's command, such as sbatch, is no run's)
 		}
 		id, ok := w.strayOf(p, keepers, escapes)
 		if !ok {

@@ -42,6 +42,9 @@ func (w *watcher) unwatchRunDir(id string) {
 // runDirEvent handles a change in a run's directory.
 func (w *watcher) runDirEvent(id, name string) {
 	r := w.runs[id]
+	if j := w.jobs.byID[id]; r == nil && j != nil {
+		r = j.run // a run on a cluster whose node writes where this host sees it
+	}
 	if r == nil {
 		return
 	}
@@ -63,7 +66,7 @@ func (w *watcher) once(r *run, pending *bool, d time.Duration, f func(*run)) {
 	*pending = true
 	w.after(d, func() {
 		*pending = false
-		if w.runs[r.st.ID] == r {
+		if j := w.jobs.byID[r.st.ID]; w.runs[r.st.ID] == r || j != nil && j.run == r {
 			f(r)
 		}
 	})

@@ -23,6 +23,7 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/cluster"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
@@ -70,6 +71,9 @@ type Config struct {
 	// which a watcher kills itself with SIGKILL, each the first time a
 	// watcher on the root reaches it.
 	CrashAt []string
+	// Engine runs the runs that go to a cluster (see jobs.go); nil:
+	// Slurm, through its commands in the PATH.
+	Engine cluster.Engine
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -237,6 +241,9 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	cfg.Root = real
 	w := newWatcher(cfg)
+	if w.jobs.engine == nil {
+		w.jobs.engine = w.slurmEngine()
+	}
 	defer func() {
 		if w.stdin >= 0 {
 			unix.Close(w.stdin) // no fork is under way once the loop has returned
@@ -339,6 +346,7 @@ type watcher struct {
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
 	runs    map[string]*run     // runs with a live process, by ID
+	jobs    jobs                // runs on a cluster, submitted or being submitted (see jobs.go)
 	queue   []*queuedRun        // runs waiting for a slot, in arrival order
 	waiting map[string]*backoff // runs in backoff, waiting to start again
 	unsaved unsaved
@@ -406,6 +414,7 @@ func newWatcher(cfg Config) *watcher {
 		store:      tracker.NewStore(cfg.Root),
 		hist:       tracker.OpenHistory(cfg.Root),
 		runs:       make(map[string]*run),
+		jobs:       newJobs(cfg.Engine),
 		written:    make(map[string]tracker.Stamp),
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
@@ -424,7 +433,7 @@ func newWatcher(cfg Config) *watcher {
 
 func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 	for {
-		if w.stopping > 0 && len(w.runs) == 0 {
+		if w.stopping > 0 && len(w.runs) == 0 && len(w.jobs.byID) == 0 {
 			w.log.Printf("stopped: every run has ended")
 			if n := len(w.unsaved.states) + len(w.unsaved.events); n > 0 {
 				w.log.Printf("%d records or events could not be written; tend fsck will show what is missing", n)
@@ -466,7 +475,7 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			w.reapOrphans()
 		case sig := <-w.cfg.Stop:
 			if sig == syscall.SIGUSR1 {
-				w.log.Printf("%v: leaving %s running, for the next watcher to adopt", sig, runsText(len(w.runs)))
+				w.log.Printf("%v: leaving %s running, for the next watcher to adopt", sig, runsText(len(w.runs)+len(w.jobs.byID)))
 				return nil
 			}
 			w.shutdown(sig)
@@ -609,10 +618,11 @@ func (w *watcher) shutdown(sig os.Signal) {
 		for _, b := range w.waiting {
 			w.endBackoff(b, tracker.Canceled, "the watcher was stopped while it waited to start again")
 		}
-		w.log.Printf("%v: stopping %s (send it again to kill them at once)", sig, runsText(len(w.runs)))
+		w.log.Printf("%v: stopping %s (send it again to kill them at once)", sig, runsText(len(w.runs)+len(w.jobs.byID)))
 		for _, r := range w.runs {
 			w.stop(r, tracker.CauseCanceled, "the watcher was stopped", r.grace(), "")
 		}
+		w.stopJobs(false)
 		return
 	}
 	w.log.Printf("%v: killing %s", sig, runsText(len(w.runs)))
@@ -620,6 +630,7 @@ func (w *watcher) shutdown(sig os.Signal) {
 		r.killAt = time.Now()
 		w.killGroup(r)
 	}
+	w.stopJobs(true)
 }
 
 // guard checks that the state file the watcher is about to replace is the
