@@ -161,7 +161,8 @@ func Script(argv []string, dir, runDir string) string {
 	b.WriteString("d=" + quote(runDir) + "\n")
 	b.WriteString(`x() { printf 'job %s %s\n' "$SLURM_JOB_ID" "$1" >"$d/.exit.$SLURM_JOB_ID" && mv -f "$d/.exit.$SLURM_JOB_ID" "$d/` + ExitFile + `"; }` + "\n")
 	b.WriteString("cd " + quote(dir) + " || { x 'not-started cannot change to its working directory'; exit 125; }\n")
-	b.WriteString(`: >"$d/` + StartedFile + `" || { echo "tend: cannot write $d/` + StartedFile + `: this node does not share tend's root with the submitting host" >&2; exit 125; }` + "\n")
+	// true, not ':': a failed redirection of a special builtin ends the shell.
+	b.WriteString(`true >"$d/` + StartedFile + `" || { echo "tend: cannot write $d/` + StartedFile + `: this node does not share tend's root with the submitting host" >&2; exit 125; }` + "\n")
 	for i, a := range argv {
 		if i > 0 {
 			b.WriteByte(' ')
