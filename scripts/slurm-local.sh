@@ -35,9 +35,12 @@ cannot() { echo "slurm-local.sh: $*" >&2; exit 3; }
 
 [ "$(id -u)" = 0 ] || cannot "needs root: the daemons run as root and jobs run as their users"
 
-mkdir -p -m 0700 "$D"
+# Readable by all: the jobs' users' sbatch reads slurm.conf here.
+mkdir -p "$D"
+chmod 0755 "$D"
 # Callers take turns: one installs, starts or stops at a time.
-exec 9>"$D/lock"
+exec 9>>"$D/lock"
+chmod 0600 "$D/lock"
 flock 9
 
 # alive PIDFILE: the process its pid file names runs.
@@ -47,7 +50,7 @@ alive() {
 
 # holders: prunes the holders that died, and prints how many are left.
 holders() {
-	mkdir -p "$D/holders"
+	mkdir -p -m 0700 "$D/holders"
 	n=0
 	for f in "$D"/holders/*; do
 		[ -e "$f" ] || continue
@@ -94,7 +97,8 @@ configure() {
 	cpus=16
 	mem=$(awk '/^MemTotal:/ { m = int($2 / 1024) - 512; print (m > 256 ? m : 256) }' /proc/meminfo)
 	rm -rf "$D/state" "$D/spool"
-	mkdir -p "$D/state" "$D/spool" "$D/log"
+	mkdir -p -m 0700 "$D/state" "$D/spool" "$D/log"
+	umask 022
 	cat >"$conf" <<EOF
 # Written by tend's scripts/slurm-local.sh: a one-node cluster for tests.
 ClusterName=tendlocal
@@ -179,6 +183,7 @@ up)
 down)
 	rm -f "$D/holders/$holder"
 	[ "$(holders)" = 0 ] || exit 0
+	echo "slurm-local.sh: stopping the cluster" >&2
 	stop "$D/slurmd.pid"
 	stop "$D/slurmctld.pid"
 	if [ -e "$D/munge.ours" ] && [ -s /run/munge/munged.pid ]; then
