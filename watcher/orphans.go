@@ -125,12 +125,12 @@ func (w *watcher) drain() {
 			left[r] = append(left[r], p)
 			continue
 		}
-		if leaders[p.PID] || p.PID == os.Getpid() || liveGroups[p.PGID] || w.jobs.helper(p.PGID) {
-			continue // (a cluster's command, such as sbatch, is no run's)
+		if leaders[p.PID] || p.PID == os.Getpid() || liveGroups[p.PGID] {
+			continue
 		}
 		id, ok := w.strayOf(p, keepers, escapes)
-		if !ok {
-			continue
+		if !ok || w.jobs.helper(p.PGID) {
+			continue // (a cluster's command, such as sbatch, is no run's)
 		}
 		if escapes && !ours[p.PID] {
 			w.escapes = true // still outside: look again next time
