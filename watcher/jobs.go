@@ -16,10 +16,10 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/tendhq/tend/cluster"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher/cluster"
 	"golang.org/x/sys/unix"
 )
 

@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tendhq/tend/cluster"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher/cluster"
 )
 
 // fakeEngine is a cluster whose jobs the test moves from state to state

@@ -23,10 +23,10 @@ import (
 
 	"github.com/fsnotify/fsnotify"
 	"github.com/gofrs/flock"
-	"github.com/tendhq/tend/cluster"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/watcher/cluster"
 	"golang.org/x/sys/unix"
 )
 

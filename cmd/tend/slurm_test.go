@@ -13,8 +13,8 @@ import (
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
-	"github.com/tendhq/tend/cluster"
 	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/watcher/cluster"
 )
 
 // The Slurm scripts share one cluster on this machine
