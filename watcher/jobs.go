@@ -110,6 +110,21 @@ func (js *jobs) track(pgid int, live bool) {
 	}
 }
 
+// start starts cmd, an engine's command in a process group of its own, and
+// notes it as a helper before any reapOrphans can see it: a forker's
+// thread may be the main one, whose children reapOrphans reaps, and it
+// would take the command's exit from under its Wait (helper waits for
+// the lock held here).
+func (js *jobs) start(cmd *exec.Cmd) error {
+	js.mu.Lock()
+	defer js.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	js.helpers[cmd.Process.Pid] = true
+	return nil
+}
+
 // helper reports whether process group pgid is one of the engine's
 // commands, this watcher's or an earlier one's.
 func (js *jobs) helper(pgid int) bool {
@@ -125,7 +140,7 @@ func (w *watcher) slurmEngine() cluster.Engine {
 	s := &cluster.Slurm{Track: w.jobs.track}
 	s.Start = func(cmd *exec.Cmd) error {
 		var err error
-		w.forker.run(func() { err = cmd.Start() })
+		w.forker.run(func() { err = w.jobs.start(cmd) })
 		return err
 	}
 	if conf := os.Getenv("SLURM_CONF"); conf != "" {

@@ -40,8 +40,8 @@ func (w *watcher) reapOrphans() {
 	}
 	leaders := w.ownLeaders()
 	for _, pid := range kids {
-		if leaders[pid] {
-			continue
+		if leaders[pid] || w.jobs.helper(pid) {
+			continue // (an engine's command is reaped by its Wait)
 		}
 		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
 			procfs.ReapChild(pid)
