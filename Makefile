@@ -8,8 +8,10 @@ LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
+# tend, and tend-mcp beside it: the MCP server that `tend mcp` runs, a
+# program of its own so that no other tend call pays the MCP SDK's start-up.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/tend
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/tend ./cmd/tend-mcp
 
 # vet, then unit and end-to-end (testscript) tests under the race detector,
 # then the POSIX sh client suite under dash and bash.
@@ -26,7 +28,7 @@ e2e-sh: build
 	bash scripts/e2e.sh $(BIN)
 
 install:
-	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend ./cmd/tend-mcp
 
 clean:
 	rm -rf bin

@@ -3,10 +3,14 @@ package tend
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"os"
+	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // Control are the options of a control request.
@@ -37,6 +41,78 @@ func (c *Client) CancelAll(ctx context.Context, opts Control) ([]Outcome, error)
 		return nil, invalidf("cancel all: the client acts as no session, so it would cancel every run; name a session")
 	}
 	return c.CancelWhere(ctx, opts, func(session string) bool { return session == c.session })
+}
+
+// CancelSelected cancels, with one request (a selector request,
+// *@<tag>.cancel), every run sel selects: every run the client may act on
+// (sel.All: of its session, if it acts as one), those with sel.Labels, or
+// those named in sel.IDs. It returns once every one of them has ended (or
+// was refused), with one outcome a run, sorted by ID.
+func (c *Client) CancelSelected(ctx context.Context, sel spool.Select, opts Control) ([]Outcome, error) {
+	return c.selectRequest(ctx, spool.VerbCancel, sel, opts)
+}
+
+// SignalSelected sends signal sig to every run sel selects, with one
+// request (see CancelSelected), and returns one outcome a run.
+func (c *Client) SignalSelected(ctx context.Context, sel spool.Select, sig syscall.Signal) ([]Outcome, error) {
+	sel.Signal = sig
+	return c.selectRequest(ctx, spool.VerbSignal, sel, Control{})
+}
+
+// selectRequest submits a selector request for verb and waits for its
+// outcome.
+func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Select, opts Control) ([]Outcome, error) {
+	fields := map[string]any{}
+	switch {
+	case sel.All:
+		fields["all"] = true
+	case sel.IDs != nil:
+		fields["ids"] = sel.IDs
+	}
+	if sel.Labels != nil {
+		fields["labels"] = sel.Labels
+	}
+	if sel.Signal != 0 {
+		fields["signal"] = unix.SignalName(sel.Signal)
+	}
+	body, err := c.body(verb, Control{Grace: opts.Grace}, fields)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := spool.ParseSelect(verb, body); err != nil {
+		return nil, invalidf("%s: %v", verb, err)
+	}
+	if err := c.dir.Make(); err != nil {
+		return nil, err
+	}
+	if err := c.autoStart(ctx); err != nil {
+		return nil, err
+	}
+	n := spool.Name{ID: spool.SelectID, Tag: newTag(), Verb: verb}
+	if err := c.dir.Submit(n, body, false); err != nil {
+		return nil, fmt.Errorf("cannot submit %s: %w", n, err)
+	}
+	var runs []spool.RunOutcome
+	err = watchUntil(ctx, c.dir.Outcomes(), func() (bool, error) {
+		b, _, err := spool.ReadRegular(c.dir.OutcomePath(n), 64<<20)
+		if err == nil {
+			if runs, err = spool.ParseSelectOutcome(b); err != nil {
+				return false, err
+			}
+			os.Remove(c.dir.OutcomePath(n)) // read: nobody else needs it
+			return true, nil
+		}
+		if running, _, perr := tracker.ProbeWatcher(c.root); perr == nil && !running {
+			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
+				c.root, c.spoolPath(n))
+		}
+		return false, nil
+	})
+	outcomes := make([]Outcome, len(runs))
+	for i, r := range runs {
+		outcomes[i] = Outcome{ID: r.ID, Verb: verb, Outcome: r.Outcome, Detail: r.Detail}
+	}
+	return outcomes, err
 }
 
 // CancelWhere cancels, side by side, every active run whose session
@@ -137,6 +213,19 @@ func (c *Client) control(ctx context.Context, id, verb string, opts Control, fie
 // controlBody returns the body of a control request of verb with fields,
 // the client's session and opts, checked by the watcher's own parser.
 func (c *Client) controlBody(verb string, opts Control, fields map[string]any) ([]byte, error) {
+	b, err := c.body(verb, opts, fields)
+	if err != nil {
+		return nil, err
+	}
+	if err := parseControl(verb, b); err != nil {
+		return nil, invalidf("%s: %v", verb, err)
+	}
+	return b, nil
+}
+
+// body returns the JSON body of a request for verb with opts and fields,
+// and the client's session.
+func (c *Client) body(verb string, opts Control, fields map[string]any) ([]byte, error) {
 	body := map[string]any{}
 	for k, v := range fields {
 		body[k] = v
@@ -158,9 +247,6 @@ func (c *Client) controlBody(verb string, opts Control, fields map[string]any) (
 	}
 	b, err := json.Marshal(body)
 	if err != nil {
-		return nil, invalidf("%s: %v", verb, err)
-	}
-	if err := parseControl(verb, b); err != nil {
 		return nil, invalidf("%s: %v", verb, err)
 	}
 	return b, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Event is a state change of a run, as the root's history.jsonl has it.
@@ -74,7 +75,7 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 // followHistory passes history.jsonl's events from its start, and those
 // appended after, reopening it when it is rotated, until ctx ends.
 func (c *Client) followHistory(ctx context.Context, emit func(Event) error) error {
-	path := tracker.HistoryPath(c.root)
+	path := layout.Root(c.root).History()
 	var f *os.File
 	var r *bufio.Reader
 	var off int64

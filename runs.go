@@ -15,7 +15,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Start submits a request to start run id ("" for an ID made from the
@@ -264,7 +264,7 @@ func (c *Client) Describe(runs ...*Record) []Listed {
 
 // queuePositions reads ROOT/queue: the queued runs' positions, from 1.
 func (c *Client) queuePositions() map[string]int {
-	b, _ := os.ReadFile(watcher.QueuePath(c.root))
+	b, _ := os.ReadFile(layout.Root(c.root).Queue())
 	pos := make(map[string]int)
 	for i, id := range strings.Fields(string(b)) {
 		pos[id] = i + 1
@@ -306,7 +306,7 @@ func (c *Client) quietFor(st *Record, now time.Time) *float64 {
 	}
 	latest := *st.StartedAt
 	for _, name := range []string{"stdout", "stderr"} {
-		if fi, err := os.Stat(c.store.Path(st.ID, name)); err == nil && fi.ModTime().After(latest) {
+		if fi, err := os.Stat(c.store.Run(st.ID).Stream(name)); err == nil && fi.ModTime().After(latest) {
 			latest = fi.ModTime()
 		}
 	}

@@ -9,7 +9,7 @@ import (
 	"os"
 
 	"github.com/tendhq/tend/spool"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
 
@@ -133,7 +133,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		if done == len(reqs) {
 			return true, nil
 		}
-		if running, _, perr := watcher.Probe(c.root); perr == nil && !running {
+		if running, _, perr := tracker.ProbeWatcher(c.root); perr == nil && !running {
 			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
 				c.root, c.spoolPath(reqs[done].name))
 		}

@@ -107,7 +107,7 @@ func (c *Client) Path(id, name string) string {
 	if spool.ValidID(id) != nil {
 		return ""
 	}
-	return c.store.Path(id, name)
+	return c.store.Run(id).Stream(name)
 }
 
 // Errors that a Client's methods wrap, for errors.Is.

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 )
 
 // Most waits end within a few milliseconds (a start is answered in about
@@ -36,11 +36,11 @@ func watchUntil(ctx context.Context, dir string, check func() (done bool, err er
 	}
 	fsw, err := fsnotify.NewWatcher()
 	if err != nil {
-		return fmt.Errorf("inotify: %w", watcher.InotifyError(err))
+		return fmt.Errorf("inotify: %w", procfs.InotifyError(err))
 	}
 	defer fsw.Close()
 	if err := fsw.Add(dir); err != nil {
-		return fmt.Errorf("watch %s: %w", dir, watcher.InotifyError(err))
+		return fmt.Errorf("watch %s: %w", dir, procfs.InotifyError(err))
 	}
 	tick := time.NewTicker(recheckEvery)
 	defer tick.Stop()

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -15,7 +14,7 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // WatcherOptions say how a client starts a watcher: as "tend watch" in
@@ -45,7 +44,7 @@ func (c *Client) autoStart(ctx context.Context) error {
 	if c.watch == nil {
 		return nil
 	}
-	if running, _, err := watcher.Probe(c.root); err == nil && running {
+	if running, _, err := tracker.ProbeWatcher(c.root); err == nil && running {
 		return nil
 	}
 	_, _, err := c.EnsureWatcher(ctx, *c.watch)
@@ -55,7 +54,7 @@ func (c *Client) autoStart(ctx context.Context) error {
 // Watching reports whether a watcher holds the root (by its lock: a PID
 // file may be stale).
 func (c *Client) Watching() (bool, error) {
-	running, _, err := watcher.Probe(c.root)
+	running, _, err := tracker.ProbeWatcher(c.root)
 	return running, err
 }
 
@@ -79,7 +78,7 @@ func (c *Client) EnsureWatcher(ctx context.Context, opts WatcherOptions) (pid in
 	}
 	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	l := flock.New(filepath.Join(c.root, "up.lock"), flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW))
+	l := flock.New(layout.Root(c.root).UpLock(), flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW))
 	if _, err := l.TryLockContext(ctx, 10*time.Millisecond); err != nil {
 		return 0, false, fmt.Errorf("%s: %w", l.Path(), err)
 	}
@@ -94,7 +93,7 @@ func (c *Client) EnsureWatcher(ctx context.Context, opts WatcherOptions) (pid in
 			}
 			return info.PID, started, nil
 		}
-		if running, _, err := watcher.Probe(c.root); err != nil || !running {
+		if running, _, err := tracker.ProbeWatcher(c.root); err != nil || !running {
 			if k, _ := c.LiveKeeper(); k != nil {
 				if time.Since(hurried) > time.Second {
 					k.Signal(syscall.SIGUSR2)
@@ -120,10 +119,10 @@ func (c *Client) EnsureWatcher(ctx context.Context, opts WatcherOptions) (pid in
 
 // ReadyWatcher returns what the watcher holding the root says of itself
 // (watcher.json), if it is ready: it has written that, and it is alive.
-func (c *Client) ReadyWatcher() (watcher.Info, bool) {
-	running, _, err := watcher.Probe(c.root)
+func (c *Client) ReadyWatcher() (tracker.WatcherInfo, bool) {
+	running, _, err := tracker.ProbeWatcher(c.root)
 	if err != nil || !running {
-		return watcher.Info{}, false
+		return tracker.WatcherInfo{}, false
 	}
 	return c.LiveInfo()
 }
@@ -131,25 +130,25 @@ func (c *Client) ReadyWatcher() (watcher.Info, bool) {
 // LiveInfo reads the root's watcher.json if the watcher it names is alive:
 // one that died leaves its watcher.json behind, until the next one
 // replaces it.
-func (c *Client) LiveInfo() (watcher.Info, bool) {
-	info, err := watcher.ReadInfo(c.root)
+func (c *Client) LiveInfo() (tracker.WatcherInfo, bool) {
+	info, err := tracker.ReadWatcherInfo(c.root)
 	if err != nil {
 		return info, false
 	}
 	st, err := procfs.ReadStat(info.PID)
-	return info, err == nil && st.State != 'Z' && st.Comm == watcher.WatcherComm
+	return info, err == nil && st.State != 'Z' && st.Comm == tracker.WatcherComm
 }
 
 // LiveKeeper returns a handle on the keeper in charge of the root, if one
 // is and it is still the process that wrote keeper.pid, and its PID. The
 // caller closes the handle.
 func (c *Client) LiveKeeper() (*procfs.Handle, int) {
-	running, pid, err := watcher.ProbeKeeper(c.root)
+	running, pid, err := tracker.ProbeKeeper(c.root)
 	if err != nil || !running || pid == 0 {
 		return nil, 0
 	}
 	st, err := procfs.ReadStat(pid)
-	if err != nil || st.Comm != watcher.KeeperComm {
+	if err != nil || st.Comm != tracker.KeeperComm {
 		return nil, 0
 	}
 	h, err := procfs.Open(pid, st.StartTime)
@@ -159,7 +158,7 @@ func (c *Client) LiveKeeper() (*procfs.Handle, int) {
 	return h, pid
 }
 
-func (c *Client) logPath() string { return filepath.Join(c.root, "watcher.log") }
+func (c *Client) logPath() string { return layout.Root(c.root).WatcherLog() }
 
 // spawnKeeper runs "tend watch" in a new session, detached, with its output
 // appended to watcher.log, and waits for its watcher to say it is ready,

@@ -34,6 +34,16 @@ wait_until() {
 	done
 }
 
+# wait_log PATTERN: wait until the watcher has logged a line matching PATTERN.
+wait_log() {
+	i=0
+	until grep -q "$1" "$work/watcher.log"; do
+		i=$((i + 1))
+		[ "$i" -lt 1200 ] || fail "timed out waiting for the watcher to log: $1"
+		sleep 0.05
+	done
+}
+
 # The client library under test: every request below goes through it.
 . "$(dirname "$0")/tend.sh"
 TEND_ROOT=$root
@@ -96,12 +106,7 @@ rc=0; tend_wait e || rc=$?
 # 6. A queued run's request submitted again is an edit of it: accepted,
 # and what runs.
 printf '{"max_running": 1}\n' >"$root/config.json"
-i=0
-until grep -q 'config: max_running 1,' "$work/watcher.log"; do
-	i=$((i + 1))
-	[ "$i" -lt 1200 ] || fail "timed out waiting for the watcher to read config.json"
-	sleep 0.05
-done
+wait_log 'config: max_running 1,'
 tend_start f 'until [ -e go-f ]; do sleep 0.05; done' >/dev/null || fail "f.start"
 tend_start g 'echo old > g.out' >/dev/null || fail "g.start"
 [ "$(tend_state g)" = queued ] || fail "run g: $(tend_state g), want queued"
@@ -124,4 +129,19 @@ rc=0; tend_wait j || rc=$?
 [ "$(tend_state j)" = canceled ] || fail "run j: $(tend_state j), want canceled (h failed)"
 [ ! -e j.out ] || fail "run j ran"
 
-echo "e2e.sh: 7 passed, 0 failed"
+# 8. One request cancels many: by label, then all that are left.
+printf '{"max_running": 4}\n' >"$root/config.json"
+wait_log 'config: max_running 4,'
+tend_submit k1.start '{"command": "exec sleep 1000", "labels": {"team": "x"}}'
+tend_submit k2.start '{"command": "exec sleep 1000", "labels": {"team": "x"}}'
+tend_start k3 'exec sleep 1000' >/dev/null || fail "k3.start"
+wait_until "$(tend_state k1)$(tend_state k2)$(tend_state k3)" = runningrunningrunning
+out=$(tend_cancel_all team=x) || fail "tend_cancel_all team=x: $out"
+[ "$out" = "$(printf 'selected: 2\nk1: canceled\nk2: canceled')" ] || fail "tend_cancel_all team=x printed: $out"
+[ "$(tend_state k3)" = running ] || fail "run k3: $(tend_state k3), want running"
+out=$(tend_cancel_all) || fail "tend_cancel_all: $out"
+printf '%s\n' "$out" | grep -qx 'k3: canceled' || fail "tend_cancel_all printed: $out"
+out=$(tend_select cancel '') && fail "an empty selector request was carried out: $out"
+case $out in "rejected: "*) ;; *) fail "an empty selector request: $out" ;; esac
+
+echo "e2e.sh: 8 passed, 0 failed"

@@ -141,6 +141,32 @@ tend_control() {
 	printf '%s\n' "$_o"
 }
 
+# tend_select VERB BODY: send a selector request (*@<tag>.cancel or
+# *@<tag>.signal) whose JSON BODY names the runs: {"all": true},
+# {"labels": {"k": "v"}} or {"ids": ["a", "b"]}, with "grace" or "signal".
+# Prints its outcome ("selected: N", then "ID: outcome" a line); returns 0
+# if it was carried out, 4 if it was refused.
+tend_select() {
+	_tend_n=$((_tend_n + 1))
+	_name="*@sh$$-$_tend_n.$1"
+	tend_submit "$_name" "$2" || return 1
+	_o=$(tend_outcome "$_name") || return 1
+	rm -f "$(tend_root)/outcomes/$_name"
+	printf '%s\n' "$_o"
+	case $_o in selected:*) return 0 ;; esac
+	return 4
+}
+
+# tend_cancel_all [K=V]: cancel every run this user may (with K=V, only
+# those labeled so), with one request; waits until each has ended.
+tend_cancel_all() {
+	case ${1:-} in
+	"") tend_select cancel '{"all": true}' ;;
+	*=*) tend_select cancel "{\"labels\": {$(_tend_json "${1%%=*}"): $(_tend_json "${1#*=}")}}" ;;
+	*) echo "tend.sh: tend_cancel_all: want K=V, not $1" >&2; return 1 ;;
+	esac
+}
+
 # tend_cancel ID [GRACE]: cancel run ID (SIGTERM, then SIGKILL after GRACE,
 # e.g. 5s); waits until it has ended. Prints the outcome; returns 0 if
 # canceled, 5 if it had already finished, 3 if there is no such run, 4 if

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Dir is the request side of a tend root: spool/ where requests arrive,
@@ -20,9 +22,9 @@ type Dir struct {
 }
 
 // Spool, Outcomes and Rejected return the directories of d.
-func (d Dir) Spool() string    { return filepath.Join(d.Root, "spool") }
-func (d Dir) Outcomes() string { return filepath.Join(d.Root, "outcomes") }
-func (d Dir) Rejected() string { return filepath.Join(d.Root, "rejected") }
+func (d Dir) Spool() string    { return layout.Root(d.Root).Spool() }
+func (d Dir) Outcomes() string { return layout.Root(d.Root).Outcomes() }
+func (d Dir) Rejected() string { return layout.Root(d.Root).Rejected() }
 
 // Make creates the root (mode 0700) and the request directories, as needed.
 func (d Dir) Make() error {
@@ -386,6 +388,12 @@ func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 		line += ": " + oneLine(detail)
 	}
 	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), Perm{Mode: 0o644}) })
+}
+
+// WriteSelectOutcome replaces the outcome of selector request n with b
+// (see SelectOutcome), as WriteOutcome does.
+func (d Dir) WriteSelectOutcome(n Name, b []byte) error {
+	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), b, Perm{Mode: 0o644}) })
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -500,10 +501,29 @@ func jsonError(err error) error {
 		return fmt.Errorf("invalid JSON at byte %d: %s", syn.Offset, syn.Error())
 	case errors.As(err, &typ):
 		return fmt.Errorf("%q: want %s, not a JSON %s", typ.Field, typ.Type, typ.Value)
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return fmt.Errorf("unknown field %s", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	}
+	if name, ok := UnknownField(err); ok {
+		return fmt.Errorf("unknown field %q", name)
 	}
 	return fmt.Errorf("invalid request: %s", strings.TrimPrefix(err.Error(), "json: "))
+}
+
+// UnknownField returns the name of the field an error of a decoder with
+// DisallowUnknownFields refused, if that is what err is. encoding/json
+// has no type for it, only its words, so they are read here and nowhere
+// else; encoding/json/v2's SemanticError would say it by type, but v2
+// also matches names case-sensitively, which would refuse requests v1
+// takes.
+func UnknownField(err error) (string, bool) {
+	rest, ok := strings.CutPrefix(err.Error(), "json: unknown field ")
+	if !ok {
+		return "", false
+	}
+	name, uerr := strconv.Unquote(rest)
+	if uerr != nil {
+		return rest, true
+	}
+	return name, true
 }
 
 func sortedKeys(m map[string]string) []string {

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // CheckAccess returns every way the root at root breaks the rules that
@@ -56,10 +58,10 @@ func CheckAccess(root string, uid int) []Problem {
 		if err := unix.Lstat(path, &st); err != nil {
 			continue // gone meanwhile
 		}
-		if p := checkEntry(path, &st, uid, e.Name() == "spool"); p != nil {
+		if p := checkEntry(path, &st, uid, path == layout.Root(abs).Spool()); p != nil {
 			problems = append(problems, *p)
 		}
-		if e.Name() == KeyFile && st.Mode&0o077 != 0 {
+		if path == layout.Root(abs).RecordKey() && st.Mode&0o077 != 0 {
 			problems = append(problems, Problem{path, fmt.Sprintf("readable by others (mode %04o): only the watcher's user may read the key", st.Mode&0o7777)})
 		}
 	}
@@ -131,11 +133,12 @@ func checkEntry(path string, st *unix.Stat_t, uid int, spool bool) *Problem {
 // directory (those made before are closed to others now). The caller
 // must be root, and must make the root and its directories first.
 func Share(root string, gid int) error {
+	r := layout.Root(root)
 	for _, d := range []struct {
-		name string
+		path string
 		mode uint32
-	}{{"", 0o750}, {"spool", 0o1770}, {"runs", 0o750}, {"outcomes", 0o750}, {"rejected", 0o750}} {
-		path := filepath.Join(root, d.name)
+	}{{root, 0o750}, {r.Spool(), 0o1770}, {r.Runs(), 0o750}, {r.Outcomes(), 0o750}, {r.Rejected(), 0o750}} {
+		path := d.path
 		fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return &os.PathError{Op: "open", Path: path, Err: err}
@@ -149,21 +152,21 @@ func Share(root string, gid int) error {
 			return &os.PathError{Op: "chmod", Path: path, Err: err}
 		}
 	}
-	for name, mode := range map[string]uint32{
-		"watcher.pid": 0o644, "watcher.json": 0o644, "keeper.pid": 0o644, "history.jsonl": 0o644, "queue": 0o644,
-		"watcher.lock": 0o600, "keeper.lock": 0o600, "history.lock": 0o600, "up.lock": 0o600, "watcher.log": 0o600, KeyFile: 0o600,
+	for path, mode := range map[string]uint32{
+		r.WatcherPID(): 0o644, r.WatcherInfo(): 0o644, r.KeeperPID(): 0o644, r.History(): 0o644, r.Queue(): 0o644,
+		r.WatcherLock(): 0o600, r.KeeperLock(): 0o600, r.HistoryLock(): 0o600, r.UpLock(): 0o600, r.WatcherLog(): 0o600, r.RecordKey(): 0o600,
 	} {
-		if err := chmodRegular(filepath.Join(root, name), mode); err != nil {
+		if err := chmodRegular(path, mode); err != nil {
 			return err
 		}
 	}
-	runs, err := os.ReadDir(filepath.Join(root, "runs"))
+	runs, err := os.ReadDir(r.Runs())
 	if err != nil {
 		return err
 	}
 	for _, e := range runs {
 		if e.IsDir() {
-			if err := chmodDir(filepath.Join(root, "runs", e.Name()), 0o700); err != nil {
+			if err := chmodDir(string(r.Run(e.Name())), 0o700); err != nil {
 				return err
 			}
 		}

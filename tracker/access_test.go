@@ -33,7 +33,7 @@ func TestCheckAccess(t *testing.T) {
 		}, []string{"rejected: a symbolic link"}},
 		{"history as a link", func(root string) { os.Symlink("/etc/shadow", filepath.Join(root, "history.jsonl")) },
 			[]string{"history.jsonl: a symbolic link"}},
-		{"a key others may read", func(root string) { os.WriteFile(filepath.Join(root, KeyFile), make([]byte, 32), 0o644) },
+		{"a key others may read", func(root string) { os.WriteFile(filepath.Join(root, "record.key"), make([]byte, 32), 0o644) },
 			[]string{"record.key: readable by others"}},
 		{"another's file", func(root string) {
 			os.WriteFile(filepath.Join(root, "config.json"), nil, 0o644)

@@ -30,10 +30,6 @@ func (c Cut) String() string {
 	return c.Stream + " " + strconv.FormatInt(c.Base, 10) + " " + strconv.FormatInt(c.Bytes, 10)
 }
 
-// CutFile is the name of the file in a run's directory that holds its
-// cuts under way.
-const CutFile = "cut"
-
 // CutsText is the content of a cut file that holds cuts.
 func CutsText(cuts []Cut) string {
 	var b strings.Builder
@@ -52,7 +48,7 @@ func (s *Store) WriteCuts(id string, owner int, cuts []Cut) (string, error) {
 	if s.durability == WatcherCrash {
 		write = spool.ReplaceUnsynced
 	}
-	return text, write(s.Path(id, CutFile), []byte(text), RunPerm(owner))
+	return text, write(s.Run(id).Cut(), []byte(text), RunPerm(owner))
 }
 
 // maxCuts bounds a cut file read: it holds a line or two, and is its
@@ -61,7 +57,7 @@ const maxCuts = 64 << 10
 
 // HasCuts reports whether run id has a cut file.
 func (s *Store) HasCuts(id string) bool {
-	_, err := os.Lstat(s.Path(id, CutFile))
+	_, err := os.Lstat(s.Run(id).Cut())
 	return err == nil
 }
 
@@ -69,7 +65,7 @@ func (s *Store) HasCuts(id string) bool {
 // WriteCuts returned: the cut it describes is recorded. A later cut's file
 // is left alone.
 func (s *Store) RemoveCuts(id, what string) error {
-	path := s.Path(id, CutFile)
+	path := s.Run(id).Cut()
 	b, _, err := spool.ReadRegular(path, maxCuts)
 	if errors.Is(err, os.ErrNotExist) || err == nil && string(b) != what {
 		return nil
@@ -83,7 +79,7 @@ func (s *Store) RemoveCuts(id, what string) error {
 // ReadCuts returns run id's cuts under way, if any. A line it cannot
 // parse is an error that names the file: offsets are not guessed.
 func (s *Store) ReadCuts(id string) ([]Cut, error) {
-	path := s.Path(id, CutFile)
+	path := s.Run(id).Cut()
 	b, _, err := spool.ReadRegular(path, maxCuts)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil

@@ -91,8 +91,8 @@ func TestReadCuts(t *testing.T) {
 		t.Fatalf("RemoveCuts: %v, the file is there: %v", err, s.HasCuts("x"))
 	}
 	for _, bad := range []string{"stdout 1\n", "stdin 0 4096\n", "stdout 0 0\n", "stdout -1 4096\n", "stdout x 4096\n"} {
-		os.WriteFile(s.Path("x", CutFile), []byte(bad), 0o644)
-		if _, err := s.ReadCuts("x"); err == nil || !strings.Contains(err.Error(), s.Path("x", CutFile)+":1:") {
+		os.WriteFile(s.Run("x").Cut(), []byte(bad), 0o644)
+		if _, err := s.ReadCuts("x"); err == nil || !strings.Contains(err.Error(), s.Run("x").Cut()+":1:") {
 			t.Errorf("ReadCuts of %q: err = %v, want one naming the file and line", bad, err)
 		}
 	}

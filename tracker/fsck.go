@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,7 +51,7 @@ func Check(root string, alive Liveness) []Problem {
 		problems = append(problems, Problem{b.file + ":" + fmt.Sprint(b.line), b.what})
 	}
 	if n := PendingChanges(root); n > 0 {
-		problems = append(problems, Problem{PendingPath(root), pendingWhat(n)})
+		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
 	}
 	problems = append(problems, checkRuns(root, events, alive)...)
 	problems = append(problems, leftovers(root)...)
@@ -164,11 +165,11 @@ func checkRuns(root string, events map[string][]Event, alive Liveness) []Problem
 }
 
 func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
-	dir := s.RunDir(id)
-	path := filepath.Join(dir, "state.json")
+	run := s.Run(id)
+	dir, path := string(run), run.State()
 	b, _, err := spool.ReadRegular(path, maxRecord)
 	if errors.Is(err, os.ErrNotExist) {
-		if _, err := os.Stat(filepath.Join(dir, "request")); err == nil {
+		if _, err := os.Stat(run.Request()); err == nil {
 			return []Problem{{dir, "a claimed request without state.json (a watcher starts it once)"}}
 		}
 		return []Problem{{dir, "an orphaned run directory: no state.json and no request"}}
@@ -255,11 +256,11 @@ func orphanOutcomes(root string) []Problem {
 // process is gone ends failed). The caller makes sure no watcher runs.
 func Repair(root string, identify Identify) ([]string, error) {
 	var done []string
-	l := historyLock(root)
-	if err := l.Lock(); err != nil {
-		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	lockFD := -1
+	if err := lockHistory(root, &lockFD, unix.LOCK_EX); err != nil {
+		return nil, err
 	}
-	defer l.Unlock()
+	defer closeLock(&lockFD)
 	moved, err := repairHistory(root)
 	if err != nil {
 		return done, err
@@ -268,7 +269,7 @@ func Repair(root string, identify Identify) ([]string, error) {
 	if n, err := appendPendingLocked(root); err != nil {
 		return done, err
 	} else if n > 0 {
-		done = append(done, fmt.Sprintf("%s: appended the %d changes that waited in %s", HistoryPath(root), n, PendingPath(root)))
+		done = append(done, fmt.Sprintf("%s: appended the %d changes that waited in %s", layout.Root(root).History(), n, layout.Root(root).PendingHistory()))
 	}
 	events, _ := scanHistory(root)
 	s := NewStore(root)
@@ -370,7 +371,7 @@ func replaceFile(path string, b []byte) error {
 
 // repairRun rebuilds run id's state file if it is broken or edited.
 func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]string, error) {
-	path := s.Path(id, "state.json")
+	path := s.Run(id).State()
 	b, _, err := spool.ReadRegular(path, maxRecord)
 	if err != nil {
 		return nil, nil // missing: nothing to rebuild from that a watcher would not do better
@@ -417,11 +418,11 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	var dir, req unix.Stat_t
 	if unix.Lstat(s.RunDir(id), &dir) == nil {
 		st.OwnerUID = int(dir.Uid)
-		if int(dir.Uid) == os.Geteuid() && unix.Lstat(s.Path(id, "request"), &req) == nil {
+		if int(dir.Uid) == os.Geteuid() && unix.Lstat(s.Run(id).Request(), &req) == nil {
 			st.OwnerUID = int(req.Uid)
 		}
 	}
-	if b, _, err := spool.ReadRegular(s.Path(id, "request"), spool.MaxBody); err == nil {
+	if b, _, err := spool.ReadRegular(s.Run(id).Request(), spool.MaxBody); err == nil {
 		if req, err := spool.ParseStart(b); err == nil {
 			st.Command, st.Labels, st.Timeout, st.Cwd = req.Args(), req.Labels, req.Timeout, req.Cwd
 			if req.Grace != nil {
@@ -468,7 +469,7 @@ func addMissingEvent(root string, st *State, events []Event) ([]string, error) {
 	if err := OpenHistory(root).appendLocked(EventOf(st, at)); err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprintf("%s: its rev %d (%s) was missing from the history: appended", HistoryPath(root), st.Rev, st.State)}, nil
+	return []string{fmt.Sprintf("%s: its rev %d (%s) was missing from the history: appended", layout.Root(root).History(), st.Rev, st.State)}, nil
 }
 
 // pendingWhat says what n changes waiting to be appended mean.
@@ -480,7 +481,7 @@ func pendingWhat(n int) string {
 // history, or "" if none do: for tend status.
 func PendingProblem(root string) string {
 	if n := PendingChanges(root); n > 0 {
-		return PendingPath(root) + ": " + pendingWhat(n)
+		return layout.Root(root).PendingHistory() + ": " + pendingWhat(n)
 	}
 	return ""
 }

@@ -8,11 +8,10 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
-	"syscall"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -82,7 +81,7 @@ type History struct {
 	// history.2.jsonl, and so on; none is deleted. Zero: never.
 	MaxSize int64
 	// pending is true while changes may wait in history.pending.jsonl
-	// (see PendingPath): at first, and after this History kept some there.
+	// (see layout.Root.PendingHistory): at first, and after this History kept some there.
 	pending bool
 }
 
@@ -98,56 +97,65 @@ func OpenHistory(root string) *History {
 	return &History{root: root, lockFD: -1, MaxSize: DefaultMaxHistorySize, pending: true}
 }
 
-// PendingPath returns the path of the changes that could not be appended
-// to root's history while its last line was torn: kept there, in order,
-// and appended before anything else once the history is whole again (at
-// the next append after tend fsck --repair, or by it). Failing closed
-// must not mean forgetting.
-func PendingPath(root string) string { return filepath.Join(root, "history.pending.jsonl") }
-
-// HistoryPath returns the path of the current history file of root.
-func HistoryPath(root string) string { return filepath.Join(root, "history.jsonl") }
-
-// rotatedPath returns the path of the n-th rotated history file of root.
-func rotatedPath(root string, n int) string {
-	return filepath.Join(root, fmt.Sprintf("history.%d.jsonl", n))
-}
+// The changes that could not be appended to a root's history while its
+// last line was torn are kept in its history.pending.jsonl, in order, and
+// appended before anything else once the history is whole again (at the
+// next append after tend fsck --repair, or by it). Failing closed must not
+// mean forgetting.
 
 // Append adds events to the history, each on its own line.
 func (h *History) Append(events ...Event) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if err := h.lock(); err != nil {
-		return fmt.Errorf("%s: lock: %w", HistoryPath(h.root), err)
+		return err
 	}
 	defer flockRetry(h.lockFD, unix.LOCK_UN)
 	return h.appendLocked(events...)
 }
 
-// lock takes the flock on history.lock through the descriptor h keeps,
-// opening it again if the file it holds is no longer history.lock (removed
-// or replaced by hand): a lock on a file nobody else opens excludes no one.
+// lock takes the exclusive flock on history.lock through the descriptor h
+// keeps (see lockHistory).
 func (h *History) lock() error {
-	path := filepath.Join(h.root, "history.lock")
+	return lockHistory(h.root, &h.lockFD, unix.LOCK_EX)
+}
+
+// lockHistory takes the flock (how: LOCK_EX or LOCK_SH) on root's
+// history.lock, which orders the appends and rotations of its history,
+// through *fd: opened if it is -1, never through a link, and opened again
+// if the file it holds is no longer history.lock (removed or replaced by
+// hand): a lock on a file nobody else opens excludes no one. The file is
+// the watcher's user's alone (0600): anyone who may open it may hold it,
+// and hold up every append. Closing *fd releases the lock.
+func lockHistory(root string, fd *int, how int) error {
+	path := layout.Root(root).HistoryLock()
 	for range 3 {
-		if h.lockFD < 0 {
-			fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if *fd < 0 {
+			f, err := unix.Open(path, unix.O_RDONLY|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 			if err != nil {
-				return err
+				return &os.PathError{Op: "open", Path: path, Err: err}
 			}
-			h.lockFD = fd
+			*fd = f
 		}
-		if err := flockRetry(h.lockFD, unix.LOCK_EX); err != nil {
-			return err
+		if err := flockRetry(*fd, how); err != nil {
+			return &os.PathError{Op: "flock", Path: path, Err: err}
 		}
 		var held, now unix.Stat_t
-		if unix.Fstat(h.lockFD, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
+		if unix.Fstat(*fd, &held) == nil && unix.Stat(path, &now) == nil && held.Dev == now.Dev && held.Ino == now.Ino {
 			return nil
 		}
-		unix.Close(h.lockFD) // releases the lock
-		h.lockFD = -1
+		unix.Close(*fd) // releases the lock
+		*fd = -1
 	}
-	return errors.New("history.lock keeps changing")
+	return fmt.Errorf("%s keeps changing", path)
+}
+
+// closeLock closes *fd, if open, releasing its lock.
+func closeLock(fd *int) {
+	if *fd >= 0 {
+		unix.Close(*fd)
+		*fd = -1
+	}
 }
 
 func flockRetry(fd, how int) error {
@@ -167,19 +175,19 @@ func (h *History) appendLocked(events ...Event) error {
 	for _, e := range events {
 		b, err := json.Marshal(e)
 		if err != nil {
-			return fmt.Errorf("%s: %w", HistoryPath(h.root), err)
+			return fmt.Errorf("%s: %w", layout.Root(h.root).History(), err)
 		}
 		buf.Write(b)
 		buf.WriteByte('\n')
 	}
-	path := HistoryPath(h.root)
+	path := layout.Root(h.root).History()
 	fd, size, err := openEnd(path)
 	if errors.Is(err, ErrTornEnd) {
 		if perr := appendPending(h.root, buf.Bytes()); perr != nil {
 			return errors.Join(err, perr)
 		}
 		h.pending = true
-		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), PendingPath(h.root))
+		return fmt.Errorf("%w; %d change(s) wait in %s meanwhile", err, len(events), layout.Root(h.root).PendingHistory())
 	}
 	if err != nil {
 		return err
@@ -211,7 +219,7 @@ func (h *History) appendLocked(events ...Event) error {
 	}
 	if h.pending {
 		if len(waited) > 0 {
-			if err := os.Remove(PendingPath(h.root)); err != nil {
+			if err := os.Remove(layout.Root(h.root).PendingHistory()); err != nil {
 				return err
 			}
 		}
@@ -225,7 +233,7 @@ func (h *History) appendLocked(events ...Event) error {
 // newline first: that line stays, as one bad line fsck reports, and no
 // line is joined to it.
 func appendPending(root string, lines []byte) error {
-	path := PendingPath(root)
+	path := layout.Root(root).PendingHistory()
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: path, Err: err}
@@ -250,7 +258,7 @@ func appendPending(root string, lines []byte) error {
 // readPending returns the changes waiting in root's pending file, whole
 // lines, in order; none if there is no such file.
 func readPending(root string) ([]byte, error) {
-	b, _, err := spool.ReadRegular(PendingPath(root), 1<<30)
+	b, _, err := spool.ReadRegular(layout.Root(root).PendingHistory(), 1<<30)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -341,7 +349,7 @@ func checkEnd(path string) (int64, error) {
 // valid line: the one condition under which appending is unsafe, and the
 // usual result of a crash mid-write. tend fsck checks every line.
 func CheckHistoryEnd(root string) error {
-	path := HistoryPath(root)
+	path := layout.Root(root).History()
 	if _, err := checkEnd(path); err != nil {
 		return err
 	}
@@ -371,11 +379,11 @@ func CheckHistoryEnd(root string) error {
 func rotate(root string) error {
 	n := rotatedCount(root)
 	for i := n; i >= 1; i-- {
-		if err := os.Rename(rotatedPath(root, i), rotatedPath(root, i+1)); err != nil {
+		if err := os.Rename(layout.Root(root).RotatedHistory(i), layout.Root(root).RotatedHistory(i+1)); err != nil {
 			return fmt.Errorf("rotating the history: %w", err)
 		}
 	}
-	if err := os.Rename(HistoryPath(root), rotatedPath(root, 1)); err != nil {
+	if err := os.Rename(layout.Root(root).History(), layout.Root(root).RotatedHistory(1)); err != nil {
 		return fmt.Errorf("rotating the history: %w", err)
 	}
 	return nil
@@ -385,7 +393,7 @@ func rotate(root string) error {
 func rotatedCount(root string) int {
 	n := 0
 	for {
-		if _, err := os.Lstat(rotatedPath(root, n+1)); err != nil {
+		if _, err := os.Lstat(layout.Root(root).RotatedHistory(n + 1)); err != nil {
 			return n
 		}
 		n++
@@ -397,17 +405,17 @@ func rotatedCount(root string) int {
 func HistoryFiles(root string) []string {
 	var files []string
 	for i := rotatedCount(root); i >= 1; i-- {
-		files = append(files, rotatedPath(root, i))
+		files = append(files, layout.Root(root).RotatedHistory(i))
 	}
-	return append(files, HistoryPath(root))
+	return append(files, layout.Root(root).History())
 }
 
 // historyAndPending is HistoryFiles, then the changes that wait to be
-// appended, if any do (see PendingPath): what fsck checks and repairs.
+// appended, if any do (see layout.Root.PendingHistory): what fsck checks and repairs.
 func historyAndPending(root string) []string {
 	files := HistoryFiles(root)
-	if _, err := os.Lstat(PendingPath(root)); err == nil {
-		files = append(files, PendingPath(root))
+	if _, err := os.Lstat(layout.Root(root).PendingHistory()); err == nil {
+		files = append(files, layout.Root(root).PendingHistory())
 	}
 	return files
 }
@@ -420,11 +428,11 @@ func historyAndPending(root string) []string {
 // reads without it: a rotation under way may then hide its last lines for
 // a moment, never show them twice or torn.
 func ReadAllHistory(root string) ([]Event, error) {
-	l := historyLock(root)
-	if err := l.RLock(); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
-		return nil, fmt.Errorf("%s: %w", l.Path(), err)
+	lockFD := -1
+	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+		return nil, err
 	}
-	defer l.Unlock()
+	defer closeLock(&lockFD)
 	var all []Event
 	for _, path := range HistoryFiles(root) {
 		events, err := ReadHistory(path)
@@ -474,14 +482,4 @@ func parseEvent(b []byte) (Event, error) {
 		return e, errors.New("not an event: missing time, id, rev or state")
 	}
 	return e, nil
-}
-
-// historyLock returns the flock on root's history.lock, which orders the
-// appends and rotations of its history (see History), never opened
-// through a link. It is the watcher's user's alone (0600): anyone who may
-// open it may hold it, and hold up every append. Other users read the
-// history without it (see ReadAllHistory).
-func historyLock(root string) *flock.Flock {
-	return flock.New(filepath.Join(root, "history.lock"),
-		flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o600))
 }

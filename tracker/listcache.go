@@ -5,7 +5,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -24,7 +23,6 @@ import (
 // the record. Nothing else reads it, and it is never the truth: a cache
 // that is missing, unreadable or of another version is read as empty and
 // written again.
-const listCacheName = "list.cache"
 
 // listCacheHeader is the cache's first line: its format's name and
 // version.
@@ -60,7 +58,7 @@ type cachedLine struct {
 // cancel --all look at, read in a fraction of the time. It brings the
 // cache up to date, if it can write it.
 func (s *Store) ListBrief() ([]*State, []error) {
-	return s.list(&listCache{path: filepath.Join(filepath.Dir(s.dir), listCacheName), since: time.Now()})
+	return s.list(&listCache{path: s.root.ListCache(), since: time.Now()})
 }
 
 // read reads the cache file, and reports whether it has any lines. Only a

@@ -51,7 +51,7 @@ func TestParseBriefRefusesWhatItDidNotWrite(t *testing.T) {
 // listAt lists s as ListBrief does, as if at time since.
 func listAt(t *testing.T, s *Store, since time.Time) map[string]*State {
 	t.Helper()
-	runs, errs := s.list(&listCache{path: filepath.Join(filepath.Dir(s.Dir()), listCacheName), since: since})
+	runs, errs := s.list(&listCache{path: filepath.Join(filepath.Dir(s.Dir()), "list.cache"), since: since})
 	if len(errs) > 0 {
 		t.Fatalf("list: %v", errs)
 	}
@@ -85,7 +85,7 @@ func TestListBriefUsesTheCacheWhileTheFileIsTheSame(t *testing.T) {
 	if first["a"].Cwd != "/a" || first["b"].Cwd != "/b" {
 		t.Fatalf("first listing, with no cache: %+v, %+v", first["a"], first["b"])
 	}
-	cache, err := os.ReadFile(filepath.Join(root, listCacheName))
+	cache, err := os.ReadFile(filepath.Join(root, "list.cache"))
 	if err != nil || !strings.HasPrefix(string(cache), listCacheHeader+"\na\t") || strings.Contains(string(cache), "\nb\t") {
 		t.Fatalf("the cache holds the finished run only: %q, %v", cache, err)
 	}
@@ -103,10 +103,10 @@ func TestListBriefUsesTheCacheWhileTheFileIsTheSame(t *testing.T) {
 	}
 
 	// Edited by hand (one byte more): reported, not shown from the cache.
-	path := s.Path("a", "state.json")
+	path := s.Run("a").State()
 	b, _ := os.ReadFile(path)
 	os.WriteFile(path, []byte(strings.Replace(string(b), `"exit_code": 0`, `"exit_code": 10`, 1)), 0o600)
-	if _, errs := s.list(&listCache{path: filepath.Join(root, listCacheName), since: later}); len(errs) != 1 || !errors.Is(errs[0], ErrEdited) {
+	if _, errs := s.list(&listCache{path: filepath.Join(root, "list.cache"), since: later}); len(errs) != 1 || !errors.Is(errs[0], ErrEdited) {
 		t.Fatalf("a record edited after it was cached: errors %v, want it reported as edited", errs)
 	}
 
@@ -114,7 +114,7 @@ func TestListBriefUsesTheCacheWhileTheFileIsTheSame(t *testing.T) {
 	if fifth := listAt(t, s, later); len(fifth) != 1 {
 		t.Fatalf("after a's removal: %v", fifth)
 	}
-	if cache, _ := os.ReadFile(filepath.Join(root, listCacheName)); string(cache) != listCacheHeader+"\n" {
+	if cache, _ := os.ReadFile(filepath.Join(root, "list.cache")); string(cache) != listCacheHeader+"\n" {
 		t.Fatalf("the cache still holds a removed run: %q", cache)
 	}
 }
@@ -126,7 +126,7 @@ func TestListBriefDoesNotCacheWhatJustChanged(t *testing.T) {
 	now := time.Now()
 	writeRun(t, s, &State{ID: "a", State: Completed, Rev: 3, CreatedAt: now, EndedAt: &now})
 	listAt(t, s, time.Now())
-	if cache, _ := os.ReadFile(filepath.Join(root, listCacheName)); strings.Contains(string(cache), "\na\t") {
+	if cache, _ := os.ReadFile(filepath.Join(root, "list.cache")); strings.Contains(string(cache), "\na\t") {
 		t.Fatalf("a record written just now was cached: %q", cache)
 	}
 }
@@ -160,7 +160,7 @@ func TestListBriefSurvivesABadCache(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s, root := newStore(t)
 			writeRun(t, s, &State{ID: "a", State: Completed, Rev: 3, Cwd: "/a", CreatedAt: now, EndedAt: &now})
-			path := filepath.Join(root, listCacheName)
+			path := filepath.Join(root, "list.cache")
 			if name == "a line cut short" || name == "a line that does not parse" {
 				listAt(t, s, later)
 			}

@@ -23,9 +23,6 @@ import (
 // keeps up with the writes and a close approximation when it falls behind;
 // output written while no watcher ran is in stream order.
 
-// OrderFile is the name of a run's file of stream switches.
-const OrderFile = "order"
-
 // A Switch says that a run's writes went from stream From ("stdout" or
 // "stderr") to the other one when From had At bytes (an absolute offset).
 type Switch struct {
@@ -55,7 +52,7 @@ func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	fd, err := OpenRunFile(s.Path(id, OrderFile), unix.O_WRONLY|unix.O_APPEND, owner)
+	fd, err := OpenRunFile(s.Run(id).Order(), unix.O_WRONLY|unix.O_APPEND, owner)
 	if err != nil {
 		return err
 	}
@@ -74,14 +71,14 @@ func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 // the last maxOrderRead bytes from off, and no line longer than a switch
 // can be (longer ones are skipped).
 func (s *Store) ReadSwitches(id string, off int64) ([]Switch, int64, error) {
-	fd, st, err := spool.OpenRegular(s.Path(id, OrderFile))
+	fd, st, err := spool.OpenRegular(s.Run(id).Order())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, off, nil
 	}
 	if err != nil {
 		return nil, off, err
 	}
-	f := os.NewFile(uintptr(fd), s.Path(id, OrderFile))
+	f := os.NewFile(uintptr(fd), s.Run(id).Order())
 	defer f.Close()
 	skip := st.Size-off > maxOrderRead // up to the first line past the bound
 	if skip {
@@ -138,7 +135,7 @@ func (s *Store) TrimSwitches(id string, owner int, keep int) (int64, error) {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	return int64(b.Len()), spool.ReplaceUnsynced(s.Path(id, OrderFile), b.Bytes(), RunPerm(owner))
+	return int64(b.Len()), spool.ReplaceUnsynced(s.Run(id).Order(), b.Bytes(), RunPerm(owner))
 }
 
 // A Line is a line of a run's output, or its last bytes if they have no

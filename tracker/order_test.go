@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -49,8 +50,8 @@ func TestInterleave(t *testing.T) {
 			st.Output = &Output{Limit: 1 << 20}
 			st.Output.Stdout.Dropped, st.Output.Stdout.Base = tt.dropped[0], tt.dropped[0]
 			st.Output.Stderr.Dropped, st.Output.Stderr.Base = tt.dropped[1], tt.dropped[1]
-			for name, data := range map[string]string{"stdout": tt.stdout[tt.dropped[0]:], "stderr": tt.stderr[tt.dropped[1]:], OrderFile: tt.order} {
-				if err := os.WriteFile(s.Path("r", name), []byte(data), 0o644); err != nil {
+			for name, data := range map[string]string{"stdout": tt.stdout[tt.dropped[0]:], "stderr": tt.stderr[tt.dropped[1]:], "order": tt.order} {
+				if err := os.WriteFile(filepath.Join(s.RunDir("r"), name), []byte(data), 0o644); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -79,7 +80,7 @@ func TestInterleaveFollows(t *testing.T) {
 		t.Fatal(err)
 	}
 	add := func(name, data string) {
-		f, err := os.OpenFile(s.Path("r", name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		f, err := os.OpenFile(filepath.Join(s.RunDir("r"), name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}

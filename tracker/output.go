@@ -26,7 +26,7 @@ type Slice struct {
 // and the file's layout (see Layout), again, and reads again if the file
 // was cut meanwhile, so it never returns bytes at the wrong offset.
 func (s *Store) ReadOutput(st *State, stream string, off, max int64) (Slice, error) {
-	f, err := openOutput(s.Path(st.ID, stream))
+	f, err := openOutput(s.Run(st.ID).Stream(stream))
 	if errors.Is(err, os.ErrNotExist) {
 		_, dropped := st.Layout(stream, nil, nil)
 		return readAt(nil, off, max, 0, dropped)
@@ -101,7 +101,7 @@ func readAt(f *os.File, off, max, base, dropped int64) (Slice, error) {
 // OutputSize returns the absolute size of run st's stream: everything it
 // has written, dropped bytes included.
 func (s *Store) OutputSize(st *State, stream string) int64 {
-	f, err := openOutput(s.Path(st.ID, stream))
+	f, err := openOutput(s.Run(st.ID).Stream(stream))
 	if err != nil {
 		return st.stream(stream).Base
 	}
@@ -119,7 +119,7 @@ func (s *Store) OutputSize(st *State, stream string) int64 {
 // record to be right: the record's base plus the file's size.
 func (s *Store) RecordedOutputSize(st *State, stream string) int64 {
 	base := st.stream(stream).Base
-	fi, err := os.Lstat(s.Path(st.ID, stream))
+	fi, err := os.Lstat(s.Run(st.ID).Stream(stream))
 	if err != nil || !fi.Mode().IsRegular() {
 		return base
 	}

@@ -9,9 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,9 +21,6 @@ import (
 // process. So the watcher also seals each record with a key that only its
 // user can read, and acts (adopts, signals, restarts, deletes, answers) only
 // on records whose seal it can verify.
-
-// KeyFile is the name of the key, in the root.
-const KeyFile = "record.key"
 
 // keySize is the length of a key in bytes.
 const keySize = 32
@@ -37,7 +34,7 @@ var ErrUnsealed = errors.New("its seal does not verify")
 // before it returns) and reports that it did: the root's records were
 // written by a tend that did not seal them (see SealAll).
 func LoadKey(root string, create bool) (key []byte, created bool, err error) {
-	path := filepath.Join(root, KeyFile)
+	path := layout.Root(root).RecordKey()
 	key, err = readKey(path)
 	if !create || !errors.Is(err, os.ErrNotExist) {
 		return key, false, err
@@ -117,11 +114,11 @@ func (s *Store) SealAll() ([]string, []error) {
 	var sealed []string
 	var errs []error
 	for _, id := range ids {
-		b, fi, err := spool.ReadRegular(s.Path(id, "state.json"), maxRecord)
+		b, fi, err := spool.ReadRegular(s.Run(id).State(), maxRecord)
 		if err != nil || int(fi.Uid) != os.Geteuid() {
 			continue // another user's record is theirs to forge: never trusted once
 		}
-		st, err := ParseState(s.Path(id, "state.json"), b)
+		st, err := ParseState(s.Run(id).State(), b)
 		if err != nil || st.Seal != "" {
 			continue
 		}

@@ -50,7 +50,7 @@ func TestSeal(t *testing.T) {
 		if got.Seal == "" {
 			b, _ = got.encode(nil)
 		}
-		path := s.Path("a", "state.json")
+		path := filepath.Join(s.RunDir("a"), "state.json")
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -96,12 +96,12 @@ func TestLoadKey(t *testing.T) {
 	if err != nil || created || !bytes.Equal(again, key) {
 		t.Fatalf("LoadKey again = %v, %v (same key: %v)", created, err, bytes.Equal(again, key))
 	}
-	os.Chmod(filepath.Join(root, KeyFile), 0o644)
+	os.Chmod(filepath.Join(root, "record.key"), 0o644)
 	if _, _, err := LoadKey(root, true); err == nil || !strings.Contains(err.Error(), "readable by others") {
 		t.Fatalf("LoadKey(mode 0644) = %v", err)
 	}
-	os.Remove(filepath.Join(root, KeyFile))
-	os.Symlink("/dev/zero", filepath.Join(root, KeyFile))
+	os.Remove(filepath.Join(root, "record.key"))
+	os.Symlink("/dev/zero", filepath.Join(root, "record.key"))
 	if _, _, err := LoadKey(root, true); err == nil {
 		t.Fatal("LoadKey(a link to /dev/zero) succeeded")
 	}
@@ -116,7 +116,7 @@ func TestSealAll(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	os.WriteFile(s.Path("bad", "state.json"), []byte(`{"id": "bad"}`), 0o600)
+	os.WriteFile(filepath.Join(s.RunDir("bad"), "state.json"), []byte(`{"id": "bad"}`), 0o600)
 	key, _, err := LoadKey(root, true)
 	if err != nil {
 		t.Fatal(err)

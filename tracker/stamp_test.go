@@ -2,6 +2,7 @@ package tracker
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -22,7 +23,7 @@ func TestStamp(t *testing.T) {
 	st.Rev++
 	s.Write(st)
 	second, _ := s.Stamp("a")
-	f, _ := os.OpenFile(s.Path("a", "state.json"), os.O_WRONLY, 0)
+	f, _ := os.OpenFile(filepath.Join(s.RunDir("a"), "state.json"), os.O_WRONLY, 0)
 	f.WriteAt([]byte("{"), 0) // in place, the same size
 	f.Close()
 	third, _ := s.Stamp("a")

@@ -15,12 +15,14 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
 // Store is the runs/ directory of a tend root.
 type Store struct {
-	dir        string
+	root       layout.Root
+	dir        string     // root.Runs()
 	durability Durability // "" is PowerLoss
 
 	// dirsMade counts the run directories MakeRunDir made, and dirsSynced
@@ -62,7 +64,9 @@ func ParseDurability(s string) (Durability, error) {
 
 // NewStore returns the Store of the tend root at root, whose records are
 // written durable against a power loss.
-func NewStore(root string) *Store { return &Store{dir: filepath.Join(root, "runs")} }
+func NewStore(root string) *Store {
+	return &Store{root: layout.Root(root), dir: layout.Root(root).Runs()}
+}
 
 // SetKey makes s seal every record it writes with key, and report every
 // record it reads whose seal key does not verify (see ErrUnsealed).
@@ -78,17 +82,18 @@ var ErrNotFound = errors.New("no such run")
 // Dir returns the runs/ directory.
 func (s *Store) Dir() string { return s.dir }
 
-// RunDir returns the directory of run id. The id must be valid (see
-// spool.ValidID); every caller has checked it, so a bad one is a bug.
-func (s *Store) RunDir(id string) string {
+// Run returns the directory of run id, which names its files. The id must
+// be valid (see spool.ValidID); every caller has checked it, so a bad one
+// is a bug.
+func (s *Store) Run(id string) layout.Run {
 	if err := spool.ValidID(id); err != nil {
 		panic(fmt.Sprintf("tracker: invalid run id reached the store: %v", err))
 	}
-	return filepath.Join(s.dir, id)
+	return s.root.Run(id)
 }
 
-// Path returns the path of file name in run id's directory.
-func (s *Store) Path(id, name string) string { return filepath.Join(s.RunDir(id), name) }
+// RunDir returns the directory of run id (see Run).
+func (s *Store) RunDir(id string) string { return string(s.Run(id)) }
 
 // Make creates runs/ if it is missing.
 func (s *Store) Make() error {
@@ -139,7 +144,7 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 			errs[i] = fmt.Errorf("run %s: %w", st.ID, err)
 			continue
 		}
-		paths, data, which = append(paths, s.Path(st.ID, "state.json")), append(data, b), append(which, i)
+		paths, data, which = append(paths, s.Run(st.ID).State()), append(data, b), append(which, i)
 		perms = append(perms, RunPerm(st.OwnerUID))
 	}
 	for j, err := range s.replace(paths, data, perms) {
@@ -196,7 +201,7 @@ type Stamp struct {
 // Stamp returns the Stamp of run id's state.json as it is now.
 func (s *Store) Stamp(id string) (Stamp, error) {
 	var st unix.Stat_t
-	path := s.Path(id, "state.json")
+	path := s.Run(id).State()
 	if err := unix.Lstat(path, &st); err != nil {
 		return Stamp{}, &os.PathError{Op: "lstat", Path: path, Err: err}
 	}
@@ -223,7 +228,7 @@ const smallRecord = 2048
 // refers to it. If stamp is not nil, it is set to the Stamp of the file
 // read, or left zero if that is not known.
 func (s *Store) readAt(dirfd int, id string, buf []byte, stamp *Stamp) (*State, error) {
-	path := s.Path(id, "state.json")
+	path := s.Run(id).State()
 	name := path
 	if dirfd != unix.AT_FDCWD {
 		name = id + "/state.json"

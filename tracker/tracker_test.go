@@ -48,7 +48,7 @@ func TestWriteReadRoundTrip(t *testing.T) {
 func TestReadRejectsBrokenState(t *testing.T) {
 	s, _ := newStore(t)
 	os.Mkdir(s.RunDir("a"), 0o755)
-	os.WriteFile(s.Path("a", "state.json"), []byte(`{"id": "a", "state": `), 0o644)
+	os.WriteFile(filepath.Join(s.RunDir("a"), "state.json"), []byte(`{"id": "a", "state": `), 0o644)
 	_, err := s.Read("a")
 	if err == nil || !strings.Contains(err.Error(), filepath.Join("runs", "a", "state.json")+": not a valid state file") {
 		t.Fatalf("Read(broken) = %v", err)
@@ -280,12 +280,12 @@ func TestRotationUnderConcurrentWriters(t *testing.T) {
 func TestAppendRefusesAfterTornEnd(t *testing.T) {
 	root := t.TempDir()
 	good := `{"time":"2026-01-02T03:04:05Z","id":"a","rev":1,"state":"running"}` + "\n"
-	os.WriteFile(HistoryPath(root), []byte(good+`{"time":"2026`), 0o644)
+	os.WriteFile(filepath.Join(root, "history.jsonl"), []byte(good+`{"time":"2026`), 0o644)
 	err := OpenHistory(root).Append(Event{Time: time.Now(), ID: "b", Rev: 1, State: Running})
 	if !errors.Is(err, ErrTornEnd) {
 		t.Fatalf("Append after a torn line: %v, want ErrTornEnd", err)
 	}
-	if b, _ := os.ReadFile(HistoryPath(root)); string(b) != good+`{"time":"2026` {
+	if b, _ := os.ReadFile(filepath.Join(root, "history.jsonl")); string(b) != good+`{"time":"2026` {
 		t.Fatalf("the history changed: %q", b)
 	}
 }
@@ -380,7 +380,7 @@ func TestReadOutputBounds(t *testing.T) {
 	if err := s.MakeRunDir("a"); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(s.Path("a", "stdout"), []byte("hello\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(s.RunDir("a"), "stdout"), []byte("hello\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	st := &State{ID: "a"}

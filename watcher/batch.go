@@ -11,25 +11,40 @@ import (
 // exits drain finds in one pass, the requests of the spool events queued
 // at once) to write them at once: their history events in one append,
 // their records with one round of fsyncs (Store.WriteAll). What must
-// follow the records (a launched run's gate, a stopped run's SIGTERM, an
-// outcome, the reaping of a leader, starting queued runs in its slot)
-// waits in gates and after, and runs once they are written, in order, the
-// gates first; what names a run whose record could not be written waits
-// on until it is (see afterRecorded).
+// follow the records is one ordered list of effects (see effect), run by
+// the flush once they are written: the gates first, then the rest in the
+// order they were named; one whose run's record could not be written
+// waits on until it is (see follow).
 type batch struct {
-	active bool
-	states []*tracker.State // in the order of their first save in the batch
-	events []tracker.Event
-	gates  []waiter
-	after  []waiter
+	active  bool
+	states  []*tracker.State // in the order of their first save in the batch
+	events  []tracker.Event
+	effects []effect
+	gates   int // how many of effects are gates: they come first
 }
 
-// A waiter is what must wait for run id's record to be durable (or for
-// the flush only, if id is empty).
-type waiter struct {
-	id string
-	f  func()
+// An effect is what may happen only once the record that says so is on
+// disk: a launched run's gate opened, a stopped run's SIGTERM, a request
+// answered or its claimed file removed, a leader reaped, queued runs
+// started in a slot that freed. So whatever a watcher that dies in
+// between leaves, the next one finds a record that says at least as much
+// as anyone has seen or done. Each is named for the log and the tests.
+type effect struct {
+	name string // what it does, in words ("open the gate", "reap the leader")
+	id   string // the run whose record it waits for; "" for the flush alone
+	do   func()
 }
+
+// Effects' names, as the log and the tests know them.
+const (
+	effectGate      = "open the gate"
+	effectSignal    = "send SIGTERM"
+	effectAnswer    = "answer"
+	effectUnclaim   = "remove the claimed request"
+	effectReap      = "reap the leader"
+	effectDequeue   = "start queued runs"
+	effectRemoveCut = "remove the cut file"
+)
 
 // batched runs f with the records it saves held back, then writes them.
 // Inside another batch, f's saves join that one.
@@ -47,46 +62,39 @@ func (w *watcher) batched(f func()) {
 	f()
 }
 
-// afterSaved runs f once the records saved so far have been written, or
-// have failed to be (see afterRecorded): at once outside a batch, after its
-// flush inside one.
-func (w *watcher) afterSaved(f func()) { w.afterRecorded("", f) }
-
-// afterRecorded runs f as afterSaved does, but only once run id's record
-// is on disk: if it could not be written (a full disk), f waits until it
-// is, retried every second (see whenWritten).
-func (w *watcher) afterRecorded(id string, f func()) {
-	if w.batch.active {
-		w.batch.after = append(w.batch.after, waiter{id, f})
+// follow has e run once the records saved so far are written (at once
+// outside a batch, after its flush inside one), and, if e names a run,
+// only once that run's record is on disk: if it could not be written (a
+// full disk), e waits until it is, retried every second. Only that run's
+// effects wait: a record that cannot be written (its directory made
+// immutable) holds up no other run. A gate is put before the effects
+// that are not: the run waits on it, and the answers (a file each) are
+// written while it starts.
+func (w *watcher) follow(name, id string, do func()) {
+	e := effect{name, id, do}
+	if !w.batch.active {
+		w.runEffect(e)
 		return
 	}
-	w.whenWritten(id, f)
+	if name == effectGate {
+		w.batch.effects = slices.Insert(w.batch.effects, w.batch.gates, e)
+		w.batch.gates++
+		return
+	}
+	w.batch.effects = append(w.batch.effects, e)
 }
 
-// whenWritten runs f now, or, if run id's record is one that could not be
-// written, once it is. So a run does not pass its gate nor lose its
-// unreaped leader, and a request about it is not answered nor its claimed
-// file removed, before the record that says so is on disk; a watcher that
-// dies meanwhile leaves the next one what it needs. Only that run's wait:
-// a record that cannot be written (its directory made immutable) holds up
-// no other run.
-func (w *watcher) whenWritten(id string, f func()) {
-	if _, unwritten := w.unsaved.states[id]; unwritten {
-		w.unsaved.waiting[id] = append(w.unsaved.waiting[id], f)
+// runEffect runs e now, or, if its run's record could not be written,
+// once it is.
+func (w *watcher) runEffect(e effect) {
+	if _, unwritten := w.unsaved.states[e.id]; unwritten {
+		if len(w.unsaved.waiting[e.id]) == 0 {
+			w.log.Printf("run %s: %s waits until its record is written", e.id, e.name)
+		}
+		w.unsaved.waiting[e.id] = append(w.unsaved.waiting[e.id], e)
 		return
 	}
-	f()
-}
-
-// gateAfterRecorded opens run id's gate (open) as afterRecorded would, but
-// before whatever else waits for the same flush: the run waits on it, and
-// the outcomes (a file each) are written while it starts.
-func (w *watcher) gateAfterRecorded(id string, open func()) {
-	if w.batch.active {
-		w.batch.gates = append(w.batch.gates, waiter{id, open})
-		return
-	}
-	w.whenWritten(id, open)
+	e.do()
 }
 
 // hold takes a save into the batch.
@@ -115,8 +123,8 @@ func (w *watcher) flush() {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
-	for _, a := range slices.Concat(b.gates, b.after) {
-		w.whenWritten(a.id, a.f)
+	for _, e := range b.effects {
+		w.runEffect(e)
 	}
 }
 
@@ -177,9 +185,9 @@ func (w *watcher) recorded(st *tracker.State, err error) {
 
 // runWaiting runs what waited for run id's record, now written.
 func (w *watcher) runWaiting(id string) {
-	fs := w.unsaved.waiting[id]
+	effects := w.unsaved.waiting[id]
 	delete(w.unsaved.waiting, id)
-	for _, f := range fs {
-		f()
+	for _, e := range effects {
+		e.do()
 	}
 }

@@ -48,7 +48,7 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 		if got, err := w.lookup("first"); err != nil || got != first {
 			t.Errorf("lookup of a held run gave %v, %v; want the held record", got, err)
 		}
-		w.afterSaved(func() {
+		w.follow(effectDequeue, "", func() {
 			if !onDisk(first) || !onDisk(inner) {
 				t.Error("what waits on a save ran before it was written")
 			}
@@ -67,7 +67,7 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 	if !onDisk(after) || after.Rev != 2 || len(order) != 1 {
 		t.Errorf("the batch's end did not write its saves and run what waited (rev %d, order %v)", after.Rev, order)
 	}
-	events, err := tracker.ReadHistory(tracker.HistoryPath(w.cfg.Root))
+	events, err := tracker.ReadHistory(filepath.Join(w.cfg.Root, "history.jsonl"))
 	if err != nil || len(events) != 4 {
 		t.Fatalf("history: %d events, %v; want 4, in save order", len(events), err)
 	}
@@ -87,9 +87,9 @@ func TestBatchOpensGatesFirst(t *testing.T) {
 	os.Mkdir(w.store.RunDir(st.ID), 0o755)
 	var order []string
 	w.batched(func() {
-		w.afterRecorded("b", func() { order = append(order, "outcome") })
+		w.follow(effectAnswer, "b", func() { order = append(order, "outcome") })
 		w.save(st)
-		w.gateAfterRecorded(st.ID, func() {
+		w.follow(effectGate, st.ID, func() {
 			if got, err := w.store.Read(st.ID); err != nil || got.Rev != st.Rev {
 				t.Errorf("the gate opened before the record was written (%v)", err)
 			}
@@ -102,9 +102,27 @@ func TestBatchOpensGatesFirst(t *testing.T) {
 	if want := []string{"gate", "outcome"}; !slices.Equal(order, want) {
 		t.Errorf("order %v, want %v", order, want)
 	}
-	w.gateAfterRecorded(st.ID, func() { order = append(order, "gate outside a batch") })
+	w.follow(effectGate, st.ID, func() { order = append(order, "gate outside a batch") })
 	if len(order) != 3 {
 		t.Errorf("a gate outside a batch did not open at once (order %v)", order)
+	}
+}
+
+// A flush runs its effects in one order: the gates, in the order they
+// were named, then every other effect in the order it was named.
+func TestBatchRunsEffectsInOrder(t *testing.T) {
+	w := batchWatcher(t)
+	var ran []string
+	note := func(name string) func() { return func() { ran = append(ran, name) } }
+	w.batched(func() {
+		w.follow(effectAnswer, "", note("answer 1"))
+		w.follow(effectGate, "", note("gate 1"))
+		w.follow(effectSignal, "", note("signal"))
+		w.follow(effectGate, "", note("gate 2"))
+		w.follow(effectDequeue, "", note("dequeue"))
+	})
+	if want := []string{"gate 1", "gate 2", "answer 1", "signal", "dequeue"}; !slices.Equal(ran, want) {
+		t.Errorf("ran %v, want %v", ran, want)
 	}
 }
 
@@ -119,15 +137,15 @@ func TestBatchHoldsWhatWaitsOnAnUnwrittenRecord(t *testing.T) {
 	w.batched(func() {
 		w.save(ok)
 		w.save(lost)
-		w.gateAfterRecorded(ok.ID, func() { ran = append(ran, "ok's gate") })
-		w.gateAfterRecorded(lost.ID, func() { ran = append(ran, "lost's gate") })
-		w.afterRecorded(lost.ID, func() { ran = append(ran, "lost's outcome") })
-		w.afterSaved(func() { ran = append(ran, "lost's SIGTERM") }) // waits for the flush only
+		w.follow(effectGate, ok.ID, func() { ran = append(ran, "ok's gate") })
+		w.follow(effectGate, lost.ID, func() { ran = append(ran, "lost's gate") })
+		w.follow(effectAnswer, lost.ID, func() { ran = append(ran, "lost's outcome") })
+		w.follow(effectSignal, "", func() { ran = append(ran, "lost's SIGTERM") }) // waits for the flush only
 	})
 	if want := []string{"ok's gate", "lost's SIGTERM"}; !slices.Equal(ran, want) {
 		t.Fatalf("after a flush where lost's record failed, ran %v; want %v", ran, want)
 	}
-	w.afterRecorded(lost.ID, func() { ran = append(ran, "lost's reaping") }) // outside a batch
+	w.follow(effectReap, lost.ID, func() { ran = append(ran, "lost's reaping") }) // outside a batch
 	if len(ran) != 2 {
 		t.Fatalf("ran %v while lost's record is unwritten", ran)
 	}

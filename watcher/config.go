@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // Settings are the watcher's settings that ROOT/config.json may change
@@ -122,9 +122,6 @@ func (s Settings) Equal(o Settings) bool {
 var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second,
 	Slurm: SlurmSettings{Poll: DefaultSlurmPoll}}
 
-// ConfigPath returns the path of root's config.json.
-func ConfigPath(root string) string { return filepath.Join(root, "config.json") }
-
 // configFile is config.json; a field left out keeps the watcher's value.
 type configFile struct {
 	MaxRunning           *int            `json:"max_running"`
@@ -159,7 +156,7 @@ const maxConfig = 64 << 10
 // no one else, never through a link and never blocking: anything else is
 // a bad config.
 func LoadSettings(root string, base Settings) (Settings, error) {
-	path := ConfigPath(root)
+	path := layout.Root(root).Config()
 	b, fi, err := spool.ReadRegular(path, maxConfig)
 	if errors.Is(err, os.ErrNotExist) {
 		return base, nil
@@ -177,14 +174,14 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	dec := json.NewDecoder(bytes.NewReader(spool.TrimBOM(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-			msg := "unknown field " + field
-			if s := spool.Suggest(strings.Trim(field, `"`), configKeys()); s != "" {
+		if field, ok := spool.UnknownField(err); ok {
+			msg := fmt.Sprintf("unknown field %q", field)
+			if s := spool.Suggest(field, configKeys()); s != "" {
 				msg += fmt.Sprintf(" (did you mean %q?)", s)
 			}
-			return base, fmt.Errorf("%s: %s: fields are %s", ConfigPath(root), msg, strings.Join(configKeys(), ", "))
+			return base, fmt.Errorf("%s: %s: fields are %s", layout.Root(root).Config(), msg, strings.Join(configKeys(), ", "))
 		}
-		return base, fmt.Errorf("%s: %w", ConfigPath(root), err)
+		return base, fmt.Errorf("%s: %w", layout.Root(root).Config(), err)
 	}
 	l := base
 	for _, f := range []struct {
@@ -200,7 +197,7 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 			continue
 		}
 		if *f.v < 0 {
-			return base, fmt.Errorf("%s: %q: %d is negative", ConfigPath(root), f.name, *f.v)
+			return base, fmt.Errorf("%s: %q: %d is negative", layout.Root(root).Config(), f.name, *f.v)
 		}
 		*f.dst = *f.v
 	}
@@ -217,30 +214,30 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		}
 		var d spool.Duration
 		if err := d.UnmarshalJSON(f.raw); err != nil {
-			return base, fmt.Errorf("%s: %q: %v", ConfigPath(root), f.name, err)
+			return base, fmt.Errorf("%s: %q: %v", layout.Root(root).Config(), f.name, err)
 		}
 		*f.dst = d.D()
 	}
 	if c.Durability != nil {
 		d, err := tracker.ParseDurability(*c.Durability)
 		if err != nil {
-			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "durability", err)
+			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "durability", err)
 		}
 		l.Durability = d
 	}
 	if c.Users != nil {
 		if l.Users, err = resolveAll(*c.Users, lookupUser); err != nil {
-			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "users", err)
+			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "users", err)
 		}
 	}
 	if c.Groups != nil {
 		if l.Groups, err = resolveAll(*c.Groups, lookupGroup); err != nil {
-			return base, fmt.Errorf("%s: %q: %w", ConfigPath(root), "groups", err)
+			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "groups", err)
 		}
 	}
 	if len(c.Slurm) > 0 && string(c.Slurm) != "null" {
 		if l.Slurm, err = parseSlurmConfig(c.Slurm, l.Slurm); err != nil {
-			return base, fmt.Errorf("%s: %w", ConfigPath(root), err)
+			return base, fmt.Errorf("%s: %w", layout.Root(root).Config(), err)
 		}
 	}
 	if l.Slurm.Poll == 0 {
@@ -248,7 +245,7 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	}
 	if len(l.Users)+len(l.Groups) > 0 && os.Geteuid() != 0 {
 		return base, fmt.Errorf("%s: %q and %q need a watcher running as root, to run requests as their writers (this is uid %d)",
-			ConfigPath(root), "users", "groups", os.Geteuid())
+			layout.Root(root).Config(), "users", "groups", os.Geteuid())
 	}
 	return l, nil
 }
@@ -298,7 +295,7 @@ func AllowGroup(root, group string) error {
 	if _, err := lookupGroup(group); err != nil {
 		return err
 	}
-	path := ConfigPath(root)
+	path := layout.Root(root).Config()
 	fields := map[string]json.RawMessage{}
 	b, _, err := spool.ReadRegular(path, maxConfig)
 	switch {

@@ -3,13 +3,16 @@ package watcher
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -137,6 +140,8 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.answer(n, spool.AlreadyFinished, string(st.State))
 	case r == nil:
 		w.answer(n, spool.NotCancellable, fmt.Sprintf("run is %s but not supervised by this watcher", st.State))
+	case r.exit != nil && wantsRestart(r.st, *r.exit, r.unknown):
+		w.cancelRestart(r, n)
 	case r.exit != nil:
 		w.answer(n, spool.AlreadyFinished, "its process has exited")
 	default:
@@ -147,6 +152,21 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.String())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
+}
+
+// cancelRestart cancels run r, whose process has exited and which would
+// start again (its policy, a restart request): it will not, and the
+// cancel is answered canceled once the run has ended, as any other's.
+// Answered already_finished, the run would go on under the client's eyes.
+func (w *watcher) cancelRestart(r *run, n spool.Name) {
+	if r.st.Stop == nil {
+		r.st.Stop = &tracker.Stop{RequestedAt: time.Now()}
+	}
+	r.st.Stop.Cause = tracker.CauseCanceled
+	r.st.Stop.Requests = append(r.st.Stop.Requests, n.String())
+	r.st.State, r.st.Reason = tracker.Stopping, "canceled"
+	w.save(r.st)
+	w.log.Printf("%s: canceling: its process has exited, and it will not start again", n)
 }
 
 // takeDelete answers a delete request: deleted (the record, its output
@@ -193,13 +213,16 @@ func (w *watcher) conflict(n spool.Name, st *tracker.State, ifRev *int64) bool {
 // there is no such run, the request is answered and ok is false. done
 // removes the claimed request; call it once the request is carried out.
 func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int64) (st *tracker.State, done func(), ok bool) {
-	taken, claimed := w.claimControl(n, f)
-	if !claimed {
-		return nil, nil, false
+	done = func() {}
+	if w.selections[n] == nil { // a part of a selector request has no file: the selector was claimed
+		taken, claimed := w.claimControl(n, f)
+		if !claimed {
+			return nil, nil, false
+		}
+		// Removed once what it did is recorded: until then it is what the
+		// next watcher would take again.
+		done = func() { w.follow(effectUnclaim, n.ID, func() { os.Remove(taken) }) }
 	}
-	// Removed once what it did is recorded: until then it is what the next
-	// watcher would take again.
-	done = func() { w.afterRecorded(n.ID, func() { os.Remove(taken) }) }
 	st, err := w.lookup(n.ID)
 	switch {
 	case errors.Is(err, tracker.ErrNotFound):
@@ -286,7 +309,7 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 func (w *watcher) finishDeletions() {
 	for id, trash := range w.store.Trashed() {
 		rev, session := int64(0), ""
-		path := filepath.Join(trash, "state.json")
+		path := layout.Run(trash).State()
 		if b, _, err := spool.ReadRegular(path, spool.MaxBody); err == nil {
 			if st, err := tracker.ParseState(path, b); err == nil {
 				rev, session = st.Rev+1, st.Session
@@ -313,8 +336,10 @@ func (w *watcher) restoreControls() {
 	}
 	for _, taken := range names {
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(taken), "."), ".taken")
-		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
-			continue
+		if _, selector := spool.ParseSelectorName(name); !selector {
+			if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
+				continue
+			}
 		}
 		dst := filepath.Join(w.spool.Spool(), name)
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
@@ -322,6 +347,17 @@ func (w *watcher) restoreControls() {
 			continue
 		}
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
+	}
+	chosen, _ := filepath.Glob(filepath.Join(w.spool.Spool(), ".*.chosen"))
+	for _, path := range chosen {
+		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "."), ".chosen")
+		fi, err := os.Lstat(path)
+		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {
+			continue // not the watcher's: not to touch
+		}
+		if _, err := os.Lstat(filepath.Join(w.spool.Spool(), name)); errors.Is(err, fs.ErrNotExist) {
+			os.Remove(path) // its request was answered
+		}
 	}
 }
 

@@ -102,7 +102,12 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		if err != nil {
 			return "", fmt.Sprintf("it waits for %q, which names no run", name)
 		}
-		dep, err := w.lookup(d.ID)
+		var dep *tracker.State
+		if e, ok := w.ended[d.ID]; ok {
+			dep = &tracker.State{ID: d.ID, State: e.state, Reason: e.reason}
+		} else {
+			dep, err = w.lookup(d.ID)
+		}
 		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
 			return d.String(), "" // its start request is not taken yet
 		}
@@ -246,4 +251,12 @@ func (w *watcher) endedAsInHistory(id string) (tracker.StateName, bool) {
 		last = e.State
 	}
 	return last, found
+}
+
+// An endedRun is how a run that others wait for ended: noted when its end
+// is saved, so that a run waiting for many does not read each one's record
+// again at each turn of the queue.
+type endedRun struct {
+	state  tracker.StateName
+	reason string
 }

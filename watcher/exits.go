@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,8 +22,6 @@ import (
 // it to record the run's true end, then removes it. PID plus start time
 // names one process for the life of the machine, so a record can never be
 // taken for another process's.
-
-func exitsDir(root string) string { return filepath.Join(root, "exits") }
 
 func exitRecordName(pid int, start uint64) string {
 	return strconv.Itoa(pid) + "-" + strconv.FormatUint(start, 10)
@@ -60,7 +59,7 @@ func parseExit(b []byte) (procfs.Exit, error) {
 // writeExitRecord records how process pid (started at start) ended. It
 // replaces the file atomically, so a reader sees all of it or nothing.
 func writeExitRecord(root string, pid int, start uint64, e procfs.Exit) error {
-	dir := exitsDir(root)
+	dir := layout.Root(root).Exits()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -88,7 +87,7 @@ func writeExitRecord(root string, pid int, start uint64, e procfs.Exit) error {
 // readExitRecord returns the recorded end of process pid started at
 // start; the error wraps fs.ErrNotExist if there is no record (yet).
 func readExitRecord(root string, pid int, start uint64) (procfs.Exit, error) {
-	path := filepath.Join(exitsDir(root), exitRecordName(pid, start))
+	path := filepath.Join(layout.Root(root).Exits(), exitRecordName(pid, start))
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return procfs.Exit{}, err
@@ -102,7 +101,7 @@ func readExitRecord(root string, pid int, start uint64) (procfs.Exit, error) {
 
 // removeExitRecord removes a record that has been used.
 func removeExitRecord(root string, pid int, start uint64) error {
-	err := os.Remove(filepath.Join(exitsDir(root), exitRecordName(pid, start)))
+	err := os.Remove(filepath.Join(layout.Root(root).Exits(), exitRecordName(pid, start)))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,6 +18,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/cluster"
 	"golang.org/x/sys/unix"
 )
@@ -42,6 +42,9 @@ import (
 //   - the job writes how its command ended into the run's directory (see
 //     cluster.Script), which decides its exit code; the engine's view is
 //     the fallback for a job that never ran or was killed with its node.
+
+// effectSubmit submits a job once its record, with its tag, is on disk.
+const effectSubmit = "submit the job"
 
 // A job is a run on a cluster. Its run holds its record, timers and output
 // bookkeeping; it has no process on this host.
@@ -198,9 +201,9 @@ func (w *watcher) accepted(n spool.Name) {
 // submitted (see submitJob).
 func (w *watcher) launchJob(st *tracker.State, env map[string]string) {
 	id := st.ID
-	dir := w.store.RunDir(id)
+	dir := w.store.Run(id)
 	as, err := w.runAs(st)
-	if err == nil && strings.ContainsAny(dir, "%\\") {
+	if err == nil && strings.ContainsAny(string(dir), "%\\") {
 		err = fmt.Errorf("the run's directory %s has a %% or a \\, which sbatch takes for a pattern in --output", dir)
 	}
 	if err == nil {
@@ -226,12 +229,12 @@ func (w *watcher) launchJob(st *tracker.State, env map[string]string) {
 	spec := cluster.Spec{
 		Tag: st.Job.Tag, Comment: "tend run " + id + " of " + w.cfg.Root,
 		Script: cluster.Script(st.Command, st.Cwd, dir), Dir: st.Cwd,
-		Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr"),
-		Env:   jobEnv(as, env, map[string]string{"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": id, "TEND_SESSION": st.Session, "TEND_ATTEMPT": strconv.Itoa(st.Attempt), "TEND_PROGRESS": filepath.Join(dir, "progress")}),
+		Stdout: dir.Stream("stdout"), Stderr: dir.Stream("stderr"),
+		Env:   jobEnv(as, env, map[string]string{"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": id, "TEND_SESSION": st.Session, "TEND_ATTEMPT": strconv.Itoa(st.Attempt), "TEND_PROGRESS": dir.Progress()}),
 		Slurm: *st.Slurm, Cred: cred,
 	}
 	// Submitted once its record, with the tag, is on disk.
-	w.afterRecorded(id, func() { w.submitJob(j, spec) })
+	w.follow(effectSubmit, id, func() { w.submitJob(j, spec) })
 }
 
 // unpass takes back the event passing noted for st, if it is the last
@@ -255,17 +258,17 @@ func jobEnv(as *account, env map[string]string, own map[string]string) []string 
 // jobFiles makes a job's output files in its run's directory dir, the
 // owner's, as a local run's (the job appends to them), and hands the
 // directory to the user as runs on their behalf (as).
-func (w *watcher) jobFiles(dir string, owner int, as *account) error {
+func (w *watcher) jobFiles(dir layout.Run, owner int, as *account) error {
 	for _, name := range []string{"stdout", "stderr"} {
-		fd, err := tracker.OpenRunFile(filepath.Join(dir, name), unix.O_WRONLY|unix.O_APPEND, owner)
+		fd, err := tracker.OpenRunFile(dir.Stream(name), unix.O_WRONLY|unix.O_APPEND, owner)
 		if err != nil {
 			return err
 		}
 		unix.Close(fd)
 	}
-	os.Remove(filepath.Join(dir, cluster.ExitFile)) // an earlier attempt's
+	os.Remove(dir.Exit()) // an earlier attempt's
 	if as != nil {
-		return handOver(dir, *as)
+		return handOver(string(dir), *as)
 	}
 	return nil
 }
@@ -308,7 +311,7 @@ func (w *watcher) submitted(j *job, id string, err error) {
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		w.answerStop(st, string(st.State))
-		w.afterSaved(w.dequeue)
+		w.follow(effectDequeue, "", w.dequeue)
 		return
 	}
 	now := time.Now()
@@ -443,7 +446,7 @@ func (w *watcher) resolved(j *job, found []cluster.Job) {
 	if len(found) == 0 {
 		// The exit file of this attempt's job (launchJob removed any
 		// earlier one), whose ID is not known: the engine has forgotten it.
-		x, err := cluster.ReadExit(w.store.RunDir(st.ID))
+		x, err := cluster.ReadExit(w.store.Run(st.ID))
 		if err == nil || w.hasStarted(st.ID) {
 			w.log.Printf("recover: run %s: no job is named %s, but it ran: recording how it ended", st.ID, st.Job.Tag)
 			j.resolving = false
@@ -580,7 +583,7 @@ func (w *watcher) notVisible(st *tracker.State, nodes string) string {
 // it is lost.
 func (w *watcher) jobMissing(j *job) {
 	j.missing++
-	if x, err := cluster.ReadExit(w.store.RunDir(j.st.ID)); err == nil && x.Job == j.st.Job.ID {
+	if x, err := cluster.ReadExit(w.store.Run(j.st.ID)); err == nil && x.Job == j.st.Job.ID {
 		w.finishJob(j, nil, x.Exit, x.NotStarted)
 		return
 	}
@@ -593,7 +596,7 @@ func (w *watcher) jobMissing(j *job) {
 // ran and ended by itself has written its exit file; one more poll is
 // waited for it if it is not there yet (a shared file system's caches).
 func (w *watcher) jobEnded(j *job, cj cluster.Job) {
-	x, err := cluster.ReadExit(w.store.RunDir(j.st.ID))
+	x, err := cluster.ReadExit(w.store.Run(j.st.ID))
 	if err != nil && !errors.Is(err, cluster.ErrNoExitFile) {
 		w.log.Printf("run %s: %v", j.st.ID, err)
 	}
@@ -664,7 +667,7 @@ func (w *watcher) finishJob(j *job, cj *cluster.Job, e *cluster.Exit, notStarted
 		}
 		if !restartLimitReached(st) {
 			w.enterBackoff(st, how)
-			w.afterSaved(w.dequeue)
+			w.follow(effectDequeue, "", w.dequeue)
 			return
 		}
 		st.State = tracker.Failed
@@ -672,7 +675,7 @@ func (w *watcher) finishJob(j *job, cj *cluster.Job, e *cluster.Exit, notStarted
 		w.save(st)
 		w.log.Printf("run %s: %s", id, st.Reason)
 		w.answerStop(st, string(st.State))
-		w.afterSaved(w.dequeue)
+		w.follow(effectDequeue, "", w.dequeue)
 		return
 	}
 	slurm := func() string {
@@ -706,7 +709,7 @@ func (w *watcher) finishJob(j *job, cj *cluster.Job, e *cluster.Exit, notStarted
 		st.State, st.Reason = tracker.Completed, ""
 	case cj == nil && e == nil:
 		st.State = tracker.Failed
-		st.Reason = fmt.Sprintf("lost: %s no longer knows job %s, and it left no exit status in %s", engine, st.Job.ID, filepath.Join(w.store.RunDir(id), cluster.ExitFile))
+		st.Reason = fmt.Sprintf("lost: %s no longer knows job %s, and it left no exit status in %s", engine, st.Job.ID, w.store.Run(id).Exit())
 	case cj == nil:
 		st.State, st.Reason = tracker.Failed, how
 	case cj.End == cluster.Failed && cj.Reason == "NonZeroExitCode" && e != nil:
@@ -717,7 +720,7 @@ func (w *watcher) finishJob(j *job, cj *cluster.Job, e *cluster.Exit, notStarted
 	w.save(st)
 	w.log.Printf("run %s: %s (%s job %s: %s)", id, st.State, engine, st.Job.ID, how)
 	w.answerStop(st, string(st.State))
-	w.afterSaved(w.dequeue)
+	w.follow(effectDequeue, "", w.dequeue)
 }
 
 // startedAt is when job cj started, as its engine says, or now.
@@ -820,7 +823,7 @@ func (w *watcher) stopJob(j *job, cause tracker.StopCause, reason string, grace 
 	j.stopTimeout()
 	w.save(st)
 	j.timers = append(j.timers, w.after(grace, func() { w.killJob(j) }))
-	w.afterSaved(func() { w.termJob(j) })
+	w.follow(effectSignal, "", func() { w.termJob(j) })
 }
 
 // termJob sends SIGTERM to j's job's processes, or cancels it if it has

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/cluster"
 )
 
@@ -111,7 +112,7 @@ func (f *fakeEngine) forget(id string) {
 func startFake(t *testing.T, f *fakeEngine) string {
 	root := filepath.Join(t.TempDir(), ".tend")
 	os.MkdirAll(root, 0o700)
-	os.WriteFile(ConfigPath(root), []byte(`{"slurm": {"default": {}, "poll_interval": "100ms"}}`), 0o644)
+	os.WriteFile(layout.Root(root).Config(), []byte(`{"slurm": {"default": {}, "poll_interval": "100ms"}}`), 0o644)
 	stop := make(chan os.Signal, 1)
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -160,7 +161,7 @@ func TestJobStates(t *testing.T) {
 		}
 	}
 	ran := func(id string) { // what the job's script does once it runs
-		os.WriteFile(filepath.Join(store.RunDir(id), cluster.StartedFile), nil, 0o644)
+		os.WriteFile(store.Run(id).Started(), nil, 0o644)
 	}
 	longAgo := time.Now().Add(-time.Minute)
 	end := func(j *cluster.Job, state, reason string, e *cluster.Exit) {
@@ -197,7 +198,7 @@ func TestJobStates(t *testing.T) {
 
 	// An exit file is the job's: one that names another job is not taken,
 	// and the engine's status is.
-	os.WriteFile(filepath.Join(store.RunDir("pend"), cluster.ExitFile), []byte("job 99 exited 0\n"), 0o644)
+	os.WriteFile(store.Run("pend").Exit(), []byte("job 99 exited 0\n"), 0o644)
 	f.set(t, "pend", func(j *cluster.Job) { end(j, "FAILED", "NonZeroExitCode", &cluster.Exit{Code: 2}) })
 	st = waitRecord(t, root, "pend", ended)
 	if st.State != tracker.Failed || *st.ExitCode != 2 || st.Reason != "exited with code 2" {
@@ -243,7 +244,7 @@ func TestJobStates(t *testing.T) {
 	id = f.set(t, "gone", func(j *cluster.Job) {})
 	waitRecord(t, root, "gone", func(st *tracker.State) bool { return st.Job.ID == id })
 	ran("gone")
-	os.WriteFile(filepath.Join(store.RunDir("gone"), cluster.ExitFile), []byte("job "+id+" exited 0\n"), 0o644)
+	os.WriteFile(store.Run("gone").Exit(), []byte("job "+id+" exited 0\n"), 0o644)
 	f.forget(id)
 	st = waitRecord(t, root, "gone", ended)
 	if st.State != tracker.Completed || *st.ExitCode != 0 {

@@ -7,7 +7,6 @@ import (
 	"log"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,22 +15,10 @@ import (
 
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
-
-// KeeperComm and WatcherComm are the names a keeper and a watcher give
-// themselves (in /proc/PID/comm, and so in ps), by which each is told from
-// other processes.
-const (
-	KeeperComm  = "tend-keeper"
-	WatcherComm = "tend-watcher"
-)
-
-// KeeperPIDPath returns the file in which the keeper in charge of root
-// writes its PID.
-func KeeperPIDPath(root string) string { return filepath.Join(root, "keeper.pid") }
-
-func keeperLockPath(root string) string { return filepath.Join(root, "keeper.lock") }
 
 // ErrKeeperRunning means another keeper is in charge of the root: its
 // watcher died and it is about to start a new one.
@@ -144,7 +131,7 @@ func Keep(cfg KeeperConfig) (int, error) {
 		return 1, fmt.Errorf("becoming a child subreaper: %w", err)
 	}
 	// The name lets watchers, ps and tests tell the keeper from a watcher.
-	if err := os.WriteFile("/proc/self/comm", []byte(KeeperComm), 0); err != nil {
+	if err := os.WriteFile("/proc/self/comm", []byte(tracker.KeeperComm), 0); err != nil {
 		return 1, fmt.Errorf("naming the keeper: %w", err)
 	}
 	if cfg.Log == nil {
@@ -226,19 +213,19 @@ func (k *keeper) takeCharge() error {
 	if err := os.MkdirAll(k.cfg.Root, 0o700); err != nil {
 		return err
 	}
-	l := newLock(keeperLockPath(k.cfg.Root))
+	l := newLock(layout.Root(k.cfg.Root).KeeperLock())
 	got, err := l.TryLock()
 	if err != nil {
-		return fmt.Errorf("%s: %w", keeperLockPath(k.cfg.Root), err)
+		return fmt.Errorf("%s: %w", layout.Root(k.cfg.Root).KeeperLock(), err)
 	}
 	if !got {
-		if running, pid, _ := Probe(k.cfg.Root); running {
+		if running, pid, _ := tracker.ProbeWatcher(k.cfg.Root); running {
 			return fmt.Errorf("%w on %s (pid %d)", ErrRunning, k.cfg.Root, pid)
 		}
-		return fmt.Errorf("%w of %s (pid %d) and restarts its watcher; run: tend up", ErrKeeperRunning, k.cfg.Root, readPID(KeeperPIDPath(k.cfg.Root)))
+		return fmt.Errorf("%w of %s (pid %d) and restarts its watcher; run: tend up", ErrKeeperRunning, k.cfg.Root, tracker.ReadPID(layout.Root(k.cfg.Root).KeeperPID()))
 	}
 	k.charge = l
-	if err := os.WriteFile(KeeperPIDPath(k.cfg.Root), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(layout.Root(k.cfg.Root).KeeperPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
 		l.Unlock()
 		return err
 	}
@@ -249,7 +236,7 @@ func (k *keeper) releaseCharge() {
 	if k.charge == nil {
 		return
 	}
-	os.Remove(KeeperPIDPath(k.cfg.Root))
+	os.Remove(layout.Root(k.cfg.Root).KeeperPID())
 	k.charge.Unlock()
 	k.charge = nil
 }
@@ -260,7 +247,7 @@ func (k *keeper) restartWatcher() {
 	if k.done || k.watcher != 0 {
 		return
 	}
-	if running, pid, _ := Probe(k.cfg.Root); running {
+	if running, pid, _ := tracker.ProbeWatcher(k.cfg.Root); running {
 		k.log.Printf("another watcher (pid %d) runs on %s; not starting one", pid, k.cfg.Root)
 		k.done = true
 		return

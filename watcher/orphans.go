@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker"
 )
 
 // A watcher is a child subreaper: a process that leaves its run's group
@@ -103,7 +104,7 @@ func (w *watcher) drain() {
 	}
 	keepers := make(map[int]bool)
 	for _, p := range all {
-		if p.Comm == KeeperComm {
+		if p.Comm == tracker.KeeperComm {
 			keepers[p.PID] = true
 		}
 	}
@@ -358,7 +359,7 @@ func (w *watcher) lookForEscapes() {
 	}
 	keepers := make(map[int]bool)
 	for _, p := range all {
-		if p.Comm == KeeperComm {
+		if p.Comm == tracker.KeeperComm {
 			keepers[p.PID] = true
 		}
 	}
@@ -441,7 +442,7 @@ func isKeeper(pid int) bool {
 		return false
 	}
 	st, err := procfs.ReadStat(pid)
-	return err == nil && st.Comm == KeeperComm
+	return err == nil && st.Comm == tracker.KeeperComm
 }
 
 // keeperPID returns the PID of the keeper above this watcher, or 0.

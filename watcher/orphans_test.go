@@ -65,7 +65,7 @@ func TestDescendants(t *testing.T) {
 // holds by the keeper's --hold arguments, and not another root's.
 func TestKeeperHolds(t *testing.T) {
 	dir := t.TempDir()
-	sh := filepath.Join(dir, KeeperComm) // so that its comm is a keeper's
+	sh := filepath.Join(dir, tracker.KeeperComm) // so that its comm is a keeper's
 	b, err := os.ReadFile("/bin/sh")
 	if err != nil {
 		t.Fatal(err)

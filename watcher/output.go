@@ -3,8 +3,8 @@ package watcher
 import (
 	"bytes"
 	"errors"
+	"github.com/tendhq/tend/procfs"
 	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/tendhq/tend/spool"
@@ -29,7 +29,7 @@ func (w *watcher) watchRunDir(r *run) {
 		return
 	}
 	if err := w.fsw.Add(w.store.RunDir(r.st.ID)); err != nil {
-		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends, and --both shows its streams one after the other)", r.st.ID, InotifyError(err))
+		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends, and --both shows its streams one after the other)", r.st.ID, procfs.InotifyError(err))
 	}
 }
 
@@ -149,7 +149,7 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 	// Checked with a stat first: at the end of every run, and every 100 ms
 	// of a run that writes, the file is almost never over its limit. An
 	// lstat: the size of whatever a link points to is not the run's.
-	path := w.store.Path(st.ID, name)
+	path := w.store.Run(st.ID).Stream(name)
 	var size unix.Stat_t
 	if err := unix.Lstat(path, &size); err != nil || size.Mode&unix.S_IFMT != unix.S_IFREG {
 		return "", false
@@ -236,7 +236,7 @@ func (w *watcher) saveCuts(st *tracker.State, cuts string) {
 	if cuts == "" {
 		return
 	}
-	w.afterRecorded(st.ID, func() {
+	w.follow(effectRemoveCut, st.ID, func() {
 		if err := w.store.RemoveCuts(st.ID, cuts); err != nil {
 			w.log.Printf("run %s: %v", st.ID, err)
 		}
@@ -307,7 +307,7 @@ func (w *watcher) settleCut(st *tracker.State, name string, cuts []tracker.Cut) 
 // file, never through a link nor into another file put in its place (its
 // directory may be its owner's).
 func (w *watcher) openOutput(st *tracker.State, name string) (*os.File, error) {
-	path := w.store.Path(st.ID, name)
+	path := w.store.Run(st.ID).Stream(name)
 	fd, err := tracker.OpenRunFile(path, unix.O_WRONLY, st.OwnerUID)
 	if err != nil {
 		return nil, err
@@ -325,7 +325,7 @@ func outputStream(st *tracker.State, name string) *tracker.Stream {
 
 // readProgress takes what r wrote to its progress file.
 func (w *watcher) readProgress(r *run) {
-	b, err := readHead(filepath.Join(w.store.RunDir(r.st.ID), "progress"), 4096)
+	b, err := readHead(w.store.Run(r.st.ID).Progress(), 4096)
 	if err != nil {
 		return
 	}

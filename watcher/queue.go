@@ -60,13 +60,13 @@ func (w *watcher) removeQueued(q *queuedRun) {
 	if waits(q.st) {
 		w.waiters--
 	}
+	if w.waiters == 0 {
+		clear(w.ended) // nothing waits for them any more
+	}
 	if isJob(q.st) {
 		w.jobs.queued--
 	}
 }
-
-// QueuePath returns the path of root's queue file.
-func QueuePath(root string) string { return filepath.Join(root, "queue") }
 
 func (w *watcher) queued(id string) *queuedRun {
 	for _, q := range w.queue {
@@ -221,7 +221,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	if err != nil || !f.Settled || !sameWaits(req, q.req) {
 		return false // a version whose waits changed is taken as an edit first
 	}
-	claimed, err := w.spool.Claim(f, filepath.Join(w.store.RunDir(n.ID), "request"))
+	claimed, err := w.spool.Claim(f, w.store.Run(n.ID).Request())
 	if err != nil {
 		return false
 	}
@@ -240,7 +240,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		if !sameWaits(req, q.req) {
 			// Edited at that very moment to wait for something else: back
 			// to the spool, to be taken as an edit.
-			if unix.Renameat2(unix.AT_FDCWD, filepath.Join(w.store.RunDir(n.ID), "request"), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE) == nil {
+			if unix.Renameat2(unix.AT_FDCWD, w.store.Run(n.ID).Request(), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE) == nil {
 				return false
 			}
 		}
@@ -257,7 +257,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 // Its request is kept as the run's, though it never ran.
 func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 	start := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
-	os.Rename(filepath.Join(w.spool.Spool(), start.String()), filepath.Join(w.store.RunDir(q.st.ID), "request"))
+	os.Rename(filepath.Join(w.spool.Spool(), start.String()), w.store.Run(q.st.ID).Request())
 	w.forget(start.String())
 	w.endQueued(q, tracker.Canceled, "canceled while queued; it never started")
 	w.answer(n, spool.Canceled, "")
@@ -321,7 +321,7 @@ func (w *watcher) writeQueue() {
 		b.WriteString(q.st.ID)
 		b.WriteByte('\n')
 	}
-	if err := spool.ReplaceUnsynced(QueuePath(w.cfg.Root), []byte(b.String()), spool.Perm{Mode: 0o644}); err != nil {
+	if err := spool.ReplaceUnsynced(w.root().Queue(), []byte(b.String()), spool.Perm{Mode: 0o644}); err != nil {
 		w.log.Printf("%v", err)
 	}
 }
@@ -340,7 +340,7 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		w.addQueued(&queuedRun{st: st, req: req})
 		return
 	}
-	if _, err := os.Stat(filepath.Join(w.store.RunDir(st.ID), "request")); err == nil {
+	if _, err := os.Stat(w.store.Run(st.ID).Request()); err == nil {
 		w.neverRan(st, "it was leaving the queue when the watcher stopped")
 		return
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -99,7 +100,7 @@ func (w *watcher) recoverClaimed(id string) {
 // readRequest reads run id's claimed request, and its stat: a regular
 // file of at most spool.MaxBody bytes, read without following a link.
 func (w *watcher) readRequest(id string) ([]byte, unix.Stat_t, error) {
-	return spool.ReadRegular(filepath.Join(w.store.RunDir(id), "request"), spool.MaxBody)
+	return spool.ReadRegular(w.store.Run(id).Request(), spool.MaxBody)
 }
 
 func (w *watcher) recoverLive(st *tracker.State) {
@@ -198,7 +199,7 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 
 // recordTime is when st's exit record was written: about when it ended.
 func recordTime(root string, st *tracker.State) time.Time {
-	fi, err := os.Stat(filepath.Join(exitsDir(root), exitRecordName(st.PID, st.ProcStart)))
+	fi, err := os.Stat(filepath.Join(layout.Root(root).Exits(), exitRecordName(st.PID, st.ProcStart)))
 	if err != nil {
 		return time.Now()
 	}
@@ -238,7 +239,7 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 // sweepExitRecords removes the exit records that no run needs: those of
 // processes that were no run's leader, and those already used.
 func (w *watcher) sweepExitRecords() {
-	names, err := os.ReadDir(exitsDir(w.cfg.Root))
+	names, err := os.ReadDir(w.root().Exits())
 	if err != nil {
 		w.log.Printf("%v", err)
 		return
@@ -259,7 +260,7 @@ func (w *watcher) keeperHolds(st *tracker.State) bool {
 			w.log.Printf("scanning /proc: %v", err)
 		}
 		for _, p := range all {
-			if p.Comm != KeeperComm || p.State == 'Z' {
+			if p.Comm != tracker.KeeperComm || p.State == 'Z' {
 				continue
 			}
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))

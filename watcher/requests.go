@@ -84,6 +84,9 @@ func (w *watcher) examine(name string) {
 		return
 	}
 	n, nameErr := spool.ParseName(name)
+	if sn, ok := spool.ParseSelectorName(name); ok {
+		n, nameErr = sn, nil
+	}
 	f, err := w.spool.Read(name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
@@ -138,6 +141,9 @@ func (w *watcher) examine(name string) {
 
 // request parses request n's body for its verb, and returns what takes it.
 func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
+	if n.ID == spool.SelectID {
+		return w.selectRequest(n, f)
+	}
 	switch n.Verb {
 	case spool.VerbStart:
 		req, err := spool.ParseStart(f.Body)
@@ -199,7 +205,10 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 }
 
 func (w *watcher) outcome(n spool.Name, outcome, detail string) {
-	w.afterRecorded(n.ID, func() { // what it answers is recorded first
+	w.follow(effectAnswer, n.ID, func() { // what it answers is recorded first
+		if w.selectionAnswer(n, outcome, detail) {
+			return // a part of a selector request: it answers for all
+		}
 		if err := w.spool.WriteOutcome(n, outcome, detail); err != nil {
 			w.log.Printf("%s: writing outcome %s: %v (retrying)", n, outcome, err)
 			w.unsaved.outcomes[n] = [2]string{outcome, detail}

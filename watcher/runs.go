@@ -135,7 +135,7 @@ func (w *watcher) spawned(sp *spawn) {
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
 	gate := sp.gate
-	w.gateAfterRecorded(st.ID, func() {
+	w.follow(effectGate, st.ID, func() {
 		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
@@ -207,7 +207,7 @@ func setLimits(pid int, st *tracker.State) error {
 
 // startedPath is the file a run's process creates once past its gate.
 func (w *watcher) startedPath(id string) string {
-	return filepath.Join(w.store.RunDir(id), "started")
+	return w.store.Run(id).Started()
 }
 
 func (w *watcher) hasStarted(id string) bool {
@@ -300,7 +300,7 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	sp.env = childEnv(as.baseEnv(), as.env(), withoutMarks(extraEnv), map[string]string{
 		"TEND_ROOT": w.cfg.Root, "TEND_RUN_ID": st.ID, "TEND_SESSION": st.Session, w.mark: st.ID,
 		"TEND_READY": w.readyPath(st.ID), "TEND_ATTEMPT": strconv.Itoa(st.Attempt + 1),
-		"TEND_PROGRESS": filepath.Join(w.store.RunDir(st.ID), "progress"),
+		"TEND_PROGRESS": w.store.Run(st.ID).Progress(),
 	})
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	// Not for a run of another user: the watcher would look as root, and
@@ -526,7 +526,7 @@ func (w *watcher) stop(r *run, cause tracker.StopCause, reason string, grace tim
 	// Runs stopped together in a batch get SIGTERM once all their stopping
 	// records are written; or could not be: a run that fills the disk must
 	// still stop.
-	w.afterSaved(func() {
+	w.follow(effectSignal, "", func() {
 		if w.runs[r.st.ID] == r {
 			w.signalGroup(r, syscall.SIGTERM)
 		}
@@ -743,7 +743,7 @@ func (w *watcher) exitRecorded(name string) {
 func (w *watcher) finish(r *run) {
 	e := *r.exit
 	pid, start := r.st.PID, r.st.ProcStart
-	defer w.afterRecorded(r.st.ID, func() {
+	defer w.follow(effectReap, r.st.ID, func() {
 		if !r.adopted {
 			if _, err := r.proc.Reap(); err != nil {
 				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
@@ -794,7 +794,7 @@ func (w *watcher) finish(r *run) {
 		}
 		if !restartLimitReached(st) {
 			w.enterBackoff(st, how)
-			w.afterSaved(w.dequeue)
+			w.follow(effectDequeue, "", w.dequeue)
 			return
 		}
 		st.State = tracker.Failed
@@ -802,7 +802,7 @@ func (w *watcher) finish(r *run) {
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		w.answerStop(st, string(st.State))
-		w.afterSaved(w.dequeue)
+		w.follow(effectDequeue, "", w.dequeue)
 		return
 	}
 	switch {
@@ -822,23 +822,26 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, string(st.State))
-	w.afterSaved(w.dequeue) // its slot is free, once its end is flushed
+	w.follow(effectDequeue, "", w.dequeue) // its slot is free, once its end is flushed
 }
 
-// answerStop answers the cancel requests that wait on st's stop, if any:
-// canceled if the run ended canceled, else already_finished.
+// answerStop answers the requests that wait on st's stop, now that it has
+// ended: a cancel canceled if the run ended canceled, else
+// already_finished; a restart, which did not happen (a cancel won, or
+// the run could not be started again), not_running with the run's state.
 func (w *watcher) answerStop(st *tracker.State, detail string) {
 	if st.Stop == nil {
 		return
 	}
 	for _, name := range st.Stop.Requests {
 		n, err := spool.ParseName(name)
-		if err != nil {
-			continue
-		}
-		if st.State == tracker.Canceled {
+		switch {
+		case err != nil:
+		case n.Verb == spool.VerbRestart:
+			w.outcome(n, spool.NotRunning, string(st.State))
+		case st.State == tracker.Canceled:
 			w.outcome(n, spool.Canceled, "")
-		} else {
+		default:
 			w.outcome(n, spool.AlreadyFinished, detail)
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"syscall"
 	"time"
 
@@ -24,7 +23,7 @@ import (
 
 // readyPath is the file a run creates to say it is ready ($TEND_READY).
 func (w *watcher) readyPath(id string) string {
-	return filepath.Join(w.store.RunDir(id), "ready")
+	return w.store.Run(id).Ready()
 }
 
 // waitsForReady reports whether st is starting until a check passes.
@@ -347,5 +346,6 @@ func (w *watcher) endBackoff(b *backoff, state tracker.StateName, reason string)
 	now := time.Now()
 	b.st.State, b.st.Reason, b.st.EndedAt, b.st.NextStartAt = state, reason, &now, nil
 	w.save(b.st)
+	w.answerStop(b.st, string(state)) // a restart asked for, that now will not be
 	w.log.Printf("run %s: %s (%s)", b.st.ID, state, reason)
 }

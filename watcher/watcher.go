@@ -16,8 +16,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -26,6 +24,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/cluster"
 	"golang.org/x/sys/unix"
 )
@@ -82,53 +81,6 @@ const DefaultSettle = time.Second
 // ErrRunning means another watcher holds the root's lock.
 var ErrRunning = errors.New("another watcher is already running")
 
-// LockPath and PIDPath return the files that say whether a watcher runs.
-func LockPath(root string) string { return filepath.Join(root, "watcher.lock") }
-func PIDPath(root string) string  { return filepath.Join(root, "watcher.pid") }
-
-// Probe reports whether a watcher holds root's lock, and the PID it wrote.
-// It decides by the lock, not by the PID file. It holds a shared lock for a
-// moment, which a starting watcher waits out (see lock).
-func Probe(root string) (running bool, pid int, err error) {
-	return probe(LockPath(root), PIDPath(root))
-}
-
-// ProbeKeeper reports whether a keeper is in charge of root (see Keep),
-// and the PID it wrote, deciding by the keeper's lock.
-func ProbeKeeper(root string) (running bool, pid int, err error) {
-	return probe(keeperLockPath(root), KeeperPIDPath(root))
-}
-
-func probe(lockPath, pidPath string) (running bool, pid int, err error) {
-	// Not made if it is missing (no watcher runs), and not through a link.
-	l := flock.New(lockPath, flock.SetFlag(os.O_RDONLY|syscall.O_NOFOLLOW))
-	got, err := l.TryRLock()
-	if errors.Is(err, os.ErrNotExist) {
-		return false, 0, nil
-	}
-	if errors.Is(err, os.ErrPermission) {
-		// Another user's client in a shared root: the lock is the
-		// watcher's user's alone, so the PID file (the watcher's, or the
-		// keeper's) says, if a process of that name still has that PID.
-		pid := readPID(pidPath)
-		return pid > 0 && daemonAlive(pid), pid, nil
-	}
-	if err != nil {
-		return false, 0, err
-	}
-	if got {
-		l.Unlock()
-		return false, 0, nil
-	}
-	return true, readPID(pidPath), nil
-}
-
-func readPID(path string) int {
-	b, _ := os.ReadFile(path)
-	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return pid
-}
-
 // newLock returns the flock on the lock file at path, made if it is
 // missing, and never opened through a link. It is the watcher's user's
 // alone (0600): anyone who may open a lock file may hold it, and so keep
@@ -142,7 +94,7 @@ func newLock(path string) *flock.Flock {
 // hold it only for a moment, so it retries for a while before it decides
 // that another watcher runs.
 func lock(root string) (*flock.Flock, error) {
-	l := newLock(LockPath(root))
+	l := newLock(layout.Root(root).WatcherLock())
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	got, err := l.TryLockContext(ctx, 5*time.Millisecond)
@@ -150,9 +102,9 @@ func lock(root string) (*flock.Flock, error) {
 		return l, nil
 	}
 	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return nil, fmt.Errorf("%s: %w", LockPath(root), err)
+		return nil, fmt.Errorf("%s: %w", layout.Root(root).WatcherLock(), err)
 	}
-	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, readPID(PIDPath(root)))
+	return nil, fmt.Errorf("%w on %s (pid %d)", ErrRunning, root, tracker.ReadPID(layout.Root(root).WatcherPID()))
 }
 
 // loadKey reads the key that seals the records, or makes it. A root whose
@@ -170,7 +122,7 @@ func (w *watcher) loadKey() error {
 			w.log.Printf("sealing: %v", err)
 		}
 		if len(sealed) > 0 {
-			w.log.Printf("%s made: sealed the %d records an earlier tend wrote", tracker.KeyFile, len(sealed))
+			w.log.Printf("%s made: sealed the %d records an earlier tend wrote", w.root().RecordKey(), len(sealed))
 		}
 	}
 	return nil
@@ -184,7 +136,7 @@ func (w *watcher) loadKey() error {
 // one, which waits for the lock) rather than supervise the same runs
 // twice.
 func (w *watcher) relock() error {
-	path := LockPath(w.cfg.Root)
+	path := w.root().WatcherLock()
 	if now, err := os.Stat(path); err == nil {
 		for _, l := range w.locks {
 			if held, err := l.Stat(); err == nil && os.SameFile(held, now) {
@@ -266,7 +218,7 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.store.Make(); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(exitsDir(cfg.Root), 0o755); err != nil {
+	if err := os.MkdirAll(layout.Root(cfg.Root).Exits(), 0o755); err != nil {
 		return err
 	}
 	l, err := lock(cfg.Root)
@@ -290,21 +242,21 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	// A name for ps, next to the keeper's; no harm if it cannot be set.
-	os.WriteFile("/proc/self/comm", []byte(WatcherComm), 0)
+	os.WriteFile("/proc/self/comm", []byte(tracker.WatcherComm), 0)
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
 	defer signal.Stop(sigchld)
 
 	fsw, err := fsnotify.NewBufferedWatcher(eventBatch)
 	if err != nil {
-		return fmt.Errorf("inotify: %w", InotifyError(err))
+		return fmt.Errorf("inotify: %w", procfs.InotifyError(err))
 	}
 	defer fsw.Close()
 	// Watch first, then look: a request dropped in between is seen twice,
 	// which is harmless, instead of not at all.
-	for _, dir := range []string{w.spool.Spool(), exitsDir(cfg.Root), cfg.Root} {
+	for _, dir := range []string{w.spool.Spool(), layout.Root(cfg.Root).Exits(), cfg.Root} {
 		if err := fsw.Add(dir); err != nil {
-			return fmt.Errorf("watch %s: %w", dir, InotifyError(err))
+			return fmt.Errorf("watch %s: %w", dir, procfs.InotifyError(err))
 		}
 	}
 	w.fsw = fsw
@@ -324,8 +276,8 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.writeInfo(); err != nil {
 		return err
 	}
-	defer os.Remove(PIDPath(cfg.Root))
-	defer os.Remove(InfoPath(cfg.Root))
+	defer os.Remove(layout.Root(cfg.Root).WatcherPID())
+	defer os.Remove(layout.Root(cfg.Root).WatcherInfo())
 	w.log.Printf("watching %s (pid %d, keeper %d), durability %s", cfg.Root, os.Getpid(), w.keeper, w.settings.Durability)
 	if cfg.Ready != nil {
 		fmt.Fprintln(cfg.Ready, "ready")
@@ -366,6 +318,10 @@ type watcher struct {
 	waiters    int
 	dequeueDue bool
 	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
+	ended      map[string]endedRun          // how runs waited for ended (see conditions)
+	// selections holds the selector requests under way, by the name of
+	// each of their parts (see selection).
+	selections map[spool.Name]*selection
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
@@ -425,7 +381,9 @@ func newWatcher(cfg Config) *watcher {
 		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
 		deletedAs:  make(map[string]tracker.StateName),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]func()), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
+		ended:      make(map[string]endedRun),
+		selections: make(map[spool.Name]*selection),
+		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
 		exited:     make(chan *run, 64),
 	}
@@ -524,14 +482,14 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		switch ev.Name {
 		case w.spool.Spool():
 			return fmt.Errorf("the spool %s was removed", ev.Name)
-		case exitsDir(w.cfg.Root):
+		case w.root().Exits():
 			return fmt.Errorf("the exit records' directory %s was removed", ev.Name)
 		}
 	}
-	if ev.Name == LockPath(w.cfg.Root) {
+	if ev.Name == w.root().WatcherLock() {
 		return w.relock()
 	}
-	if ev.Name == ConfigPath(w.cfg.Root) {
+	if ev.Name == w.root().Config() {
 		w.reloadSettings()
 		return nil
 	}
@@ -539,7 +497,7 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		w.runDirEvent(filepath.Base(dir), filepath.Base(ev.Name))
 		return nil
 	}
-	if filepath.Dir(ev.Name) == exitsDir(w.cfg.Root) {
+	if filepath.Dir(ev.Name) == w.root().Exits() {
 		if ev.Has(fsnotify.Create) {
 			w.exitRecorded(filepath.Base(ev.Name))
 		}
@@ -645,7 +603,7 @@ func (w *watcher) guard(st *tracker.State) {
 			return
 		}
 	}
-	path := w.store.Path(st.ID, "state.json")
+	path := w.store.Run(st.ID).State()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return // removed: it is written anew
@@ -682,6 +640,11 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 	events := append(w.passed, ev)
 	w.passed = nil
 	if w.waitedOn(st.ID) {
+		if tracker.Final(st.State) {
+			// How it ended, for the runs that wait for it (conditions)
+			// to learn without reading its record each time.
+			w.ended[st.ID] = endedRun{st.State, st.Reason}
+		}
 		w.dequeueSoon() // once what it waits for is recorded
 	}
 	if w.batch.active {
@@ -724,7 +687,7 @@ func (w *watcher) passing(st *tracker.State) {
 type unsaved struct {
 	events   []tracker.Event
 	states   map[string]*tracker.State
-	waiting  map[string][]func() // for a record in states (see whenWritten)
+	waiting  map[string][]effect // for a record in states (see follow)
 	outcomes map[spool.Name][2]string
 	// gone holds the records in states whose run directory is gone,
 	// tried again with a growing delay, then given up.
@@ -806,15 +769,6 @@ func (w *watcher) retryUnsaved() {
 	})
 }
 
-// daemonAlive reports whether process pid runs and is a watcher or a
-// keeper (by the name it gives itself), for a client that may not probe
-// the locks.
-func daemonAlive(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid))
-	comm := strings.TrimSpace(string(b))
-	return err == nil && (comm == WatcherComm || comm == KeeperComm)
-}
-
 // giveUpGone counts a failed try of st's record if its run directory is
 // gone, and gives the record up after goneTries: what waited for it (the
 // reaping of its leader, the answers to its cancel requests) then goes
@@ -859,3 +813,6 @@ func (w *watcher) crash(step string) {
 	unix.Kill(os.Getpid(), unix.SIGKILL)
 	time.Sleep(time.Minute) // it does not return
 }
+
+// root names the files of the watcher's root.
+func (w *watcher) root() layout.Root { return layout.Root(w.cfg.Root) }

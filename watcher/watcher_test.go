@@ -14,6 +14,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 func TestChildEnvLayers(t *testing.T) {
@@ -74,18 +75,18 @@ func TestDescribeExit(t *testing.T) {
 
 func TestLockIsExclusiveAndProbeSeesIt(t *testing.T) {
 	root := t.TempDir()
-	if running, _, err := Probe(root); running || err != nil {
+	if running, _, err := tracker.ProbeWatcher(root); running || err != nil {
 		t.Fatalf("Probe of an idle root = %v, %v", running, err)
 	}
 	l, err := lock(root)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(PIDPath(root), []byte("4242\n"), 0o644)
+	os.WriteFile(layout.Root(root).WatcherPID(), []byte("4242\n"), 0o644)
 	if _, err := lock(root); !errors.Is(err, ErrRunning) || !strings.Contains(err.Error(), "(pid 4242)") {
 		t.Fatalf("second lock = %v, want ErrRunning naming pid 4242", err)
 	}
-	if running, pid, err := Probe(root); !running || pid != 4242 || err != nil {
+	if running, pid, err := tracker.ProbeWatcher(root); !running || pid != 4242 || err != nil {
 		t.Fatalf("Probe = %v, %d, %v; want running, 4242", running, pid, err)
 	}
 	l.Unlock()
@@ -212,7 +213,7 @@ func TestLoadSettings(t *testing.T) {
 	for _, tt := range tests {
 		root := t.TempDir()
 		if tt.config != "" {
-			os.WriteFile(ConfigPath(root), []byte(tt.config), 0o644)
+			os.WriteFile(layout.Root(root).Config(), []byte(tt.config), 0o644)
 		}
 		got, err := LoadSettings(root, DefaultSettings)
 		if tt.wantErr != "" {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 )
 
 type cancelCmd struct {
@@ -86,8 +88,26 @@ func (c *cancelCmd) cancelAll(e *env) error {
 	if err != nil {
 		return err
 	}
-	outcomes, err := client.CancelWhere(e.context(), tend.Control{Grace: c.Grace},
-		func(s string) bool { return !scoped || s == session })
+	// One selector request: every run this client may act on (the
+	// watcher keeps a session's request to its runs); the runs of no
+	// session are named, as a selector has no word for them.
+	sel := spool.Select{All: true}
+	if scoped && session == "" {
+		runs, err := client.List(e.context(), tend.Filter{Brief: true})
+		if err != nil {
+			return err
+		}
+		sel = spool.Select{IDs: []string{}}
+		for _, r := range runs {
+			if r.Session == "" && !tracker.Final(r.State) {
+				sel.IDs = append(sel.IDs, r.ID)
+			}
+		}
+		if len(sel.IDs) == 0 {
+			return nil
+		}
+	}
+	outcomes, err := client.CancelSelected(e.context(), sel, tend.Control{Grace: c.Grace})
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 )
 
 // chaosRun is what one run of the chaos test must end as.
@@ -103,16 +102,16 @@ var chaosModes = map[string]func(ts *testscript.TestScript, rng *rand.Rand, root
 		tendUp(ts)
 	},
 	"keeper": func(ts *testscript.TestScript, rng *rand.Rand, root string) {
-		recoverFrom(ts, root, killDaemon(ts, root, watcher.KeeperComm))
+		recoverFrom(ts, root, killDaemon(ts, root, tracker.KeeperComm))
 	},
 	"keeper-after-watcher": func(ts *testscript.TestScript, rng *rand.Rand, root string) {
-		recoverFrom(ts, root, killDaemon(ts, root, watcher.WatcherComm))
+		recoverFrom(ts, root, killDaemon(ts, root, tracker.WatcherComm))
 		time.Sleep(time.Duration(rng.IntN(100)) * time.Millisecond)
-		recoverFrom(ts, root, killDaemon(ts, root, watcher.KeeperComm))
+		recoverFrom(ts, root, killDaemon(ts, root, tracker.KeeperComm))
 	},
 	"together": func(ts *testscript.TestScript, rng *rand.Rand, root string) {
-		killDaemon(ts, root, watcher.WatcherComm)
-		killDaemon(ts, root, watcher.KeeperComm)
+		killDaemon(ts, root, tracker.WatcherComm)
+		killDaemon(ts, root, tracker.KeeperComm)
 		time.Sleep(time.Duration(rng.IntN(50)) * time.Millisecond)
 		tendUp(ts)
 	},
@@ -121,12 +120,12 @@ var chaosModes = map[string]func(ts *testscript.TestScript, rng *rand.Rand, root
 // killDaemon SIGKILLs root's watcher or keeper (by comm), as watcher.json
 // names it, and returns the watcher's PID then (0 if none ran).
 func killDaemon(ts *testscript.TestScript, root, comm string) int {
-	info, err := watcher.ReadInfo(root)
+	info, err := tracker.ReadWatcherInfo(root)
 	if err != nil {
 		ts.Fatalf("chaos: %v", err)
 	}
 	pid := info.PID
-	if comm == watcher.KeeperComm {
+	if comm == tracker.KeeperComm {
 		pid = info.KeeperPID
 	}
 	st, err := procfs.ReadStat(pid)
@@ -145,7 +144,7 @@ func killDaemon(ts *testscript.TestScript, root, comm string) int {
 // window.
 func recoverFrom(ts *testscript.TestScript, root string, old int) {
 	poll(ts, func() string {
-		info, err := watcher.ReadInfo(root)
+		info, err := tracker.ReadWatcherInfo(root)
 		if err != nil {
 			return err.Error()
 		}
@@ -197,16 +196,16 @@ func submitFile(ts *testscript.TestScript, root, name, body string) {
 
 // killWatcher SIGKILLs the watcher running on root, if one does.
 func killWatcher(ts *testscript.TestScript, root string) {
-	running, _, err := watcher.Probe(root)
+	running, _, err := tracker.ProbeWatcher(root)
 	ts.Check(err)
 	if !running {
 		return
 	}
-	info, err := watcher.ReadInfo(root)
+	info, err := tracker.ReadWatcherInfo(root)
 	if err != nil {
 		return // still starting: it will be killed in a later round
 	}
-	if st, err := procfs.ReadStat(info.PID); err == nil && st.Comm == watcher.WatcherComm {
+	if st, err := procfs.ReadStat(info.PID); err == nil && st.Comm == tracker.WatcherComm {
 		h, err := procfs.Open(info.PID, st.StartTime)
 		if err == nil {
 			h.Signal(syscall.SIGKILL)

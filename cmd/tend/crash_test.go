@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/tendhq/tend/tracker"
 	"os"
 	"os/exec"
 	"strconv"
@@ -29,7 +30,7 @@ func cmdRecovered(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	root := ts.MkAbs(".tend")
 	poll(ts, func() string {
-		info, err := watcher.ReadInfo(root)
+		info, err := tracker.ReadWatcherInfo(root)
 		if err != nil {
 			return err.Error()
 		}
@@ -39,14 +40,14 @@ func cmdRecovered(ts *testscript.TestScript, neg bool, args []string) {
 
 // whyNotRecovered says why info does not name a new watcher and keeper that
 // run, or "" if it does.
-func whyNotRecovered(info watcher.Info, old map[int]bool) string {
+func whyNotRecovered(info tracker.WatcherInfo, old map[int]bool) string {
 	if old[info.PID] {
 		return fmt.Sprintf("watcher.json still names the old watcher %d", info.PID)
 	}
 	for _, p := range []struct {
 		pid  int
 		comm string
-	}{{info.PID, watcher.WatcherComm}, {info.KeeperPID, watcher.KeeperComm}} {
+	}{{info.PID, tracker.WatcherComm}, {info.KeeperPID, tracker.KeeperComm}} {
 		st, err := procfs.ReadStat(p.pid)
 		if err != nil || st.Comm != p.comm || st.State == 'Z' {
 			return fmt.Sprintf("pid %d, named in watcher.json, is no live %s", p.pid, p.comm)

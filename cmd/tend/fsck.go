@@ -7,7 +7,6 @@ import (
 
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 )
 
 type fsckCmd struct {
@@ -35,7 +34,7 @@ func (c *fsckCmd) Run(e *env) error {
 		if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
 			return exitf(exitRefused, "fsck --repair: %v", err)
 		}
-		if running, pid, _ := watcher.Probe(e.root); running {
+		if running, pid, _ := tracker.ProbeWatcher(e.root); running {
 			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
 		}
 		var err error
@@ -87,7 +86,7 @@ const settle = time.Second
 // tracker.Persisting).
 func check(root string) []tracker.Problem {
 	problems := tracker.Check(root, processAlive)
-	if running, _, _ := watcher.Probe(root); running && len(problems) > 0 {
+	if running, _, _ := tracker.ProbeWatcher(root); running && len(problems) > 0 {
 		time.Sleep(settle)
 		problems = tracker.Persisting(problems, tracker.Check(root, processAlive))
 	}

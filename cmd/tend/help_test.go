@@ -3,8 +3,8 @@ package main
 import (
 	"bytes"
 	"io"
+	"reflect"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"testing"
 	"time"
@@ -80,31 +80,6 @@ func examples(detail string) []string {
 
 var exampleHead = regexp.MustCompile(`Examples?:(.*)$`)
 
-// The version comes from -ldflags, else from what the Go toolchain
-// recorded: a module version, else the commit.
-func TestVersionFrom(t *testing.T) {
-	vcs := func(rev, modified string) *debug.BuildInfo {
-		return &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: []debug.BuildSetting{{Key: "vcs.revision", Value: rev}, {Key: "vcs.modified", Value: modified}}}
-	}
-	tests := []struct {
-		linked string
-		bi     *debug.BuildInfo
-		want   string
-	}{
-		{"v1.2.0-3-gabc", vcs("0123456789abcdef", "false"), "v1.2.0-3-gabc"},
-		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "v1.3.0"}}, "v1.3.0"},
-		{"dev", vcs("0123456789abcdef", "false"), "0123456789ab"},
-		{"dev", vcs("0123456789abcdef", "true"), "0123456789ab-dirty"},
-		{"dev", &debug.BuildInfo{Main: debug.Module{Version: "(devel)"}}, "(devel)"},
-		{"dev", nil, "(devel)"},
-	}
-	for _, tt := range tests {
-		if got := versionFrom(tt.linked, tt.bi); got != tt.want {
-			t.Errorf("versionFrom(%q, %+v) = %q, want %q", tt.linked, tt.bi, got, tt.want)
-		}
-	}
-}
-
 // Every tend command in a help example parses: its flags and arguments
 // are the command's own (the words are split as sh would, at && || ; |
 // and braces).
@@ -120,13 +95,33 @@ func TestHelpExamplesParse(t *testing.T) {
 				if len(words) == 0 || words[0] != "tend" {
 					continue
 				}
-				var c cli
-				p, err := kong.New(&c, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))
-				if err != nil {
-					t.Fatal(err)
+				// Parsed by the whole model, and by the one command's
+				// that tend builds (onlyCommand): the same.
+				var whole, only cli
+				var cmds [2]string
+				var targets [2]any
+				for i, opts := range [][]kong.Option{nil, {onlyCommand(words[1:])}} {
+					c := &whole
+					if i == 1 {
+						c = &only
+					}
+					p, err := kong.New(c, append(opts, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))...)
+					if err != nil {
+						t.Fatal(err)
+					}
+					ctx, err := p.Parse(words[1:])
+					if err != nil {
+						t.Errorf("tend %s --help: example %q: %v", n.Name, strings.Join(words, " "), err)
+						continue
+					}
+					cmds[i] = ctx.Command()
+					if sel := ctx.Selected(); sel != nil {
+						targets[i] = sel.Target.Interface()
+					}
 				}
-				if _, err := p.Parse(words[1:]); err != nil {
-					t.Errorf("tend %s --help: example %q: %v", n.Name, strings.Join(words, " "), err)
+				globals := func(c cli) [4]any { return [4]any{c.Root, c.Version, c.NoStart, c.Color} }
+				if cmds[0] != cmds[1] || !reflect.DeepEqual(targets[0], targets[1]) || globals(whole) != globals(only) {
+					t.Errorf("example %q: the whole model parses %q %+v, the one command's %q %+v", strings.Join(words, " "), cmds[0], targets[0], cmds[1], targets[1])
 				}
 			}
 		}

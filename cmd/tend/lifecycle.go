@@ -13,6 +13,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
@@ -109,8 +110,8 @@ func (c *downCmd) Run(e *env) error {
 	}
 	target.Signal(sig)
 	done := func() bool {
-		running, _, _ := watcher.Probe(e.root)
-		inCharge, _, _ := watcher.ProbeKeeper(e.root)
+		running, _, _ := tracker.ProbeWatcher(e.root)
+		inCharge, _, _ := tracker.ProbeKeeper(e.root)
 		return !running && !inCharge && (c.KeepRuns || w.keeper == nil || !alive(w.keeper))
 	}
 	if !waitFor(done, c.Timeout, pollEvery, w.watcher, w.keeper) && !c.KeepRuns {
@@ -163,7 +164,7 @@ type watcherProcs struct {
 func findWatcher(e *env, client *tend.Client, wait time.Duration) (watcherProcs, error) {
 	var w watcherProcs
 	w.keeper, _ = client.LiveKeeper()
-	running, _, err := watcher.Probe(e.root)
+	running, _, err := tracker.ProbeWatcher(e.root)
 	if err != nil || !running {
 		return w, err
 	}
@@ -174,11 +175,11 @@ func findWatcher(e *env, client *tend.Client, wait time.Duration) (watcherProcs,
 			if info, ok = client.ReadyWatcher(); ok {
 				return true
 			}
-			running, _, _ := watcher.Probe(e.root)
+			running, _, _ := tracker.ProbeWatcher(e.root)
 			return !running // gone: nothing to wait for
 		}
 		if !waitFor(ready, wait, pollEvery) && w.keeper == nil {
-			return w, fmt.Errorf("a watcher holds %s but has not written %s within %v", watcher.LockPath(e.root), watcher.InfoPath(e.root), wait)
+			return w, fmt.Errorf("a watcher holds %s but has not written %s within %v", layout.Root(e.root).WatcherLock(), layout.Root(e.root).WatcherInfo(), wait)
 		}
 	}
 	if !ok {
@@ -229,16 +230,16 @@ func waitFor(cond func() bool, d, interval time.Duration, procs ...*procfs.Handl
 // no longer holds the lock. It reports whether there was one, and the PID
 // it named.
 func removeStale(root string) (pid int, removed bool) {
-	if running, _, _ := watcher.Probe(root); running {
+	if running, _, _ := tracker.ProbeWatcher(root); running {
 		return 0, false
 	}
-	b, err := os.ReadFile(watcher.PIDPath(root))
+	b, err := os.ReadFile(layout.Root(root).WatcherPID())
 	if err != nil {
 		return 0, false
 	}
 	fmt.Sscan(string(b), &pid)
-	os.Remove(watcher.PIDPath(root))
-	os.Remove(watcher.InfoPath(root))
+	os.Remove(layout.Root(root).WatcherPID())
+	os.Remove(layout.Root(root).WatcherInfo())
 	return pid, true
 }
 

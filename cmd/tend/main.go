@@ -5,6 +5,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,12 +13,14 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime/debug"
+	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/alecthomas/kong"
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/buildinfo"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -26,40 +29,8 @@ import (
 // recorded otherwise.
 var version = "dev"
 
-// buildVersion returns tend's version: -ldflags' if set, else what the Go
-// toolchain recorded in the binary (see versionFrom).
-func buildVersion() string {
-	bi, _ := debug.ReadBuildInfo()
-	return versionFrom(version, bi)
-}
-
-// versionFrom returns the version set at link time if there is one, else
-// the module's version (go install ...@v1.2.0), else the commit it was
-// built from (as git describe --always --dirty names it), else "(devel)".
-func versionFrom(linked string, bi *debug.BuildInfo) string {
-	if linked != "dev" && linked != "" {
-		return linked
-	}
-	if bi == nil {
-		return "(devel)"
-	}
-	if v := bi.Main.Version; v != "" && v != "(devel)" {
-		return v
-	}
-	var rev, dirty string
-	for _, s := range bi.Settings {
-		switch {
-		case s.Key == "vcs.revision":
-			rev = s.Value[:min(12, len(s.Value))]
-		case s.Key == "vcs.modified" && s.Value == "true":
-			dirty = "-dirty"
-		}
-	}
-	if rev != "" {
-		return rev + dirty
-	}
-	return "(devel)"
-}
+// buildVersion returns tend's version (see buildinfo.Of).
+func buildVersion() string { return buildinfo.String(version) }
 
 // Exit codes, the same for every command (docs/protocol.md lists them).
 // "tend wait" and "tend logs -f" exit with the run's own code instead.
@@ -172,6 +143,12 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && args[0] == "--version" {
+		// What kong's version flag prints, without building a parser:
+		// scripts check a tool's version before anything else.
+		fmt.Fprintln(stdout, buildVersion())
+		return exitOK
+	}
 	var c cli
 	parser, err := kong.New(&c,
 		kong.Name("tend"),
@@ -179,6 +156,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		kong.Writers(stdout, stderr),
 		kong.Vars{"version": buildVersion()},
 		kong.UsageOnError(),
+		onlyCommand(args),
 	)
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
@@ -224,6 +202,68 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tend:", msg)
 	}
 	return code
+}
+
+// onlyCommand returns the option that makes kong build the one command
+// args name (its flags' tags parsed, its help interpolated), and leave out
+// the thirty others: building them all was most of what every tend call
+// spent before doing anything. Help, completion, and a word that names no
+// command get the whole model, which their output lists (or suggests from);
+// --version alone gets none.
+func onlyCommand(args []string) kong.Option {
+	word, ok := commandWord(args)
+	if !ok {
+		return kong.OptionFunc(func(*kong.Kong) error { return nil })
+	}
+	t := reflect.TypeFor[cli]()
+	var others []string
+	found := false
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if _, cmd := f.Tag.Lookup("cmd"); !cmd {
+			continue
+		}
+		if name := cmp.Or(f.Tag.Get("name"), strings.ToLower(f.Name)); name == word && !slices.Contains(needWholeModel, word) {
+			found = true
+			continue
+		}
+		others = append(others, f.Name)
+	}
+	if !found && word != "" {
+		return kong.OptionFunc(func(*kong.Kong) error { return nil })
+	}
+	return kong.IgnoreFields(`^cli\.(` + strings.Join(others, "|") + `)$`)
+}
+
+// needWholeModel are the commands that read the whole command line model:
+// they print or complete the others.
+var needWholeModel = []string{"help", "completion", "__complete"}
+
+// commandWord returns the command args name, skipping the global flags
+// before it ("" with --version and no command), and false if args ask for
+// help or name no command.
+func commandWord(args []string) (string, bool) {
+	version := false
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-h" || a == "--help" || a == "--":
+			return "", false
+		case a == "--root" || a == "--color":
+			i++ // its value
+		case a == "--version":
+			version = true
+		case strings.HasPrefix(a, "-"):
+			// --root=DIR, --no-start, --color=never
+		default:
+			for _, b := range args[i+1:] {
+				if b == "-h" || b == "--help" {
+					return "", false
+				}
+			}
+			return a, true
+		}
+	}
+	return "", version
 }
 
 type helpCmd struct {

@@ -17,15 +17,16 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
 	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
+		"tend-mcp":    func() { os.Exit(mcpserver.Main("test", os.Args[1:], os.Stdin, os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,
@@ -381,7 +382,7 @@ func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
 func killLeftovers(root string) {
 	all, _ := procfs.All()
 	// Keepers first: one left alive would start its watcher again.
-	for _, comm := range []string{watcher.KeeperComm, watcher.WatcherComm} {
+	for _, comm := range []string{tracker.KeeperComm, tracker.WatcherComm} {
 		for _, p := range all {
 			if p.Comm == comm && namesRoot(p.PID, root) {
 				unix.Kill(p.PID, unix.SIGKILL)
@@ -395,7 +396,7 @@ func killLeftovers(root string) {
 	}
 	// A watcher started without --root (tend watch, in the root's parent)
 	// is known by what it recorded.
-	if info, err := watcher.ReadInfo(root); err == nil {
+	if info, err := tracker.ReadWatcherInfo(root); err == nil {
 		for _, pid := range []int{info.KeeperPID, info.PID} {
 			if st, err := procfs.ReadStat(pid); err == nil && strings.HasPrefix(st.Comm, "tend") {
 				unix.Kill(pid, unix.SIGKILL)
@@ -465,9 +466,9 @@ func countDaemons(root string) (watchers, keepers int) {
 			continue
 		}
 		switch p.Comm {
-		case watcher.WatcherComm:
+		case tracker.WatcherComm:
 			watchers++
-		case watcher.KeeperComm:
+		case tracker.KeeperComm:
 			keepers++
 		}
 	}

@@ -1,23 +1,10 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
-	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
-	"reflect"
-	"strings"
-	"sync"
-	"time"
-
-	"github.com/google/jsonschema-go/jsonschema"
-	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
-	"github.com/modelcontextprotocol/go-sdk/mcp"
-	"github.com/tendhq/tend"
-	"github.com/tendhq/tend/spool"
+	"syscall"
 )
 
 type mcpCmd struct{}
@@ -40,450 +27,41 @@ in an MCP client's configuration:
 }
 
 func (c *mcpCmd) Run(e *env) error {
-	session := os.Getenv("TEND_SESSION")
-	client, err := e.client(session)
+	self := tendProgram()
+	prog := besideOrOnPath(self, "tend-mcp")
+	path, err := exec.LookPath(prog)
 	if err != nil {
-		return exitf(exitUsage, "mcp: TEND_SESSION: %v", err)
+		return exitf(exitFailed, "mcp: tend-mcp, the MCP server, is neither beside %s nor on the PATH: install it with go install github.com/tendhq/tend/cmd/tend-mcp (make install installs both)", self)
 	}
-	if isTerminal(os.Stdin) {
-		fmt.Fprintln(e.stderr, `tend mcp: serving MCP on stdin and stdout, for an agent to run as a command: {"command": "tend", "args": ["mcp"], "env": {"TEND_SESSION": "agent-1"}} (Ctrl-D ends it)`)
+	argv := []string{"tend-mcp", "--root", e.root, "--tend", self}
+	if e.noStart {
+		argv = append(argv, "--no-start")
 	}
-	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: buildVersion()}, nil)
-	addTools(s, &tools{client: client})
-	err = s.Run(e.context(), &drainingStdio{})
-	if err == nil || errors.Is(err, context.Canceled) {
-		return nil
-	}
-	return err
+	// Replaced, not run as a child: the agent's client talks to the
+	// server, and signals it, directly.
+	return exitf(exitFailed, "mcp: %v", syscall.Exec(path, argv, os.Environ()))
 }
 
-// tools are the MCP tools: each checks its arguments and calls the client.
-type tools struct {
-	client *tend.Client
-}
-
-type startIn struct {
-	Command string            `json:"command" jsonschema:"the shell command to run (run by /bin/sh -c)"`
-	ID      string            `json:"id,omitempty" jsonschema:"the run's ID: 1 to 64 letters, digits, '.', '_' and '-', not starting with '.' or '-' (default: made from the command)"`
-	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory (default: the server's)"`
-	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the run if it runs longer than this duration: a Go duration such as 10m, or seconds"`
-	Grace   string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the run is stopped (default 10s)"`
-	Env     map[string]string `json:"env,omitempty" jsonschema:"variables to set in the run's environment, on top of the server's"`
-	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
-	After   []string          `json:"after,omitempty" jsonschema:"runs to wait for, each ID or ID:condition: completed (the default), ended (however it ended) or ready (it runs and is ready); the run is queued until every one holds, and canceled if one no longer can"`
-	// NotBefore is a string: an RFC 3339 time or a duration.
-	NotBefore string   `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
-	Slurm     *slurmIn `json:"slurm,omitempty" jsonschema:"run it on the Slurm cluster, with these settings (an empty object: the cluster's defaults, or the root's)"`
-	Local     bool     `json:"local,omitempty" jsonschema:"run it on this host even where the root sends runs to Slurm by default"`
-}
-
-// slurmIn is spool.Slurm as the start tool takes it: its time a string.
-type slurmIn struct {
-	Partition  string   `json:"partition,omitempty" jsonschema:"the partition (sbatch --partition)"`
-	CPUs       int      `json:"cpus,omitempty" jsonschema:"CPUs for the job (sbatch --cpus-per-task)"`
-	Memory     string   `json:"memory,omitempty" jsonschema:"memory per node, such as 8G (sbatch --mem)"`
-	GPUs       string   `json:"gpus,omitempty" jsonschema:"GPUs: a number, or TYPE:NUMBER (sbatch --gpus)"`
-	Nodes      int      `json:"nodes,omitempty" jsonschema:"nodes (sbatch --nodes)"`
-	Time       string   `json:"time,omitempty" jsonschema:"Slurm's time limit, a Go duration such as 2h or seconds: past it the run ends timed_out"`
-	Account    string   `json:"account,omitempty" jsonschema:"the account to charge (sbatch --account)"`
-	QOS        string   `json:"qos,omitempty" jsonschema:"the quality of service (sbatch --qos)"`
-	Constraint string   `json:"constraint,omitempty" jsonschema:"node features (sbatch --constraint)"`
-	Args       []string `json:"args,omitempty" jsonschema:"further sbatch options, each --name or --name=value"`
-}
-
-type lsIn struct {
-	All   bool     `json:"all,omitempty" jsonschema:"include runs that ended more than a day ago"`
-	State []string `json:"state,omitempty" jsonschema:"only runs in these states: queued, starting, running, paused, backoff, stopping, completed, failed, canceled, timed_out"`
-	Label []string `json:"label,omitempty" jsonschema:"only runs with every one of these K=V labels"`
-}
-
-type lsOut struct {
-	Runs []tend.Listed `json:"runs" jsonschema:"the runs, oldest first"`
-}
-
-type idIn struct {
-	ID string `json:"id" jsonschema:"the run's ID"`
-}
-
-type logsIn struct {
-	ID       string `json:"id" jsonschema:"the run's ID"`
-	Stream   string `json:"stream,omitempty" jsonschema:"stdout (default), stderr, or both (lines in the order written)"`
-	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: of each stream)"`
-	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 65536, at most 4194304); not with both"`
-}
-
-// logsOut is a slice of one stream, or with stream both, the lines of
-// both from offset, each with its own offsets.
-type logsOut struct {
-	tend.LogSlice
-	Lines []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
-}
-
-// maxLogBytes bounds what one logs call returns.
-const maxLogBytes = 4 << 20
-
-type cancelIn struct {
-	ID    string `json:"id" jsonschema:"the run's ID"`
-	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: the run's own)"`
-}
-
-type waitIn struct {
-	ID      string  `json:"id" jsonschema:"the run's ID"`
-	Timeout float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30); the run goes on"`
-}
-
-type waitOut struct {
-	Ended bool `json:"ended" jsonschema:"whether the run has ended; if not, the wait timed out and the run goes on"`
-	*tend.Record
-}
-
-type signalIn struct {
-	ID     string `json:"id" jsonschema:"the run's ID"`
-	Signal string `json:"signal" jsonschema:"HUP, INT, TERM, USR1, ... or a number"`
-}
-
-// addTools adds t's tools to s, each with the output schema of its result.
-func addTools(s *mcp.Server, t *tools) {
-	add(s, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
-	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
-	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
-	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice.", t.logs)
-	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
-	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
-	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
-	add(s, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
-}
-
-// add adds a tool whose handler never takes the server down: a panic is a
-// tool error like any other. Its results are structured content of type
-// Out, described by an output schema; a tool error carries one only if the
-// handler gives one (a refused request's outcome).
-func add[In, Out any](s *mcp.Server, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
-	tool := &mcp.Tool{Name: name, Description: desc, OutputSchema: outputSchema[Out]()}
-	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
-		defer func() {
-			if p := recover(); p != nil {
-				res, out, err = toolError(fmt.Sprintf("%s: internal error: %v", name, p)), nil, nil
-			}
-		}()
-		res, o, err := h(ctx, in)
-		if o == nil {
-			return res, nil, err
-		}
-		return res, o, err
-	})
-}
-
-// structured is a tool's result. Its type is not any, so the SDK puts it
-// in the structured content, checked against the tool's output schema;
-// unlike a concrete type, it may be nil: an error's result has none.
-type structured interface{}
-
-// outputSchema is the JSON Schema of a tool's result of type T, as it is
-// marshaled: durations are strings.
-func outputSchema[T any]() *jsonschema.Schema {
-	rt := reflect.TypeFor[T]()
-	if rt.Kind() == reflect.Pointer {
-		rt = rt.Elem()
-	}
-	s, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
-		reflect.TypeFor[spool.Duration](): {Type: "string", Description: "a Go duration, such as 1m30s"},
-	}})
-	if err != nil {
-		panic(fmt.Sprintf("output schema of %v: %v", rt, err))
-	}
-	return s
-}
-
-func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *tend.Record, error) {
-	req := tend.Request{Shell: in.Command, Labels: in.Labels}
-	var err error
-	if req.Timeout, err = durationArg("timeout", in.Timeout); err != nil {
-		return toolError("start: " + err.Error()), nil, nil
-	}
-	if in.Grace != "" {
-		g, err := durationArg("grace", in.Grace)
-		if err != nil {
-			return toolError("start: " + err.Error()), nil, nil
-		}
-		req.Grace = &g
-	}
-	if req.Cwd, err = filepath.Abs(in.Cwd); err != nil { // "" is the server's
-		return toolError("start: cwd: " + err.Error()), nil, nil
-	}
-	req.Env = map[string]string{}
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
-			req.Env[k] = v
+// tendProgram returns the path of the running tend as it was invoked
+// (os.Args[0], looked up on the PATH if it has no slash), else its
+// executable: a program a name links to is told by that name (testscript's
+// commands are), which os.Executable, resolving links, loses.
+func tendProgram() string {
+	if p, err := exec.LookPath(os.Args[0]); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
 		}
 	}
-	for k, v := range in.Env {
-		req.Env[k] = v
-	}
-	for _, name := range in.After {
-		d, err := spool.ParseDep(name)
-		if err != nil {
-			return toolError("start: after: " + err.Error()), nil, nil
-		}
-		req.After = append(req.After, d)
-	}
-	if in.NotBefore != "" {
-		if at, err := time.Parse(time.RFC3339, in.NotBefore); err == nil {
-			req.NotBefore = &spool.NotBefore{At: at}
-		} else if d, err := durationArg("not_before", in.NotBefore); err == nil {
-			req.NotBefore = &spool.NotBefore{In: d.D()}
-		} else {
-			return toolError("start: not_before: want an RFC 3339 time or a duration such as 10m"), nil, nil
-		}
-	}
-	if s := in.Slurm; s != nil {
-		req.Slurm = &spool.Slurm{Partition: s.Partition, CPUs: s.CPUs, Memory: s.Memory, GPUs: s.GPUs, Nodes: s.Nodes,
-			Account: s.Account, QOS: s.QOS, Constraint: s.Constraint, Args: s.Args}
-		if s.Time != "" {
-			if req.Slurm.Time, err = durationArg("slurm.time", s.Time); err != nil {
-				return toolError("start: " + err.Error()), nil, nil
-			}
-		}
-	}
-	req.Local = in.Local
-	st, err := t.client.Start(ctx, in.ID, req)
-	if err != nil {
-		return errorResult("start", err), nil, nil
-	}
-	return nil, st, nil
+	self, _ := os.Executable()
+	return self
 }
 
-func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, error) {
-	f := tend.Filter{All: in.All, States: in.State}
-	for _, l := range in.Label {
-		k, v, ok := strings.Cut(l, "=")
-		if !ok || k == "" {
-			return toolError(fmt.Sprintf("ls: label %q: want K=V", l)), nil, nil
-		}
-		if f.Labels == nil {
-			f.Labels = map[string]string{}
-		}
-		f.Labels[k] = v
+// besideOrOnPath returns the program name in the directory of program
+// self, if there is one, else name, to be looked up on the PATH.
+func besideOrOnPath(self, name string) string {
+	p := filepath.Join(filepath.Dir(self), name)
+	if _, err := exec.LookPath(p); err == nil {
+		return p
 	}
-	runs, err := t.client.List(ctx, f)
-	var bad tend.RecordErrors
-	if err != nil && !errors.As(err, &bad) {
-		return errorResult("ls", err), nil, nil
-	}
-	if runs == nil {
-		runs = []tend.Listed{}
-	}
-	return nil, &lsOut{Runs: runs}, nil
-}
-
-func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Record, error) {
-	st, err := t.client.Show(ctx, in.ID)
-	if err != nil {
-		return errorResult("show", err), nil, nil
-	}
-	return nil, st, nil
-}
-
-func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
-	if in.MaxBytes < 0 || in.MaxBytes > maxLogBytes {
-		return toolError(fmt.Sprintf("logs: max_bytes %d: want 0 to %d", in.MaxBytes, maxLogBytes)), nil, nil
-	}
-	switch in.Stream {
-	case "", tend.Stdout, tend.Stderr:
-		stream := cmp(in.Stream, tend.Stdout)
-		sl, err := t.client.ReadLog(ctx, in.ID, stream, in.Offset, cmp(in.MaxBytes, 65536))
-		if err != nil {
-			return errorResult("logs", err), nil, nil
-		}
-		return nil, &logsOut{LogSlice: sl}, nil
-	case "both":
-		if in.MaxBytes != 0 {
-			return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
-		}
-		lines, dropped, err := t.client.ReadLines(ctx, in.ID, in.Offset)
-		if err != nil {
-			return errorResult("logs", err), nil, nil
-		}
-		st, err := t.client.Show(ctx, in.ID)
-		if err != nil {
-			return errorResult("logs", err), nil, nil
-		}
-		if lines == nil {
-			lines = []tend.LogLine{}
-		}
-		return nil, &logsOut{LogSlice: tend.LogSlice{Stream: "both", Offset: in.Offset, Next: in.Offset, Dropped: dropped, EOF: true, Final: tend.Ended(st)}, Lines: lines}, nil
-	}
-	return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream)), nil, nil
-}
-
-func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
-	grace, err := durationArg("grace", in.Grace)
-	if err != nil {
-		return toolError("cancel: " + err.Error()), nil, nil
-	}
-	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace.D()}))
-}
-
-// wait waits like tend wait, but at most its timeout: an agent's call must
-// come back, and the run goes on regardless.
-func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *waitOut, error) {
-	secs := in.Timeout
-	if secs == 0 {
-		secs = 30
-	}
-	raw, _ := json.Marshal(secs)
-	d, err := durationJSON("timeout_seconds", raw)
-	if err != nil {
-		return toolError("wait: " + err.Error()), nil, nil
-	}
-	wctx, cancel := context.WithTimeout(ctx, d.D())
-	defer cancel()
-	st, err := t.client.Wait(wctx, in.ID)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		if st == nil {
-			return toolError(fmt.Sprintf("wait: run %s has no record yet after %gs", in.ID, secs)), nil, nil
-		}
-		err = nil // the record as it is: "ended" says the run goes on
-	}
-	if err != nil {
-		return errorResult("wait", err), nil, nil
-	}
-	return nil, &waitOut{Ended: tend.Ended(st), Record: st}, nil
-}
-
-func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {
-	return outcomeResult("signal")(t.client.Signal(ctx, in.ID, in.Signal, tend.Control{}))
-}
-
-func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Outcome, error) {
-	if err := tend.CheckID(in.ID); err != nil {
-		return errorResult("delete", err), nil, nil
-	}
-	outcomes, err := t.client.Delete(ctx, tend.Control{}, in.ID)
-	if err != nil {
-		return errorResult("delete", err), nil, nil
-	}
-	return outcomeResult("delete")(outcomes[0], outcomes[0].Err())
-}
-
-// outcomeResult makes a control request's outcome the tool's result: a
-// refusal is a tool error, with the outcome as its structured content.
-func outcomeResult(verb string) func(tend.Outcome, error) (*mcp.CallToolResult, *tend.Outcome, error) {
-	return func(o tend.Outcome, err error) (*mcp.CallToolResult, *tend.Outcome, error) {
-		var oe *tend.OutcomeError
-		switch {
-		case err == nil:
-			return nil, &o, nil
-		case errors.As(err, &oe):
-			return &mcp.CallToolResult{IsError: true}, &o, nil
-		}
-		return errorResult(verb, err), nil, nil
-	}
-}
-
-// durationArg reads a duration argument as the spool reads one (a Go
-// duration or a number of seconds, not negative, at most a year); ""
-// is none.
-func durationArg(name, s string) (spool.Duration, error) {
-	var d spool.Duration
-	if s == "" {
-		return d, nil
-	}
-	raw, _ := json.Marshal(s)
-	return durationJSON(name, raw)
-}
-
-// durationJSON reads a duration given as JSON (a string or a number of
-// seconds) as the spool reads one.
-func durationJSON(name string, raw []byte) (spool.Duration, error) {
-	var d spool.Duration
-	if err := d.UnmarshalJSON(raw); err != nil {
-		return d, fmt.Errorf("%s: %v", name, err)
-	}
-	return d, nil
-}
-
-// errorResult is the tool error for err, prefixed with the tool's name.
-func errorResult(tool string, err error) *mcp.CallToolResult {
-	return toolError(tool + ": " + err.Error())
-}
-
-func toolError(msg string) *mcp.CallToolResult {
-	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
-}
-
-func cmp[T int64 | string](v, def T) T {
-	var zero T
-	if v != zero {
-		return v
-	}
-	return def
-}
-
-// drainingStdio is the stdio transport, except that at the end of its
-// input it answers every request it read before it reports the end: a
-// client that pipes its requests in and closes stdin gets every answer.
-type drainingStdio struct{}
-
-func (drainingStdio) Connect(ctx context.Context) (mcp.Connection, error) {
-	conn, err := (&mcp.StdioTransport{}).Connect(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return &drainingConn{Connection: conn, pending: map[jsonrpc.ID]bool{}, answered: make(chan struct{}, 1)}, nil
-}
-
-// drainingConn counts the requests read and not yet answered.
-type drainingConn struct {
-	mcp.Connection
-	mu       sync.Mutex
-	pending  map[jsonrpc.ID]bool
-	answered chan struct{} // a token whenever a request is answered
-}
-
-func (c *drainingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
-	msg, err := c.Connection.Read(ctx)
-	if err == nil {
-		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
-			c.mu.Lock()
-			c.pending[req.ID] = true
-			c.mu.Unlock()
-		}
-		return msg, nil
-	}
-	if errors.Is(err, io.EOF) {
-		c.drain(ctx)
-	}
-	return nil, err
-}
-
-func (c *drainingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
-	err := c.Connection.Write(ctx, msg)
-	if resp, ok := msg.(*jsonrpc.Response); ok {
-		c.mu.Lock()
-		delete(c.pending, resp.ID)
-		c.mu.Unlock()
-		select {
-		case c.answered <- struct{}{}:
-		default:
-		}
-	}
-	return err
-}
-
-// drain waits until every request read has been answered, or ctx ends.
-func (c *drainingConn) drain(ctx context.Context) {
-	for {
-		c.mu.Lock()
-		n := len(c.pending)
-		c.mu.Unlock()
-		if n == 0 {
-			return
-		}
-		select {
-		case <-c.answered:
-		case <-ctx.Done():
-			return
-		}
-	}
+	return name
 }

@@ -186,8 +186,8 @@ func cmdFixture(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		ts.Check(store.Write(st))
 	}
-	for name, data := range map[string]string{"stdout": "building\nok  tend/spool\nok  tend/tracker\n", "stderr": "warning: slow test\n", tracker.OrderFile: "stdout 9\nstderr 19\n"} {
-		ts.Check(os.WriteFile(store.Path("ok", name), []byte(data), 0o644))
+	for name, data := range map[string]string{"stdout": "building\nok  tend/spool\nok  tend/tracker\n", "stderr": "warning: slow test\n", "order": "stdout 9\nstderr 19\n"} {
+		ts.Check(os.WriteFile(filepath.Join(store.RunDir("ok"), name), []byte(data), 0o644))
 	}
 }
 
@@ -216,7 +216,10 @@ func cmdMCPFuzz(ts *testscript.TestScript, neg bool, args []string) {
 		"cancel": {"id": "nosuch"},
 		"signal": {"id": "nosuch", "signal": "HUP"},
 		"delete": {"id": "nosuch"},
-		"ls":     {},
+		// Only runs labeled so, which none is, whatever else is fuzzed;
+		// a fuzzed "labels" alone selects no run either.
+		"cancel_all": {"labels": map[string]any{"nosuch": "x"}},
+		"ls":         {},
 	}
 	calls := 0
 	began := time.Now()

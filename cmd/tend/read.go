@@ -10,7 +10,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -264,10 +263,10 @@ func (c *showCmd) Run(e *env) error {
 		return writeJSON(e.stdout, st)
 	}
 	live := client.Describe(st)[0]
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+	var rows [][]cell
 	row := func(k, v string) {
 		if v != "" {
-			fmt.Fprintf(tw, "%s:\t%s\n", k, v)
+			rows = append(rows, []cell{{text: k + ":"}, {text: v}})
 		}
 	}
 	row("id", st.ID)
@@ -324,7 +323,7 @@ func (c *showCmd) Run(e *env) error {
 	row("stdout", client.Path(st.ID, "stdout"))
 	row("stderr", client.Path(st.ID, "stderr"))
 	row("state file", client.Path(st.ID, "state.json"))
-	if err := tw.Flush(); err != nil {
+	if err := (term{}).printTable(e.stdout, nil, rows); err != nil { // whole, whatever the width
 		return err
 	}
 	return showLastLines(e, client, st, 5)

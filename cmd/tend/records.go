@@ -3,14 +3,14 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"slices"
-	"text/tabwriter"
+	"strconv"
 	"time"
 
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher"
 )
 
@@ -33,10 +33,7 @@ func (c *historyCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	if !c.JSON {
-		fmt.Fprintln(tw, "TIME\tREV\tSTATE\tEXIT\tREASON")
-	}
+	var rows [][]cell
 	found := false
 	for _, ev := range events {
 		if ev.ID != c.ID {
@@ -49,11 +46,16 @@ func (c *historyCmd) Run(e *env) error {
 			continue
 		}
 		exit := exitText(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", ev.Time.Local().Format(time.RFC3339Nano), ev.Rev, ev.State, exit, ev.Reason)
+		rows = append(rows, []cell{{text: ev.Time.Local().Format(time.RFC3339Nano)}, {text: strconv.FormatInt(ev.Rev, 10)},
+			{text: string(ev.State), state: string(ev.State)}, {text: exit}, {text: ev.Reason}})
 	}
-	tw.Flush()
+	if !c.JSON {
+		if err := e.term.printTable(e.stdout, []string{"TIME", "REV", "STATE", "EXIT", "REASON"}, rows); err != nil {
+			return err
+		}
+	}
 	if !found {
-		return exitf(exitNotFound, "no run %q in %s", c.ID, filepath.Join(e.root, "history.jsonl"))
+		return exitf(exitNotFound, "no run %q in %s", c.ID, layout.Root(e.root).History())
 	}
 	return nil
 }

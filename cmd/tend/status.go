@@ -69,7 +69,7 @@ func readStatus(root string) (status, error) {
 	if err != nil {
 		return s, err
 	}
-	running, _, err := watcher.Probe(root)
+	running, _, err := tracker.ProbeWatcher(root)
 	if err != nil {
 		return s, err
 	}

@@ -75,10 +75,15 @@ type cell struct {
 	state string
 }
 
-// printTable prints rows under header in columns two spaces apart. The
-// last column is cut to fit t.width; colors do not count toward widths.
+// printTable prints rows under header (none if nil) in columns two
+// spaces apart. The last column is cut to fit t.width; colors do not count
+// toward widths. It is every table tend prints: ls, show and history.
 func (t term) printTable(w io.Writer, header []string, rows [][]cell) error {
-	widths := make([]int, len(header))
+	columns := len(header)
+	for _, r := range rows {
+		columns = max(columns, len(r))
+	}
+	widths := make([]int, columns)
 	for i, h := range header {
 		widths[i] = utf8.RuneCountInString(h)
 	}
@@ -106,11 +111,13 @@ func (t term) printTable(w io.Writer, header []string, rows [][]cell) error {
 		}
 		b.WriteByte('\n')
 	}
-	head := make([]cell, len(header))
-	for i, h := range header {
-		head[i] = cell{text: h}
+	if header != nil {
+		head := make([]cell, len(header))
+		for i, h := range header {
+			head[i] = cell{text: h}
+		}
+		line(head)
 	}
-	line(head)
 	for _, r := range rows {
 		line(r)
 	}

@@ -30,8 +30,8 @@ import (
 
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
-	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6,S1), for profiling; W3 includes W4 on disk")
-	disk := flag.String("dir", ".bench", "the directory on disk to make roots in (removed at the end if it was made here)")
+	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6,W7,S1), for profiling; W3 includes W4 on disk")
+	disk := flag.String("dir", "", "the directory on disk to make roots in (removed at the end if it was made here); default: a journaled ext4 image made and loop-mounted in .bench as root, else .bench")
 	flag.Parse()
 	if flag.NArg() != 1 {
 		fmt.Fprintln(os.Stderr, "usage: bench [-peers] [-only W1,...] [-dir DIR] PATH-TO-TEND")
@@ -39,8 +39,23 @@ func main() {
 	}
 	tend, err := filepath.Abs(flag.Arg(0))
 	check(err)
-	b := &bench{tend: tend, only: *only, disk: scratch(*disk)}
+	dir, fs := *disk, "the directory given"
+	var unmount func()
+	if dir == "" {
+		dir, fs = ".bench", "this machine's disk (not root: no journaled ext4 image)"
+		if os.Geteuid() == 0 {
+			base := scratch(".bench")
+			mnt, done, err := journaled(base.path)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "bench: no journaled ext4 image (%v): measuring on this machine's disk\n", err)
+			} else {
+				dir, fs, unmount = mnt, "a journaled ext4 (default mkfs.ext4, loop-mounted)", done
+			}
+		}
+	}
+	b := &bench{tend: tend, only: *only, disk: scratch(dir), unmount: unmount}
 	defer b.clean()
+	fmt.Printf("disk: %s; one durable replace there: %v (p50 of 100)\n", fs, replaceFloor(b.disk.path).Round(time.Microsecond))
 	// Each row's floor is measured beside it (W2's sample by sample), not
 	// once for the run: this machine's speed drifts over a run by more than
 	// some targets' margins.
@@ -59,6 +74,7 @@ func main() {
 		if base != b.disk.path {
 			b.measure("W4", b.w4) // on disk, W3's live runs are canceled instead
 		}
+		b.measure("W4", b.w4select)
 	}
 	// The opt-in mode without fsyncs, on disk, where they cost.
 	b.base, b.durability = b.disk.path, "watcher_crash"
@@ -67,10 +83,13 @@ func main() {
 	b.measure("W4", b.w4)
 	b.durability = ""
 	b.measure("W1", b.w1cli)
+	b.measure("W1", b.w1inPlace)
 	b.measure("W2", b.w2inPlace)
+	b.measure("W2", b.w2cli)
 	b.measure("W3", b.w3)
 	b.measure("W5", b.w5)
 	b.measure("W6", b.w6)
+	b.measure("W7", b.w7)
 	b.measure("S1", b.s1)
 	if *peers {
 		b.peers()
@@ -96,6 +115,9 @@ type bench struct {
 	// end (clean), because removing files slows the creation of the next
 	// ones (see docs/performance.md, "The disk").
 	made []string
+	// unmount removes the journaled ext4 image the roots are on, if the
+	// bench made one.
+	unmount func()
 }
 
 // measure runs workload w unless -only leaves it out.
@@ -230,6 +252,32 @@ func (b *bench) w1() {
 		rate >= floor/2, fmt.Sprintf(">= 50%% of floor; is %.0f%%", 100*rate/floor))
 	files := fileFloor(b.tempDir(b.base, "tend-bench-files-"), n)
 	b.row("  the same runs' files alone, no process, "+b.where(), fmt.Sprintf("%.0f%% of it", 100*rate/files), fmt.Sprintf("%.0f runs/s", files), true, "")
+}
+
+// w1inPlace: the same burst, each request written in place (as echo >
+// does), not renamed in.
+func (b *bench) w1inPlace() {
+	const n = 1000
+	r := b.up()
+	defer r.down()
+	floor := floorRate(n, 2)
+	start := time.Now()
+	for i := range n {
+		check(os.WriteFile(filepath.Join(r.path, "spool", fmt.Sprintf("w1-%d.start", i)), []byte("true"), 0o644))
+	}
+	r.waitStates(n, tracker.Completed)
+	rate := n / time.Since(start).Seconds()
+	b.row("W1 burst: 1,000 `true` written in place, "+b.where(), fmt.Sprintf("%.0f jobs/s", rate), fmt.Sprintf("%.0f jobs/s", floor),
+		rate >= floor/2, fmt.Sprintf(">= 50%% of floor; is %.0f%%", 100*rate/floor))
+}
+
+// w2cli: W2's latency through tend start, from the call to the job's
+// first instruction.
+func (b *bench) w2cli() {
+	got := b.latency(func(r *root, name, body string) {
+		r.tend("start", "--id", strings.TrimSuffix(name, ".start"), "--", body)
+	})
+	b.row("W2 latency, tend start to first instruction, "+b.where(), got.client.String(), got.floor.String(), true, "")
 }
 
 // w1cli: the same burst through the CLI, two tend start at a time, each
@@ -480,7 +528,8 @@ func (b *bench) w4() {
 	r.w4(ids)
 }
 
-// w4 cancels the live runs ids at once and times them to all canceled.
+// w4 cancels the live runs ids at once, a cancel file each, and times
+// them to all canceled.
 func (r *root) w4(ids []string) {
 	n := len(ids)
 	start := time.Now()
@@ -491,7 +540,97 @@ func (r *root) w4(ids []string) {
 	took := time.Since(start)
 	floor := floorStorm(n)
 	r.b.row("W4 cancel storm, 500 live runs, "+r.b.where(), took.Round(time.Millisecond).String(), floor.Round(time.Millisecond).String(),
+		took <= 3*floor, "<= 3x floor")
+}
+
+// w4select starts 500 live runs and cancels them all with one selector
+// request (*@tag.cancel, {"all": true}), timed to its answer, which is
+// written once every run has ended.
+func (b *bench) w4select() {
+	const n = 500
+	r := b.up()
+	defer r.down()
+	for i := range n {
+		r.drop(fmt.Sprintf("w4-%d.start", i), "exec sleep 600")
+	}
+	r.waitStates(n, tracker.Running)
+	answer := filepath.Join(r.path, "outcomes", "*@bench.cancel")
+	start := time.Now()
+	r.drop("*@bench.cancel", `{"all": true}`)
+	for {
+		if b, err := os.ReadFile(answer); err == nil && len(b) > 0 {
+			check(expect(string(b), fmt.Sprintf("selected: %d\n", n)))
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	took := time.Since(start)
+	floor := floorStorm(n)
+	b.row("W4 cancel storm, 500 live runs, one selector request, "+b.where(), took.Round(time.Millisecond).String(), floor.Round(time.Millisecond).String(),
 		took <= 2*floor, "<= 2x floor")
+}
+
+// expect returns an error unless s starts with prefix.
+func expect(s, prefix string) error {
+	if !strings.HasPrefix(s, prefix) {
+		return fmt.Errorf("got %.60q, want %q first", s, prefix)
+	}
+	return nil
+}
+
+// w7: what a tend call costs before it does anything, and tend start to
+// the ID printed (a watcher up), against a Go hello world built the same
+// way, medians of 100 runs taken in turn.
+func (b *bench) w7() {
+	hello := buildHello(b.tempDir(b.base, "hello-"))
+	r := b.up()
+	defer r.down()
+	i := 0
+	version, helloTime, start := timeCalls(100, []*exec.Cmd{
+		exec.Command(b.tend, "--version"),
+		exec.Command(hello),
+		nil, // tend start, a new ID each time
+	}, func() *exec.Cmd {
+		i++
+		return exec.Command(b.tend, "--root", r.path, "start", "--id", fmt.Sprintf("w7-%d", i), "--", "true")
+	})
+	b.row("W7 tend --version (floor: Go hello world)", ms(version), ms(helloTime), version <= 2*helloTime, "<= 2x floor")
+	b.row("W7 tend start to its ID printed, root on disk", ms(start), ms(helloTime), start <= 4*helloTime, "<= 4x floor")
+}
+
+// buildHello builds a Go hello world in dir as tend is built, and returns
+// its path.
+func buildHello(dir string) string {
+	check(os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.26\n"), 0o644))
+	check(os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nimport \"fmt\"\n\nfunc main() { fmt.Println(\"hello\") }\n"), 0o644))
+	out := filepath.Join(dir, "hello")
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = dir
+	if b, err := cmd.CombinedOutput(); err != nil {
+		check(fmt.Errorf("building a hello world: %v\n%s", err, b))
+	}
+	return out
+}
+
+// timeCalls runs each of cmds (a nil one is made by next) n times, in
+// turn, and returns the median wall time of each.
+func timeCalls(n int, cmds []*exec.Cmd, next func() *exec.Cmd) (a, b, c time.Duration) {
+	times := make([][]time.Duration, len(cmds))
+	for range n {
+		for j, tmpl := range cmds {
+			cmd := next()
+			if tmpl != nil {
+				cmd = exec.Command(tmpl.Path, tmpl.Args[1:]...)
+			}
+			cmd.Env = append(os.Environ(), "TEND_NO_START=1")
+			start := time.Now()
+			if out, err := cmd.CombinedOutput(); err != nil {
+				check(fmt.Errorf("%v: %v\n%s", cmd.Args, err, out))
+			}
+			times[j] = append(times[j], time.Since(start))
+		}
+	}
+	return percentiles(times[0]).p50, percentiles(times[1]).p50, percentiles(times[2]).p50
 }
 
 // floorStorm starts n sleeps, then times SIGTERM to all and their reaping.
@@ -638,6 +777,10 @@ func (b *bench) clean() {
 	b.made = nil
 	if b.disk.made {
 		os.Remove(b.disk.path)
+	}
+	if b.unmount != nil {
+		b.unmount()
+		b.unmount = nil
 	}
 }
 

@@ -60,7 +60,7 @@ func (b *bench) s1() {
 	for i := range slurmJobs {
 		id := fmt.Sprintf("s%d", i)
 		st, err := store.Read(id)
-		out, _ := os.ReadFile(store.Path(id, "stdout"))
+		out, _ := os.ReadFile(store.Run(id).Stream("stdout"))
 		if err != nil || st.State != tracker.Completed || st.ExitCode == nil || *st.ExitCode != 0 || st.Job == nil || string(out) != fmt.Sprintf("%d\n", i) {
 			bad++
 		}

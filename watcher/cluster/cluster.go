@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
 
@@ -135,17 +136,10 @@ func Tag(hash, id string, attempt int) string {
 // begin.
 func TagPrefix(hash string) string { return "tend." + hash + "." }
 
-// ExitFile and StartedFile are the files a job writes in its run's
-// directory: "started" once its command is about to run (as a local
-// run's gate does), "exit" once it has ended.
-const (
-	ExitFile    = "exit"
-	StartedFile = "started"
-)
-
 // Script returns the batch script of a job that runs argv (a shell
-// command line is ["/bin/sh", "-c", text]) in dir and records, in runDir,
-// that it started and how it ended. It catches the signals a cancel or
+// command line is ["/bin/sh", "-c", text]) in dir and records, in its
+// run's directory, that it started (run.Started, as a local run's gate
+// does) and how it ended (run.Exit). It catches the signals a cancel or
 // `tend signal` sends to the job's processes, so that it outlives its
 // command and writes its status (a caught signal is the default again in
 // the command); SIGKILL, or the loss of its node, leaves no exit file, and
@@ -153,16 +147,19 @@ const (
 //
 // A shell reports a command killed by signal N as status 128+N, as it
 // does any exit with that code: the exit file holds what the shell saw.
-func Script(argv []string, dir, runDir string) string {
+func Script(argv []string, dir string, run layout.Run) string {
 	var b strings.Builder
 	b.WriteString("#!/bin/sh\n")
-	b.WriteString("# tend: the run in " + quote(runDir) + "\n")
+	b.WriteString("# tend: the run in " + quote(string(run)) + "\n")
 	b.WriteString("trap : HUP INT QUIT TERM USR1 USR2 ALRM\n")
-	b.WriteString("d=" + quote(runDir) + "\n")
-	b.WriteString(`x() { printf 'job %s %s\n' "$SLURM_JOB_ID" "$1" >"$d/.exit.$SLURM_JOB_ID" && mv -f "$d/.exit.$SLURM_JOB_ID" "$d/` + ExitFile + `"; }` + "\n")
+	b.WriteString("d=" + quote(string(run)) + "\n")
+	b.WriteString("exitfile=" + quote(run.Exit()) + "\n")
+	b.WriteString("started=" + quote(run.Started()) + "\n")
+	// Written beside it, then renamed: a reader never sees half of it.
+	b.WriteString(`x() { printf 'job %s %s\n' "$SLURM_JOB_ID" "$1" >"$d/.exit.$SLURM_JOB_ID" && mv -f "$d/.exit.$SLURM_JOB_ID" "$exitfile"; }` + "\n")
 	b.WriteString("cd " + quote(dir) + " || { x 'not-started cannot change to its working directory'; exit 125; }\n")
 	// true, not ':': a failed redirection of a special builtin ends the shell.
-	b.WriteString(`true >"$d/` + StartedFile + `" || { echo "tend: cannot write $d/` + StartedFile + `: this node does not share tend's root with the submitting host" >&2; exit 125; }` + "\n")
+	b.WriteString(`true >"$started" || { echo "tend: cannot write $started: this node does not share tend's root with the submitting host" >&2; exit 125; }` + "\n")
 	for i, a := range argv {
 		if i > 0 {
 			b.WriteByte(' ')
@@ -184,7 +181,7 @@ const maxExitFile = 256
 
 var exitLine = regexp.MustCompile(`^job ([A-Za-z0-9_.-]{1,64}) (exited ([0-9]{1,3})|not-started ([a-z ]{1,100}))\n$`)
 
-// ErrNoExitFile means a run's directory holds no exit file.
+// ErrNoExitFile means a run's directory holds no exit file (layout.Run.Exit).
 var ErrNoExitFile = errors.New("no exit file")
 
 // ExitStatus is what a job's exit file says: which job wrote it, and how
@@ -195,14 +192,14 @@ type ExitStatus struct {
 	NotStarted string
 }
 
-// ReadExit reads the exit file in runDir. The file belongs to the job's
+// ReadExit reads run's exit file. The file belongs to the job's
 // user, who may have put anything there: it is opened without following
 // a link or blocking, and must be a regular file of at most 256 bytes
 // holding one line as Script writes it. What it says is that user's own
 // business: the caller checks it names the job it follows, and acts on
 // nothing but that job's record.
-func ReadExit(runDir string) (ExitStatus, error) {
-	path := runDir + "/" + ExitFile
+func ReadExit(run layout.Run) (ExitStatus, error) {
+	path := run.Exit()
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return ExitStatus{}, ErrNoExitFile

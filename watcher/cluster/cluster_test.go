@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // What squeue printed on the test cluster (slurm-wlm 22.05), one job in
@@ -90,7 +92,7 @@ func TestPhases(t *testing.T) {
 // runScript runs Script's batch script as a job would, with SLURM_JOB_ID
 // set, in a new process group; signal, if not 0, is sent to the group
 // once the command has started.
-func runScript(t *testing.T, argv []string, dir, runDir string, signal syscall.Signal) (int, string) {
+func runScript(t *testing.T, argv []string, dir string, runDir layout.Run, signal syscall.Signal) (int, string) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", Script(argv, dir, runDir))
 	cmd.Env = append(os.Environ(), "SLURM_JOB_ID=77")
@@ -121,12 +123,12 @@ func runScript(t *testing.T, argv []string, dir, runDir string, signal syscall.S
 }
 
 func TestScriptWritesStartedAndExit(t *testing.T) {
-	dir, runDir := t.TempDir(), t.TempDir()
+	dir, runDir := t.TempDir(), layout.Run(t.TempDir())
 	code, out := runScript(t, []string{"/bin/sh", "-c", "echo \"it's $0\"; exit 3"}, dir, runDir, 0)
 	if code != 3 || out != "it's /bin/sh\n" {
 		t.Errorf("script: exit %d, output %q", code, out)
 	}
-	if _, err := os.Stat(filepath.Join(runDir, StartedFile)); err != nil {
+	if _, err := os.Stat(runDir.Started()); err != nil {
 		t.Error(err)
 	}
 	x, err := ReadExit(runDir)
@@ -144,7 +146,7 @@ func TestScriptWritesStartedAndExit(t *testing.T) {
 func TestScriptOutlivesSignals(t *testing.T) {
 	// The batch script gets the signal too (scancel --full), and still
 	// writes how its command ended.
-	dir, runDir := t.TempDir(), t.TempDir()
+	dir, runDir := t.TempDir(), layout.Run(t.TempDir())
 	code, _ := runScript(t, []string{"/bin/sh", "-c", "trap 'exit 7' TERM; : > ready; while :; do sleep 0.05; done"}, dir, runDir, syscall.SIGTERM)
 	if x, err := ReadExit(runDir); code != 7 || err != nil || *x.Exit != (Exit{Code: 7}) {
 		t.Errorf("TERM trapped: exit %d, %+v, %v", code, x, err)
@@ -157,17 +159,17 @@ func TestScriptOutlivesSignals(t *testing.T) {
 }
 
 func TestScriptWithoutItsDirectory(t *testing.T) {
-	runDir := t.TempDir()
+	runDir := layout.Run(t.TempDir())
 	code, _ := runScript(t, []string{"true"}, "/no/such/dir", runDir, 0)
 	x, err := ReadExit(runDir)
 	if code != 125 || err != nil || x.NotStarted != "cannot change to its working directory" || x.Exit != nil {
 		t.Errorf("exit %d, %+v, %v", code, x, err)
 	}
-	if _, err := os.Stat(filepath.Join(runDir, StartedFile)); err == nil {
+	if _, err := os.Stat(runDir.Started()); err == nil {
 		t.Error("started, though its command never ran")
 	}
 	// A node that does not see the run's directory at all.
-	code, out := runScript(t, []string{"true"}, t.TempDir(), "/no/such/run", 0)
+	code, out := runScript(t, []string{"true"}, t.TempDir(), layout.Run("/no/such/run"), 0)
 	if code != 125 || !strings.Contains(out, "this node does not share tend's root") {
 		t.Errorf("exit %d, output %q", code, out)
 	}
@@ -175,8 +177,8 @@ func TestScriptWithoutItsDirectory(t *testing.T) {
 
 func TestReadExitTrustsNothing(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, ExitFile)
-	if _, err := ReadExit(dir); !errors.Is(err, ErrNoExitFile) {
+	path := layout.Run(dir).Exit()
+	if _, err := ReadExit(layout.Run(dir)); !errors.Is(err, ErrNoExitFile) {
 		t.Fatalf("no file: %v", err)
 	}
 	for _, bad := range []string{
@@ -184,19 +186,19 @@ func TestReadExitTrustsNothing(t *testing.T) {
 		"job ../x exited 3\n", "job 7 killed SIGKILL\n", "job 7 not-started rm -rf /\n", strings.Repeat("x", 300),
 	} {
 		os.WriteFile(path, []byte(bad), 0o644)
-		if x, err := ReadExit(dir); err == nil {
+		if x, err := ReadExit(layout.Run(dir)); err == nil {
 			t.Errorf("ReadExit(%q) = %+v", bad, x)
 		}
 	}
 	os.Remove(path)
 	os.WriteFile(filepath.Join(dir, "target"), []byte("job 7 exited 0\n"), 0o644)
 	os.Symlink("target", path)
-	if _, err := ReadExit(dir); err == nil || errors.Is(err, ErrNoExitFile) {
+	if _, err := ReadExit(layout.Run(dir)); err == nil || errors.Is(err, ErrNoExitFile) {
 		t.Errorf("a link: %v", err)
 	}
 	os.Remove(path)
 	syscall.Mkfifo(path, 0o644)
-	if _, err := ReadExit(dir); err == nil { // and it does not block
+	if _, err := ReadExit(layout.Run(dir)); err == nil { // and it does not block
 		t.Error("a FIFO was read")
 	}
 }

@@ -1,0 +1,593 @@
+// Package mcpserver serves tend's control surface to agents as Model
+// Context Protocol tools over stdin and stdout: start, ls, show, logs (by
+// offset), cancel, cancel_all, wait, signal, delete, each answering typed
+// JSON with an output schema. The tools are a client of the spool like any
+// other (package tend), in the session of the server's TEND_SESSION.
+//
+// It is the tend-mcp program's, which `tend mcp` runs: the MCP SDK and the
+// net/http it brings cost every process that links them about 5 ms of
+// start-up, which tend start, tend ls and every other call should not pay.
+package mcpserver
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
+)
+
+// Main is the tend-mcp program: it serves the tools on the root its flags
+// or environment name (as tend does), and returns its exit code.
+//
+//	tend-mcp [--root DIR] [--tend PATH] [--no-start]
+//
+// --tend is the tend program that starts a watcher when a request finds
+// none (default: tend beside tend-mcp, else on the PATH); --no-start, or
+// TEND_NO_START=1, starts none. The session is TEND_SESSION's.
+func Main(version string, args []string, stdin io.Reader, stderr io.Writer) int {
+	fs := flag.NewFlagSet("tend-mcp", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := fs.String("root", os.Getenv("TEND_ROOT"), "the tend root (default: $TEND_ROOT, else the nearest .tend at or above the current directory)")
+	tendPath := fs.String("tend", "", "the tend program that starts a watcher (default: tend beside tend-mcp, else on the PATH)")
+	noStart := fs.Bool("no-start", envTrue(os.Getenv("TEND_NO_START")), "do not start a watcher when none runs")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "tend mcp: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	if *root == "" {
+		var err error
+		if *root, err = tend.FindRoot("."); err != nil {
+			fmt.Fprintln(stderr, "tend mcp:", err)
+			return 1
+		}
+	}
+	opts := tend.Options{Session: os.Getenv("TEND_SESSION")}
+	if !*noStart {
+		opts.Watcher = &tend.WatcherOptions{Executable: cmpOr(*tendPath, besideOrOnPath("tend"))}
+	}
+	client, err := tend.Open(*root, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "tend mcp: TEND_SESSION: %v\n", err)
+		return 2
+	}
+	if f, ok := stdin.(*os.File); ok {
+		if _, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS); err == nil {
+			fmt.Fprintln(stderr, `tend mcp: serving MCP on stdin and stdout, for an agent to run as a command: {"command": "tend", "args": ["mcp"], "env": {"TEND_SESSION": "agent-1"}} (Ctrl-D ends it)`)
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	if err := Serve(ctx, client, version); err != nil {
+		fmt.Fprintln(stderr, "tend mcp:", err)
+		return 1
+	}
+	return 0
+}
+
+// Serve serves the tools on client over stdin and stdout until the input
+// ends, once every request read is answered, or until ctx ends.
+func Serve(ctx context.Context, client *tend.Client, version string) error {
+	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: version}, nil)
+	addTools(s, &tools{client: client})
+	err := s.Run(ctx, &drainingStdio{})
+	if err == nil || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// besideOrOnPath returns the program name beside the running one if there
+// is one, else name itself, to be looked up on the PATH.
+func besideOrOnPath(name string) string {
+	self, err := os.Executable()
+	if err != nil {
+		return name
+	}
+	p := filepath.Join(filepath.Dir(self), name)
+	if _, err := exec.LookPath(p); err == nil {
+		return p
+	}
+	return name
+}
+
+// envTrue reports whether an environment variable's value turns a switch
+// on, as tend reads it: anything but empty, "0", "false" or "no".
+func envTrue(v string) bool {
+	switch strings.ToLower(v) {
+	case "", "0", "false", "no":
+		return false
+	}
+	return true
+}
+
+func cmpOr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// tools are the MCP tools: each checks its arguments and calls the client.
+type tools struct {
+	client *tend.Client
+}
+
+type startIn struct {
+	Command string            `json:"command" jsonschema:"the shell command to run (run by /bin/sh -c)"`
+	ID      string            `json:"id,omitempty" jsonschema:"the run's ID: 1 to 64 letters, digits, '.', '_' and '-', not starting with '.' or '-' (default: made from the command)"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory (default: the server's)"`
+	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the run if it runs longer than this duration: a Go duration such as 10m, or seconds"`
+	Grace   string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the run is stopped (default 10s)"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"variables to set in the run's environment, on top of the server's"`
+	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
+	After   []string          `json:"after,omitempty" jsonschema:"runs to wait for, each ID or ID:condition: completed (the default), ended (however it ended) or ready (it runs and is ready); the run is queued until every one holds, and canceled if one no longer can"`
+	// NotBefore is a string: an RFC 3339 time or a duration.
+	NotBefore string   `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
+	Slurm     *slurmIn `json:"slurm,omitempty" jsonschema:"run it on the Slurm cluster, with these settings (an empty object: the cluster's defaults, or the root's)"`
+	Local     bool     `json:"local,omitempty" jsonschema:"run it on this host even where the root sends runs to Slurm by default"`
+}
+
+// slurmIn is spool.Slurm as the start tool takes it: its time a string.
+type slurmIn struct {
+	Partition  string   `json:"partition,omitempty" jsonschema:"the partition (sbatch --partition)"`
+	CPUs       int      `json:"cpus,omitempty" jsonschema:"CPUs for the job (sbatch --cpus-per-task)"`
+	Memory     string   `json:"memory,omitempty" jsonschema:"memory per node, such as 8G (sbatch --mem)"`
+	GPUs       string   `json:"gpus,omitempty" jsonschema:"GPUs: a number, or TYPE:NUMBER (sbatch --gpus)"`
+	Nodes      int      `json:"nodes,omitempty" jsonschema:"nodes (sbatch --nodes)"`
+	Time       string   `json:"time,omitempty" jsonschema:"Slurm's time limit, a Go duration such as 2h or seconds: past it the run ends timed_out"`
+	Account    string   `json:"account,omitempty" jsonschema:"the account to charge (sbatch --account)"`
+	QOS        string   `json:"qos,omitempty" jsonschema:"the quality of service (sbatch --qos)"`
+	Constraint string   `json:"constraint,omitempty" jsonschema:"node features (sbatch --constraint)"`
+	Args       []string `json:"args,omitempty" jsonschema:"further sbatch options, each --name or --name=value"`
+}
+
+type lsIn struct {
+	All   bool     `json:"all,omitempty" jsonschema:"include runs that ended more than a day ago"`
+	State []string `json:"state,omitempty" jsonschema:"only runs in these states: queued, starting, running, paused, backoff, stopping, completed, failed, canceled, timed_out"`
+	Label []string `json:"label,omitempty" jsonschema:"only runs with every one of these K=V labels"`
+}
+
+type lsOut struct {
+	Runs []tend.Listed `json:"runs" jsonschema:"the runs, oldest first"`
+}
+
+type idIn struct {
+	ID string `json:"id" jsonschema:"the run's ID"`
+}
+
+type logsIn struct {
+	ID       string `json:"id" jsonschema:"the run's ID"`
+	Stream   string `json:"stream,omitempty" jsonschema:"stdout (default), stderr, or both (lines in the order written)"`
+	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: of each stream)"`
+	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 65536, at most 4194304); not with both"`
+}
+
+// logsOut is a slice of one stream, or with stream both, the lines of
+// both from offset, each with its own offsets.
+type logsOut struct {
+	tend.LogSlice
+	Lines []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
+}
+
+// maxLogBytes bounds what one logs call returns.
+const maxLogBytes = 4 << 20
+
+type cancelIn struct {
+	ID    string `json:"id" jsonschema:"the run's ID"`
+	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: the run's own)"`
+}
+
+type cancelAllIn struct {
+	All    bool              `json:"all,omitempty" jsonschema:"every active run of this session (of every session if the server has none); or give labels"`
+	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the runs with every one of these labels"`
+	Grace  string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: each run's own)"`
+}
+
+type outcomesOut struct {
+	Runs []tend.Outcome `json:"runs" jsonschema:"each run's outcome, by ID"`
+}
+
+type waitIn struct {
+	ID      string  `json:"id" jsonschema:"the run's ID"`
+	Timeout float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30); the run goes on"`
+}
+
+type waitOut struct {
+	Ended bool `json:"ended" jsonschema:"whether the run has ended; if not, the wait timed out and the run goes on"`
+	*tend.Record
+}
+
+type signalIn struct {
+	ID     string `json:"id" jsonschema:"the run's ID"`
+	Signal string `json:"signal" jsonschema:"HUP, INT, TERM, USR1, ... or a number"`
+}
+
+// addTools adds t's tools to s, each with the output schema of its result.
+func addTools(s *mcp.Server, t *tools) {
+	add(s, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
+	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
+	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
+	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
+	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice.", t.logs)
+	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
+	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
+	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
+	add(s, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
+}
+
+// add adds a tool whose handler never takes the server down: a panic is a
+// tool error like any other. Its results are structured content of type
+// Out, described by an output schema; a tool error carries one only if the
+// handler gives one (a refused request's outcome).
+func add[In, Out any](s *mcp.Server, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
+	tool := &mcp.Tool{Name: name, Description: desc, OutputSchema: outputSchema[Out]()}
+	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
+		defer func() {
+			if p := recover(); p != nil {
+				res, out, err = toolError(fmt.Sprintf("%s: internal error: %v", name, p)), nil, nil
+			}
+		}()
+		res, o, err := h(ctx, in)
+		if o == nil {
+			return res, nil, err
+		}
+		return res, o, err
+	})
+}
+
+// structured is a tool's result. Its type is not any, so the SDK puts it
+// in the structured content, checked against the tool's output schema;
+// unlike a concrete type, it may be nil: an error's result has none.
+type structured interface{}
+
+// outputSchema is the JSON Schema of a tool's result of type T, as it is
+// marshaled: durations are strings.
+func outputSchema[T any]() *jsonschema.Schema {
+	rt := reflect.TypeFor[T]()
+	if rt.Kind() == reflect.Pointer {
+		rt = rt.Elem()
+	}
+	s, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+		reflect.TypeFor[spool.Duration](): {Type: "string", Description: "a Go duration, such as 1m30s"},
+	}})
+	if err != nil {
+		panic(fmt.Sprintf("output schema of %v: %v", rt, err))
+	}
+	return s
+}
+
+func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *tend.Record, error) {
+	req := tend.Request{Shell: in.Command, Labels: in.Labels}
+	var err error
+	if req.Timeout, err = durationArg("timeout", in.Timeout); err != nil {
+		return toolError("start: " + err.Error()), nil, nil
+	}
+	if in.Grace != "" {
+		g, err := durationArg("grace", in.Grace)
+		if err != nil {
+			return toolError("start: " + err.Error()), nil, nil
+		}
+		req.Grace = &g
+	}
+	if req.Cwd, err = filepath.Abs(in.Cwd); err != nil { // "" is the server's
+		return toolError("start: cwd: " + err.Error()), nil, nil
+	}
+	req.Env = map[string]string{}
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+			req.Env[k] = v
+		}
+	}
+	for k, v := range in.Env {
+		req.Env[k] = v
+	}
+	for _, name := range in.After {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			return toolError("start: after: " + err.Error()), nil, nil
+		}
+		req.After = append(req.After, d)
+	}
+	if in.NotBefore != "" {
+		if at, err := time.Parse(time.RFC3339, in.NotBefore); err == nil {
+			req.NotBefore = &spool.NotBefore{At: at}
+		} else if d, err := durationArg("not_before", in.NotBefore); err == nil {
+			req.NotBefore = &spool.NotBefore{In: d.D()}
+		} else {
+			return toolError("start: not_before: want an RFC 3339 time or a duration such as 10m"), nil, nil
+		}
+	}
+	if s := in.Slurm; s != nil {
+		if in.Local {
+			return toolError("start: local runs it on this host: slurm does not go with it"), nil, nil
+		}
+		req.Slurm = &spool.Slurm{Partition: s.Partition, CPUs: s.CPUs, Memory: s.Memory, GPUs: s.GPUs, Nodes: s.Nodes,
+			Account: s.Account, QOS: s.QOS, Constraint: s.Constraint, Args: s.Args}
+		if s.Time != "" {
+			if req.Slurm.Time, err = durationArg("slurm.time", s.Time); err != nil {
+				return toolError("start: " + err.Error()), nil, nil
+			}
+		}
+	}
+	req.Local = in.Local
+	st, err := t.client.Start(ctx, in.ID, req)
+	if err != nil {
+		return errorResult("start", err), nil, nil
+	}
+	return nil, st, nil
+}
+
+func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, error) {
+	f := tend.Filter{All: in.All, States: in.State}
+	for _, l := range in.Label {
+		k, v, ok := strings.Cut(l, "=")
+		if !ok || k == "" {
+			return toolError(fmt.Sprintf("ls: label %q: want K=V", l)), nil, nil
+		}
+		if f.Labels == nil {
+			f.Labels = map[string]string{}
+		}
+		f.Labels[k] = v
+	}
+	runs, err := t.client.List(ctx, f)
+	var bad tend.RecordErrors
+	if err != nil && !errors.As(err, &bad) {
+		return errorResult("ls", err), nil, nil
+	}
+	if runs == nil {
+		runs = []tend.Listed{}
+	}
+	return nil, &lsOut{Runs: runs}, nil
+}
+
+func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Record, error) {
+	st, err := t.client.Show(ctx, in.ID)
+	if err != nil {
+		return errorResult("show", err), nil, nil
+	}
+	return nil, st, nil
+}
+
+func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
+	if in.MaxBytes < 0 || in.MaxBytes > maxLogBytes {
+		return toolError(fmt.Sprintf("logs: max_bytes %d: want 0 to %d", in.MaxBytes, maxLogBytes)), nil, nil
+	}
+	switch in.Stream {
+	case "", tend.Stdout, tend.Stderr:
+		stream := cmp(in.Stream, tend.Stdout)
+		sl, err := t.client.ReadLog(ctx, in.ID, stream, in.Offset, cmp(in.MaxBytes, 65536))
+		if err != nil {
+			return errorResult("logs", err), nil, nil
+		}
+		return nil, &logsOut{LogSlice: sl}, nil
+	case "both":
+		if in.MaxBytes != 0 {
+			return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
+		}
+		lines, dropped, err := t.client.ReadLines(ctx, in.ID, in.Offset)
+		if err != nil {
+			return errorResult("logs", err), nil, nil
+		}
+		st, err := t.client.Show(ctx, in.ID)
+		if err != nil {
+			return errorResult("logs", err), nil, nil
+		}
+		if lines == nil {
+			lines = []tend.LogLine{}
+		}
+		return nil, &logsOut{LogSlice: tend.LogSlice{Stream: "both", Offset: in.Offset, Next: in.Offset, Dropped: dropped, EOF: true, Final: tend.Ended(st)}, Lines: lines}, nil
+	}
+	return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream)), nil, nil
+}
+
+func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	grace, err := durationArg("grace", in.Grace)
+	if err != nil {
+		return toolError("cancel: " + err.Error()), nil, nil
+	}
+	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace.D()}))
+}
+
+func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
+	grace, err := durationArg("grace", in.Grace)
+	if err != nil {
+		return toolError("cancel_all: " + err.Error()), nil, nil
+	}
+	if !in.All && len(in.Labels) == 0 {
+		return toolError(`cancel_all: name the runs: "all": true, or "labels"`), nil, nil
+	}
+	sel := spool.Select{All: in.All, Labels: in.Labels}
+	runs, err := t.client.CancelSelected(ctx, sel, tend.Control{Grace: grace.D()})
+	if err != nil {
+		return errorResult("cancel_all", err), nil, nil
+	}
+	if runs == nil {
+		runs = []tend.Outcome{}
+	}
+	return nil, &outcomesOut{Runs: runs}, nil
+}
+
+// wait waits like tend wait, but at most its timeout: an agent's call must
+// come back, and the run goes on regardless.
+func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *waitOut, error) {
+	secs := in.Timeout
+	if secs == 0 {
+		secs = 30
+	}
+	raw, _ := json.Marshal(secs)
+	d, err := durationJSON("timeout_seconds", raw)
+	if err != nil {
+		return toolError("wait: " + err.Error()), nil, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, d.D())
+	defer cancel()
+	st, err := t.client.Wait(wctx, in.ID)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		if st == nil {
+			return toolError(fmt.Sprintf("wait: run %s has no record yet after %gs", in.ID, secs)), nil, nil
+		}
+		err = nil // the record as it is: "ended" says the run goes on
+	}
+	if err != nil {
+		return errorResult("wait", err), nil, nil
+	}
+	return nil, &waitOut{Ended: tend.Ended(st), Record: st}, nil
+}
+
+func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	return outcomeResult("signal")(t.client.Signal(ctx, in.ID, in.Signal, tend.Control{}))
+}
+
+func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	if err := tend.CheckID(in.ID); err != nil {
+		return errorResult("delete", err), nil, nil
+	}
+	outcomes, err := t.client.Delete(ctx, tend.Control{}, in.ID)
+	if err != nil {
+		return errorResult("delete", err), nil, nil
+	}
+	return outcomeResult("delete")(outcomes[0], outcomes[0].Err())
+}
+
+// outcomeResult makes a control request's outcome the tool's result: a
+// refusal is a tool error, with the outcome as its structured content.
+func outcomeResult(verb string) func(tend.Outcome, error) (*mcp.CallToolResult, *tend.Outcome, error) {
+	return func(o tend.Outcome, err error) (*mcp.CallToolResult, *tend.Outcome, error) {
+		var oe *tend.OutcomeError
+		switch {
+		case err == nil:
+			return nil, &o, nil
+		case errors.As(err, &oe):
+			return &mcp.CallToolResult{IsError: true}, &o, nil
+		}
+		return errorResult(verb, err), nil, nil
+	}
+}
+
+// durationArg reads a duration argument as the spool reads one (a Go
+// duration or a number of seconds, not negative, at most a year); ""
+// is none.
+func durationArg(name, s string) (spool.Duration, error) {
+	var d spool.Duration
+	if s == "" {
+		return d, nil
+	}
+	raw, _ := json.Marshal(s)
+	return durationJSON(name, raw)
+}
+
+// durationJSON reads a duration given as JSON (a string or a number of
+// seconds) as the spool reads one.
+func durationJSON(name string, raw []byte) (spool.Duration, error) {
+	var d spool.Duration
+	if err := d.UnmarshalJSON(raw); err != nil {
+		return d, fmt.Errorf("%s: %v", name, err)
+	}
+	return d, nil
+}
+
+// errorResult is the tool error for err, prefixed with the tool's name.
+func errorResult(tool string, err error) *mcp.CallToolResult {
+	return toolError(tool + ": " + err.Error())
+}
+
+func toolError(msg string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: msg}}}
+}
+
+func cmp[T int64 | string](v, def T) T {
+	var zero T
+	if v != zero {
+		return v
+	}
+	return def
+}
+
+// drainingStdio is the stdio transport, except that at the end of its
+// input it answers every request it read before it reports the end: a
+// client that pipes its requests in and closes stdin gets every answer.
+type drainingStdio struct{}
+
+func (drainingStdio) Connect(ctx context.Context) (mcp.Connection, error) {
+	conn, err := (&mcp.StdioTransport{}).Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &drainingConn{Connection: conn, pending: map[jsonrpc.ID]bool{}, answered: make(chan struct{}, 1)}, nil
+}
+
+// drainingConn counts the requests read and not yet answered.
+type drainingConn struct {
+	mcp.Connection
+	mu       sync.Mutex
+	pending  map[jsonrpc.ID]bool
+	answered chan struct{} // a token whenever a request is answered
+}
+
+func (c *drainingConn) Read(ctx context.Context) (jsonrpc.Message, error) {
+	msg, err := c.Connection.Read(ctx)
+	if err == nil {
+		if req, ok := msg.(*jsonrpc.Request); ok && req.IsCall() {
+			c.mu.Lock()
+			c.pending[req.ID] = true
+			c.mu.Unlock()
+		}
+		return msg, nil
+	}
+	if errors.Is(err, io.EOF) {
+		c.drain(ctx)
+	}
+	return nil, err
+}
+
+func (c *drainingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
+	err := c.Connection.Write(ctx, msg)
+	if resp, ok := msg.(*jsonrpc.Response); ok {
+		c.mu.Lock()
+		delete(c.pending, resp.ID)
+		c.mu.Unlock()
+		select {
+		case c.answered <- struct{}{}:
+		default:
+		}
+	}
+	return err
+}
+
+// drain waits until every request read has been answered, or ctx ends.
+func (c *drainingConn) drain(ctx context.Context) {
+	for {
+		c.mu.Lock()
+		n := len(c.pending)
+		c.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		select {
+		case <-c.answered:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
