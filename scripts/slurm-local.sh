@@ -90,8 +90,10 @@ munge_up() {
 	done
 }
 
-# configure writes slurm.conf for this host: its CPUs, and a little less
-# memory than it has.
+# configure writes slurm.conf for this host: 16 CPUs whatever it has
+# (config_overrides: slurmd takes the configured count), so that a burst
+# of short jobs runs side by side as on a real cluster's nodes, not two
+# at a time; and a little less memory than it has.
 configure() {
 	host=$(hostname -s)
 	cpus=16
