@@ -52,6 +52,13 @@ type Start struct {
 	// may start at the earliest: until then it is queued.
 	After     []Dep
 	NotBefore *NotBefore
+
+	// Slurm, if set, submits the run to a Slurm cluster with these
+	// settings (see slurm.go); Local runs it on this host even where
+	// config.json makes Slurm the default. Both unset: as config.json
+	// says, and on this host if it says nothing.
+	Slurm *Slurm
+	Local bool
 }
 
 // DefaultOutputLimit is the output cap of a run that sets none: 64 MiB per
@@ -76,6 +83,7 @@ type startJSON struct {
 	OutputLimit int64           `json:"output_limit,omitempty"`
 	After       json.RawMessage `json:"after,omitempty"`
 	NotBefore   json.RawMessage `json:"not_before,omitempty"`
+	Slurm       json.RawMessage `json:"slurm,omitempty"`
 }
 
 // MarshalJSON writes s in the request format that ParseStart reads.
@@ -107,10 +115,13 @@ func (s Start) MarshalJSON() ([]byte, error) {
 	if s.NotBefore != nil {
 		j.NotBefore, _ = s.NotBefore.MarshalJSON()
 	}
+	if s.Local {
+		j.Slurm = json.RawMessage("false")
+	}
 	for _, f := range []struct {
 		v   any
 		dst *json.RawMessage
-	}{{s.Restart, &j.Restart}, {s.Health, &j.Health}, {s.Limits, &j.Limits}} {
+	}{{s.Restart, &j.Restart}, {s.Health, &j.Health}, {s.Limits, &j.Limits}, {s.Slurm, &j.Slurm}} {
 		if b, _ := json.Marshal(f.v); string(b) != "null" {
 			*f.dst = b
 		}
@@ -170,6 +181,9 @@ func ParseStart(body []byte) (Start, error) {
 		return Start{}, err
 	}
 	if s.NotBefore, err = parseNotBefore(j.NotBefore); err != nil {
+		return Start{}, err
+	}
+	if s.Slurm, s.Local, err = parseSlurm(j.Slurm); err != nil {
 		return Start{}, err
 	}
 	return s, s.validate()
@@ -234,6 +248,25 @@ func (s *Start) validate() error {
 		if err := ValidID(s.Session); err != nil {
 			return fmt.Errorf(`"session": %v`, strings.Replace(err.Error(), "id", "session", 1))
 		}
+	}
+	if s.Slurm != nil {
+		if err := s.CheckSlurm(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckSlurm reports why s cannot run on Slurm, if it cannot: its Slurm
+// settings are bad, or it asks for what only a run on this host has.
+func (s *Start) CheckSlurm() error {
+	if s.Slurm != nil {
+		if err := s.Slurm.Check(`"slurm": `); err != nil {
+			return err
+		}
+	}
+	if s.Health != nil || s.ReadyFile || s.Limits != nil {
+		return errSlurmService
 	}
 	return nil
 }

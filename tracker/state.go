@@ -100,6 +100,9 @@ type State struct {
 	// is queued until then (see spool.Dep).
 	After     []string   `json:"after,omitempty"`
 	NotBefore *time.Time `json:"not_before,omitempty"`
+	// Slurm is set for a run submitted to a Slurm cluster: the settings it
+	// is submitted with, its request's over config.json's defaults.
+	Slurm *spool.Slurm `json:"slurm,omitempty"`
 
 	// PID, PGID and ProcStart identify the run's process: a PID names the
 	// same process only while /proc/<pid>/stat shows this start time (in
@@ -107,6 +110,9 @@ type State struct {
 	PID       int    `json:"pid,omitempty"`
 	PGID      int    `json:"pgid,omitempty"`
 	ProcStart uint64 `json:"proc_start,omitempty"`
+	// Job identifies a cluster run's job instead (Slurm's), from just
+	// before it is submitted.
+	Job *Job `json:"job,omitempty"`
 
 	CreatedAt time.Time  `json:"created_at"`
 	StartedAt *time.Time `json:"started_at,omitempty"`
@@ -184,6 +190,29 @@ type Attempt struct {
 	ExitCode  *int      `json:"exit_code,omitempty"`
 	Signal    string    `json:"signal,omitempty"`
 	Reason    string    `json:"reason"`
+	Job       string    `json:"job,omitempty"` // a cluster run's: the ID of this attempt's job
+}
+
+// Job is the job of a run on a cluster (a Slurm job): where it runs, in
+// place of a process of this host. Each attempt of the run is a job of
+// its own.
+type Job struct {
+	// Engine is the cluster's scheduler: "slurm".
+	Engine string `json:"engine"`
+	// Tag is the job's name in the engine, made from the root's identity,
+	// the run's ID and the attempt: a job submitted just before the
+	// watcher died, whose ID it never recorded, is found by it.
+	Tag string `json:"tag"`
+	// ID is the engine's ID of the job once it is submitted (scontrol
+	// show job ID).
+	ID string `json:"id,omitempty"`
+	// State and Reason are the engine's own words for where the job is
+	// (PENDING, RUNNING, COMPLETED, ...; Resources, Priority, ...), as it
+	// last said them; Nodes where it runs.
+	State       string     `json:"state,omitempty"`
+	Reason      string     `json:"reason,omitempty"`
+	Nodes       string     `json:"nodes,omitempty"`
+	SubmittedAt *time.Time `json:"submitted_at,omitempty"`
 }
 
 // MaxAttempts bounds State.Attempts.

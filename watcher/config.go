@@ -41,6 +41,69 @@ type Settings struct {
 	// running as root: the uids named, and the members of the gids named.
 	// Their requests run as their writers.
 	Users, Groups []int
+	// Slurm says which runs go to a Slurm cluster unless their requests
+	// say otherwise, and how often the watcher asks it about them.
+	Slurm SlurmSettings
+}
+
+// SlurmSettings are config.json's "slurm".
+type SlurmSettings struct {
+	// Default, if set, sends every run to Slurm with these settings
+	// (under its request's); Sessions does for the runs of a session.
+	Default  *spool.Slurm
+	Sessions map[string]*spool.Slurm
+	// Poll is how often squeue is run while any run is on Slurm (one
+	// call for all of them).
+	Poll time.Duration
+}
+
+// DefaultSlurmPoll is the default of SlurmSettings.Poll.
+const DefaultSlurmPoll = 2 * time.Second
+
+// slurmConfig is config.json's "slurm" object.
+type slurmConfig struct {
+	Default      json.RawMessage            `json:"default"`
+	Sessions     map[string]json.RawMessage `json:"sessions"`
+	PollInterval json.RawMessage            `json:"poll_interval"`
+}
+
+// parseSlurmConfig reads config.json's "slurm" over base.
+func parseSlurmConfig(raw json.RawMessage, base SlurmSettings) (SlurmSettings, error) {
+	var c slurmConfig
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return base, fmt.Errorf("%q: %v (its fields are default, sessions and poll_interval)", "slurm", strings.TrimPrefix(err.Error(), "json: "))
+	}
+	s := base
+	var err error
+	if len(c.Default) > 0 && string(c.Default) != "null" {
+		if s.Default, err = spool.ParseSlurmDefaults("slurm.default", c.Default); err != nil {
+			return base, err
+		}
+	}
+	if c.Sessions != nil {
+		s.Sessions = make(map[string]*spool.Slurm, len(c.Sessions))
+		for name, raw := range c.Sessions {
+			if err := spool.ValidID(name); err != nil {
+				return base, fmt.Errorf("%q: session %q: %v", "slurm.sessions", name, err)
+			}
+			if s.Sessions[name], err = spool.ParseSlurmDefaults("slurm.sessions."+name, raw); err != nil {
+				return base, err
+			}
+		}
+	}
+	if len(c.PollInterval) > 0 && string(c.PollInterval) != "null" {
+		var d spool.Duration
+		if err := d.UnmarshalJSON(c.PollInterval); err != nil {
+			return base, fmt.Errorf("%q: %v", "slurm.poll_interval", err)
+		}
+		if d.D() < 100*time.Millisecond || d.D() > time.Hour {
+			return base, fmt.Errorf("%q: %s: want 100ms to 1h", "slurm.poll_interval", d.D())
+		}
+		s.Poll = d.D()
+	}
+	return s, nil
 }
 
 // Equal reports whether s and o are the same settings.
@@ -48,14 +111,16 @@ func (s Settings) Equal(o Settings) bool {
 	return s.MaxRunning == o.MaxRunning && s.MaxPerSession == o.MaxPerSession &&
 		s.KeepFinishedFor == o.KeepFinishedFor && s.KeepFinished == o.KeepFinished &&
 		s.Durability == o.Durability && s.QueueEditWindow == o.QueueEditWindow &&
-		slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups)
+		slices.Equal(s.Users, o.Users) && slices.Equal(s.Groups, o.Groups) &&
+		reflect.DeepEqual(s.Slurm, o.Slurm)
 }
 
 // DefaultSettings are the settings when neither flags nor config.json say
 // otherwise: no cap on runs, finished records kept for a week, at most
 // 1,000 of them, every record durable against a power loss, and a second
 // for a queued request's writer to put it back.
-var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second}
+var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second,
+	Slurm: SlurmSettings{Poll: DefaultSlurmPoll}}
 
 // configFile is config.json; a field left out keeps the watcher's value.
 type configFile struct {
@@ -67,6 +132,7 @@ type configFile struct {
 	QueueEditWindow      json.RawMessage `json:"queue_edit_window"`
 	Users                *[]string       `json:"users"`
 	Groups               *[]string       `json:"groups"`
+	Slurm                json.RawMessage `json:"slurm"`
 }
 
 // configKeys returns the fields config.json may have.
@@ -168,6 +234,14 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		if l.Groups, err = resolveAll(*c.Groups, lookupGroup); err != nil {
 			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "groups", err)
 		}
+	}
+	if len(c.Slurm) > 0 && string(c.Slurm) != "null" {
+		if l.Slurm, err = parseSlurmConfig(c.Slurm, l.Slurm); err != nil {
+			return base, fmt.Errorf("%s: %w", layout.Root(root).Config(), err)
+		}
+	}
+	if l.Slurm.Poll == 0 {
+		l.Slurm.Poll = DefaultSlurmPoll
 	}
 	if len(l.Users)+len(l.Groups) > 0 && os.Geteuid() != 0 {
 		return base, fmt.Errorf("%s: %q and %q need a watcher running as root, to run requests as their writers (this is uid %d)",

@@ -88,6 +88,9 @@ func (w *watcher) lookup(id string) (*tracker.State, error) {
 	if r := w.runs[id]; r != nil {
 		return r.st, nil
 	}
+	if j := w.jobs.byID[id]; j != nil {
+		return j.st, nil
+	}
 	for _, sp := range w.spawning {
 		if sp.st.ID == id {
 			return sp.st, nil
@@ -127,6 +130,10 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 	if b := w.waiting[n.ID]; b != nil {
 		w.endBackoff(b, tracker.Canceled, "canceled while waiting to start again")
 		w.answer(n, spool.Canceled, "")
+		return
+	}
+	if j := w.jobs.byID[n.ID]; j != nil {
+		w.cancelJob(j, n, req)
 		return
 	}
 	r := w.runs[n.ID]
@@ -174,7 +181,7 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 		return
 	}
 	defer done()
-	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
+	if !tracker.Final(st.State) || w.runs[n.ID] != nil || w.jobs.byID[n.ID] != nil || w.queued(n.ID) != nil {
 		w.answer(n, spool.StillActive, "run is "+string(st.State))
 		return
 	}

@@ -41,8 +41,8 @@ func (w *watcher) reapOrphans() {
 	}
 	leaders := w.ownLeaders()
 	for _, pid := range kids {
-		if leaders[pid] {
-			continue
+		if leaders[pid] || w.jobs.helper(pid) {
+			continue // (an engine's command is reaped by its Wait)
 		}
 		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
 			procfs.ReapChild(pid)
@@ -130,8 +130,8 @@ func (w *watcher) drain() {
 			continue
 		}
 		id, ok := w.strayOf(p, keepers, escapes)
-		if !ok {
-			continue
+		if !ok || w.jobs.helper(p.PGID) {
+			continue // (a cluster's command, such as sbatch, is no run's)
 		}
 		if escapes && !ours[p.PID] {
 			w.escapes = true // still outside: look again next time

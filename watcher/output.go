@@ -43,7 +43,11 @@ func (w *watcher) unwatchRunDir(id string) {
 func (w *watcher) runDirEvent(id, name string) {
 	r := w.runs[id]
 	if r == nil {
-		return
+		j := w.jobs.byID[id]
+		if j == nil {
+			return
+		}
+		r = j.run // a run on a cluster whose node writes where this host sees it
 	}
 	switch name {
 	case "stdout", "stderr":
@@ -63,7 +67,7 @@ func (w *watcher) once(r *run, pending *bool, d time.Duration, f func(*run)) {
 	*pending = true
 	w.after(d, func() {
 		*pending = false
-		if w.runs[r.st.ID] == r {
+		if w.runs[r.st.ID] == r || w.jobs.byID[r.st.ID] != nil && w.jobs.byID[r.st.ID].run == r {
 			f(r)
 		}
 	})

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -43,6 +44,9 @@ func (w *watcher) addQueued(q *queuedRun) {
 	if waits(q.st) {
 		w.waiters++
 	}
+	if isJob(q.st) {
+		w.jobs.queued++
+	}
 }
 
 // removeQueued takes q out of the queue.
@@ -58,6 +62,9 @@ func (w *watcher) removeQueued(q *queuedRun) {
 	}
 	if w.waiters == 0 {
 		clear(w.ended) // nothing waits for them any more
+	}
+	if isJob(q.st) {
+		w.jobs.queued--
 	}
 }
 
@@ -135,7 +142,7 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	next := w.newRun(q.st.ID, f.UID, req)
 	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
 		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && fmt.Sprint(next.Labels) == fmt.Sprint(q.st.Labels) &&
-		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) {
+		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) && reflect.DeepEqual(next.Slurm, q.st.Slurm) {
 		return false
 	}
 	old := q.req
@@ -144,7 +151,13 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	if waits(st) {
 		w.waiters--
 	}
+	if isJob(st) {
+		w.jobs.queued--
+	}
 	st.Command, st.Cwd, st.Session, st.Labels, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Labels, next.Timeout, next.Grace
+	if st.Slurm = next.Slurm; isJob(st) {
+		w.jobs.queued++
+	}
 	if !sameWaits(req, old) {
 		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
 		if q.at != nil {
@@ -172,15 +185,19 @@ func (w *watcher) dequeue() {
 	now := time.Now()
 	changed := w.waiters > 0 && w.settleWaits(now)
 	for _, q := range slices.Clone(w.queue) {
-		if w.settings.MaxRunning > 0 && w.runsStarted() >= w.settings.MaxRunning {
-			break
+		job := isJob(q.st) // its cluster schedules it: no slot of this host's holds it back
+		if !job && w.settings.MaxRunning > 0 && w.runsStarted() >= w.settings.MaxRunning {
+			if w.jobs.queued == 0 {
+				break
+			}
+			continue
 		}
 		if waits(q.st) {
 			if waiting, never := w.conditions(q.st, now); waiting != "" || never != "" {
 				continue // it waits for another run, or a time
 			}
 		}
-		if !w.slotFor(q.st.Session) || !w.startQueued(q) {
+		if !job && !w.slotFor(q.st.Session) || !w.startQueued(q) {
 			continue // its session is at its cap, or its writer is busy with it
 		}
 		w.removeQueued(q)

@@ -52,6 +52,8 @@ func (w *watcher) recoverRuns() {
 			w.recoverClaimed(id)
 		case err != nil:
 			w.log.Printf("recover: %v", err)
+		case st.Job != nil && !tracker.Final(st.State) && st.State != tracker.Backoff:
+			w.recoverJob(st) // submitted to a cluster, or about to be
 		case st.State == tracker.Queued:
 			w.recoverQueued(st)
 		case st.State == tracker.Backoff && st.NextStartAt != nil:
@@ -92,7 +94,7 @@ func (w *watcher) recoverClaimed(id string) {
 	w.log.Printf("recover: run %s was claimed but not started: starting it", id)
 	w.save(st)
 	w.launch(st, req.Env)
-	w.outcome(n, spool.Accepted, "")
+	w.accepted(n)
 }
 
 // removeEmpty removes the run directory dir of a claim that did not

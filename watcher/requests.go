@@ -299,11 +299,18 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 			return
 		}
 	}
+	slurm := w.slurmFor(req)
+	if err := checkJob(req, slurm); err != nil {
+		w.reject(n.String(), n, nil, err.Error())
+		return
+	}
 	if q := w.queued(n.ID); q != nil {
 		w.editQueued(q, n, f, req) // edited while it waits
 		return
 	}
-	if !w.slotFor(req.Session) || len(w.queue) > 0 || len(req.After) > 0 || req.NotBefore != nil {
+	// A run on a cluster takes none of this host's slots: its cluster
+	// schedules it.
+	if slurm == nil && (!w.slotFor(req.Session) || len(w.queue) > 0) || len(req.After) > 0 || req.NotBefore != nil {
 		if dir := w.store.RunDir(n.ID); exists(dir) && !emptyDir(dir) {
 			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, w.store.RunDir(n.ID)))
 			return
@@ -348,7 +355,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	st := w.newRun(n.ID, claimed.UID, req)
 	w.passing(st) // launch saves it at once
 	w.launch(st, req.Env)
-	w.outcome(n, spool.Accepted, "")
+	w.accepted(n)
 }
 
 // newRun returns the first record of run id, made from its request.
@@ -358,6 +365,7 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
 		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
 		Restart: req.Restart, Health: req.Health, ReadyFile: req.ReadyFile, Limits: req.Limits,
+		Slurm: w.slurmFor(req),
 	}
 	for _, d := range req.After {
 		st.After = append(st.After, d.String())

@@ -73,6 +73,10 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 // half of what a short run costs the loop); the batch settles it before
 // it writes its records (see settleSpawns).
 func (w *watcher) launch(st *tracker.State, env map[string]string) {
+	if isJob(st) {
+		w.launchJob(st, env) // on a cluster
+		return
+	}
 	sp, err := w.prepareStart(st, env)
 	if err != nil {
 		w.notStarted(st, err)

@@ -83,6 +83,9 @@ func (w *watcher) selected(uid int, req spool.Select) []string {
 	for _, r := range w.runs {
 		consider(r.st)
 	}
+	for _, j := range w.jobs.byID { // runs on a cluster
+		consider(j.st)
+	}
 	for _, q := range w.queue {
 		consider(q.st)
 	}

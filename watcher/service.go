@@ -244,6 +244,9 @@ func keepAttempt(st *tracker.State, reason string) {
 	if st.EndedAt != nil {
 		a.EndedAt = *st.EndedAt
 	}
+	if st.Job != nil {
+		a.Job = st.Job.ID
+	}
 	st.Attempts = append(st.Attempts, a)
 	keep := max(tracker.MaxAttempts, st.Restart.Limit+1) // enough to count the window's
 	if len(st.Attempts) > keep {

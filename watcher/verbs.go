@@ -40,6 +40,10 @@ func (w *watcher) liveTarget(n spool.Name, f spool.File, session string, ifRev *
 }
 
 func (w *watcher) takeSignal(n spool.Name, f spool.File, req spool.Signal) {
+	if w.jobs.byID[n.ID] != nil {
+		w.takeJobSignal(n, f, req) // on a cluster
+		return
+	}
 	_, r, done, ok := w.liveTarget(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
@@ -61,6 +65,10 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 	if b := w.waiting[st.ID]; b != nil {
 		b.st.Stop = &tracker.Stop{Cause: tracker.CauseRestart, Requests: []string{n.String()}, RequestedAt: time.Now()}
 		w.restartNow(b.st)
+		return
+	}
+	if j := w.jobs.byID[st.ID]; j != nil {
+		w.restartJob(j, n, req) // on a cluster
 		return
 	}
 	r := w.live(n, st)
@@ -85,6 +93,10 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 // takePause stops a live run's group with SIGSTOP; its timeout stops
 // counting until it resumes.
 func (w *watcher) takePause(n spool.Name, f spool.File, req spool.Cancel) {
+	if w.jobs.byID[n.ID] != nil {
+		w.takeJobSuspend(n, f, req, false) // on a cluster
+		return
+	}
 	st, r, done, ok := w.liveTarget(n, f, req.Session, req.IfRev)
 	if !ok {
 		return
@@ -113,6 +125,10 @@ func (w *watcher) takePause(n spool.Name, f spool.File, req spool.Cancel) {
 
 // takeResume continues a paused run's group with SIGCONT.
 func (w *watcher) takeResume(n spool.Name, f spool.File, req spool.Cancel) {
+	if w.jobs.byID[n.ID] != nil {
+		w.takeJobSuspend(n, f, req, true) // on a cluster
+		return
+	}
 	st, r, done, ok := w.liveTarget(n, f, req.Session, req.IfRev)
 	if !ok {
 		return

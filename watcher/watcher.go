@@ -25,6 +25,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
+	"github.com/tendhq/tend/watcher/cluster"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,6 +70,9 @@ type Config struct {
 	// which a watcher kills itself with SIGKILL, each the first time a
 	// watcher on the root reaches it.
 	CrashAt []string
+	// Engine runs the runs that go to a cluster (see jobs.go); nil:
+	// Slurm, through its commands in the PATH.
+	Engine cluster.Engine
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -189,6 +193,9 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	cfg.Root = real
 	w := newWatcher(cfg)
+	if w.jobs.engine == nil {
+		w.jobs.engine = w.slurmEngine()
+	}
 	defer func() {
 		if w.stdin >= 0 {
 			unix.Close(w.stdin) // no fork is under way once the loop has returned
@@ -303,6 +310,7 @@ type watcher struct {
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
 	runs    map[string]*run     // runs with a live process, by ID
+	jobs    jobs                // runs on a cluster, submitted or being submitted (see jobs.go)
 	queue   []*queuedRun        // runs waiting for a slot, in arrival order
 	waiting map[string]*backoff // runs in backoff, waiting to start again
 	unsaved unsaved
@@ -374,6 +382,7 @@ func newWatcher(cfg Config) *watcher {
 		store:      tracker.NewStore(cfg.Root),
 		hist:       tracker.OpenHistory(cfg.Root),
 		runs:       make(map[string]*run),
+		jobs:       newJobs(cfg.Engine),
 		written:    make(map[string]tracker.Stamp),
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
@@ -394,7 +403,7 @@ func newWatcher(cfg Config) *watcher {
 
 func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 	for {
-		if w.stopping > 0 && len(w.runs) == 0 {
+		if w.stopping > 0 && len(w.runs) == 0 && len(w.jobs.byID) == 0 {
 			w.log.Printf("stopped: every run has ended")
 			if n := len(w.unsaved.states) + len(w.unsaved.events); n > 0 {
 				w.log.Printf("%d records or events could not be written; tend fsck will show what is missing", n)
@@ -436,7 +445,7 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			w.reapOrphans()
 		case sig := <-w.cfg.Stop:
 			if sig == syscall.SIGUSR1 {
-				w.log.Printf("%v: leaving %s running, for the next watcher to adopt", sig, runsText(len(w.runs)))
+				w.log.Printf("%v: leaving %s running, for the next watcher to adopt", sig, runsText(len(w.runs)+len(w.jobs.byID)))
 				return nil
 			}
 			w.shutdown(sig)
@@ -579,10 +588,11 @@ func (w *watcher) shutdown(sig os.Signal) {
 		for _, b := range w.waiting {
 			w.endBackoff(b, tracker.Canceled, "the watcher was stopped while it waited to start again")
 		}
-		w.log.Printf("%v: stopping %s (send it again to kill them at once)", sig, runsText(len(w.runs)))
+		w.log.Printf("%v: stopping %s (send it again to kill them at once)", sig, runsText(len(w.runs)+len(w.jobs.byID)))
 		for _, r := range w.runs {
 			w.stop(r, tracker.CauseCanceled, "the watcher was stopped", r.grace(), "")
 		}
+		w.stopJobs(false)
 		return
 	}
 	w.log.Printf("%v: killing %s", sig, runsText(len(w.runs)))
@@ -590,6 +600,7 @@ func (w *watcher) shutdown(sig os.Signal) {
 		r.killAt = time.Now()
 		w.killGroup(r)
 	}
+	w.stopJobs(true)
 }
 
 // guard checks that the state file the watcher is about to replace is the

@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 // TestScripts runs the end-to-end tests in testdata/script: the tend
 // binary, a real watcher, real processes and real files.
 func TestScripts(t *testing.T) {
+	t.Cleanup(func() { stopSlurm(t) }) // once every script has run
 	testscript.Run(t, scriptParams("testdata/script"))
 }
 
@@ -89,6 +90,8 @@ func scriptParams(dir string) testscript.Params {
 				return canCollapse(), nil
 			case "cap_sys_resource":
 				return hasCapability(unix.CAP_SYS_RESOURCE), nil
+			case "slurm":
+				return slurmCondition()
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -144,6 +147,8 @@ func scriptParams(dir string) testscript.Params {
 			"recovered": cmdRecovered,
 			"reaped":    cmdReaped,
 			"readcheck": cmdReadCheck,
+			"slurm":     cmdSlurm,
+			"slurmjobs": cmdSlurmJobs,
 		},
 	}
 }
@@ -155,15 +160,18 @@ var deadline = 60 * time.Second
 
 // poll calls cond until it returns "" or the deadline passes, then fails
 // with cond's last complaint.
-func poll(ts *testscript.TestScript, cond func() string) {
-	end := time.Now().Add(deadline)
+func poll(ts *testscript.TestScript, cond func() string) { pollFor(ts, deadline, cond) }
+
+// pollFor is poll, with a deadline of d.
+func pollFor(ts *testscript.TestScript, d time.Duration, cond func() string) {
+	end := time.Now().Add(d)
 	for {
 		msg := cond()
 		if msg == "" {
 			return
 		}
 		if time.Now().After(end) {
-			ts.Fatalf("after %s: %s", deadline, msg)
+			ts.Fatalf("after %s: %s", d, msg)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -195,13 +203,20 @@ func written(path string) bool {
 	return err == nil && fi.Size() > 0
 }
 
-// waitstate id state: wait until run id's state.json says state.
+// waitstate id state [deadline]: wait until run id's state.json says
+// state, for at most the deadline given (a duration), or the default.
 func cmdWaitState(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 2 {
-		ts.Fatalf("usage: waitstate ID STATE")
+	if len(args) != 2 && len(args) != 3 {
+		ts.Fatalf("usage: waitstate ID STATE [DEADLINE]")
+	}
+	d := deadline
+	if len(args) == 3 {
+		var err error
+		d, err = time.ParseDuration(args[2])
+		ts.Check(err)
 	}
 	store := tracker.NewStore(ts.MkAbs(".tend"))
-	poll(ts, func() string {
+	pollFor(ts, d, func() string {
 		st, err := store.Read(args[0])
 		if err != nil {
 			return err.Error()

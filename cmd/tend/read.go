@@ -50,6 +50,9 @@ func infoText(r tend.Listed, t term) string {
 		return runtext.Cut(runtext.OneLine(r.Reason), maxReasonWidth)
 	}
 	var parts []string
+	if r.Job != nil && r.Job.ID != "" && !tracker.Final(r.State) {
+		parts = append(parts, jobText(r.Job))
+	}
 	if r.Progress != "" {
 		parts = append(parts, r.Progress)
 	} else if r.QuietFor != nil && *r.QuietFor >= 5 {
@@ -62,6 +65,21 @@ func infoText(r tend.Listed, t term) string {
 		return "-"
 	}
 	return strings.Join(parts, ", ")
+}
+
+// jobText says where a run on a cluster is: "slurm job 12 RUNNING on n3".
+func jobText(j *tracker.Job) string {
+	s := j.Engine + " job " + j.ID
+	if j.ID == "" {
+		s = j.Engine + " job " + j.Tag + " (being submitted)"
+	}
+	if j.State != "" {
+		s += " " + j.State
+	}
+	if j.Nodes != "" {
+		s += " on " + j.Nodes
+	}
+	return s
 }
 
 // maxReasonWidth is how much of a reason ls shows on a terminal; tend show
@@ -205,6 +223,9 @@ func (c *showCmd) Run(e *env) error {
 	row("session", st.Session)
 	if st.PID != 0 {
 		row("pid", fmt.Sprintf("%d (group %d)", st.PID, st.PGID))
+	}
+	if j := st.Job; j != nil {
+		row("job", jobText(j))
 	}
 	row("created", st.CreatedAt.Format(time.RFC3339))
 	if st.StartedAt != nil {

@@ -38,6 +38,19 @@ type startCmd struct {
 	HealthStartPeriod time.Duration `help:"Failed checks do not count for this long after each start." default:"30s" group:"Services"`
 	ReadyFile         bool          `help:"Starting until the run creates the file named in $TEND_READY." group:"Services"`
 
+	Slurm          bool          `help:"Run it on the Slurm cluster (any flag below implies it), with the root's defaults from config.json." group:"Slurm"`
+	SlurmPartition string        `help:"The partition (sbatch --partition)." placeholder:"NAME" group:"Slurm"`
+	CPUs           int           `name:"cpus" help:"CPUs for the job (sbatch --cpus-per-task)." placeholder:"N" group:"Slurm"`
+	Mem            string        `help:"Memory per node, such as 8G (sbatch --mem)." placeholder:"SIZE" group:"Slurm"`
+	GPUs           string        `name:"gpus" help:"GPUs: a number, or TYPE:N (sbatch --gpus)." placeholder:"N" group:"Slurm"`
+	Nodes          int           `help:"Nodes (sbatch --nodes)." placeholder:"N" group:"Slurm"`
+	SlurmTime      time.Duration `help:"Slurm's time limit: past it the run ends timed_out (sbatch --time; Slurm counts whole minutes)." placeholder:"DURATION" group:"Slurm"`
+	Account        string        `help:"The account to charge (sbatch --account)." placeholder:"NAME" group:"Slurm"`
+	QOS            string        `name:"qos" help:"The quality of service (sbatch --qos)." placeholder:"NAME" group:"Slurm"`
+	Constraint     string        `help:"Node features (sbatch --constraint)." placeholder:"FEATURES" group:"Slurm"`
+	SbatchArg      []string      `sep:"none" help:"A further sbatch option, --name or --name=value (repeatable)." placeholder:"OPTION" group:"Slurm"`
+	Local          bool          `help:"Run it on this host even where config.json sends runs to Slurm." group:"Slurm"`
+
 	Command []string `arg:"" passthrough:"partial" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
 }
 
@@ -49,7 +62,8 @@ directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION. Examples:
   tend start --timeout 2s -- sleep 60        # stopped after 2s: timed_out
   tend start -e LIST=a,b -l kind=demo -- 'echo "$LIST"'
   tend start --id test --after build -- make test   # once build completed
-  tend start --after build --after lint:ended --in 10m -- ./deploy`
+  tend start --after build --after lint:ended --in 10m -- ./deploy
+  tend start --slurm-partition gpu --cpus 4 --mem 8G --gpus 1 -- ./train.sh`
 }
 
 func (c *startCmd) Run(e *env) error {
@@ -135,6 +149,9 @@ func (c *startCmd) request(args []string) (tend.Request, error) {
 		}
 	}
 	c.service(&req)
+	if err := c.slurm(&req); err != nil {
+		return req, err
+	}
 	for _, name := range c.After {
 		d, err := spool.ParseDep(name)
 		if err != nil {
@@ -183,6 +200,22 @@ func addPairs(m map[string]string, pairs []string, flag string) (map[string]stri
 		m[k] = v
 	}
 	return m, nil
+}
+
+// slurm sets the request's Slurm settings from the flags.
+func (c *startCmd) slurm(req *tend.Request) error {
+	s := spool.Slurm{Partition: c.SlurmPartition, CPUs: c.CPUs, Memory: c.Mem, GPUs: c.GPUs, Nodes: c.Nodes,
+		Time: spool.Duration(c.SlurmTime), Account: c.Account, QOS: c.QOS, Constraint: c.Constraint, Args: c.SbatchArg}
+	set := c.Slurm || s.Partition != "" || s.CPUs != 0 || s.Memory != "" || s.GPUs != "" || s.Nodes != 0 ||
+		s.Time != 0 || s.Account != "" || s.QOS != "" || s.Constraint != "" || len(s.Args) > 0
+	if set && c.Local {
+		return fmt.Errorf("--local runs it on this host: no Slurm flag goes with it")
+	}
+	if set {
+		req.Slurm = &s
+	}
+	req.Local = c.Local
+	return nil
 }
 
 // service sets the request's service settings from the flags.

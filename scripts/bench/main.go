@@ -30,7 +30,7 @@ import (
 
 func main() {
 	peers := flag.Bool("peers", false, "also measure task-spooler and nq (installed with apt-get if missing)")
-	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6,W7), for profiling; W3 includes W4 on disk")
+	only := flag.String("only", "", "measure only these workloads, comma-separated (W1,W2,W3,W4,W5,W6,W7,S1), for profiling; W3 includes W4 on disk")
 	disk := flag.String("dir", "", "the directory on disk to make roots in (removed at the end if it was made here); default: a journaled ext4 image made and loop-mounted in .bench as root, else .bench")
 	flag.Parse()
 	if flag.NArg() != 1 {
@@ -93,6 +93,7 @@ func main() {
 	b.measure("W5", b.w5)
 	b.measure("W6", b.w6)
 	b.measure("W7", b.w7)
+	b.measure("S1", b.s1)
 	if *peers {
 		b.peers()
 	}
@@ -200,10 +201,10 @@ func (r *root) drop(name, body string) {
 	check(os.Rename(tmp, filepath.Join(r.path, "spool", name)))
 }
 
-// waitStates waits until n runs have reached state, as the history says.
-// It reads only what was appended since it last looked, so the waiting
-// costs next to nothing on the CPUs tend is measured on.
-func (r *root) waitStates(n int, state tracker.StateName) {
+// waitStates waits until n runs have reached state (or any of more), as
+// the history says. It reads only what was appended since it last looked,
+// so the waiting costs next to nothing on the CPUs tend is measured on.
+func (r *root) waitStates(n int, state tracker.StateName, more ...tracker.StateName) {
 	end := time.Now().Add(10 * time.Minute)
 	f, err := os.Open(filepath.Join(r.path, "history.jsonl"))
 	for errors.Is(err, fs.ErrNotExist) && time.Now().Before(end) { // made by the first record
@@ -212,7 +213,10 @@ func (r *root) waitStates(n int, state tracker.StateName) {
 	}
 	check(err)
 	defer f.Close()
-	mark := []byte(`"state":"` + state + `"`)
+	var marks [][]byte
+	for _, s := range append([]tracker.StateName{state}, more...) {
+		marks = append(marks, []byte(`"state":"`+s+`"`))
+	}
 	got := 0
 	var partial []byte
 	buf := make([]byte, 1<<16)
@@ -224,7 +228,9 @@ func (r *root) waitStates(n int, state tracker.StateName) {
 		}
 		data := append(partial, buf[:k]...)
 		i := bytes.LastIndexByte(data, '\n') + 1
-		got += bytes.Count(data[:i], mark)
+		for _, mark := range marks {
+			got += bytes.Count(data[:i], mark)
+		}
 		partial = append([]byte(nil), data[i:]...)
 		if got >= n {
 			return

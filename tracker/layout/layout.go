@@ -109,11 +109,14 @@ func (d Run) Cut() string { return d.join("cut") }
 func (d Run) Ready() string { return d.join("ready") }
 
 // Started is created by the run's process once it has passed its start
-// gate.
+// gate (on a cluster, by its job once its command is about to run).
 func (d Run) Started() string { return d.join("started") }
 
 // Gate is made empty by tend before the run's process starts; the process
 // writes a line to it, synced, once it has passed its start gate.
 func (d Run) Gate() string { return d.join("gate") }
+
+// Exit is how a run on a cluster ended, written there by its job.
+func (d Run) Exit() string { return d.join("exit") }
 
 func (d Run) join(name string) string { return filepath.Join(string(d), name) }

@@ -143,7 +143,23 @@ type startIn struct {
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
 	After   []string          `json:"after,omitempty" jsonschema:"runs to wait for, each ID or ID:condition: completed (the default), ended (however it ended) or ready (it runs and is ready); the run is queued until every one holds, and canceled if one no longer can"`
 	// NotBefore is a string: an RFC 3339 time or a duration.
-	NotBefore string `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
+	NotBefore string   `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
+	Slurm     *slurmIn `json:"slurm,omitempty" jsonschema:"run it on the Slurm cluster, with these settings (an empty object: the cluster's defaults, or the root's)"`
+	Local     bool     `json:"local,omitempty" jsonschema:"run it on this host even where the root sends runs to Slurm by default"`
+}
+
+// slurmIn is spool.Slurm as the start tool takes it: its time a string.
+type slurmIn struct {
+	Partition  string   `json:"partition,omitempty" jsonschema:"the partition (sbatch --partition)"`
+	CPUs       int      `json:"cpus,omitempty" jsonschema:"CPUs for the job (sbatch --cpus-per-task)"`
+	Memory     string   `json:"memory,omitempty" jsonschema:"memory per node, such as 8G (sbatch --mem)"`
+	GPUs       string   `json:"gpus,omitempty" jsonschema:"GPUs: a number, or TYPE:NUMBER (sbatch --gpus)"`
+	Nodes      int      `json:"nodes,omitempty" jsonschema:"nodes (sbatch --nodes)"`
+	Time       string   `json:"time,omitempty" jsonschema:"Slurm's time limit, a Go duration such as 2h or seconds: past it the run ends timed_out"`
+	Account    string   `json:"account,omitempty" jsonschema:"the account to charge (sbatch --account)"`
+	QOS        string   `json:"qos,omitempty" jsonschema:"the quality of service (sbatch --qos)"`
+	Constraint string   `json:"constraint,omitempty" jsonschema:"node features (sbatch --constraint)"`
+	Args       []string `json:"args,omitempty" jsonschema:"further sbatch options, each --name or --name=value"`
 }
 
 type lsIn struct {
@@ -209,7 +225,7 @@ type signalIn struct {
 
 // addTools adds t's tools to s, each with the output schema of its result.
 func addTools(s *mcp.Server, t *tools) {
-	add(s, "start", "Start a shell command in the background as a run of this session; returns its record.", t.start)
+	add(s, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
 	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
 	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
@@ -302,6 +318,19 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 			return toolError("start: not_before: want an RFC 3339 time or a duration such as 10m"), nil, nil
 		}
 	}
+	if s := in.Slurm; s != nil {
+		if in.Local {
+			return toolError("start: local runs it on this host: slurm does not go with it"), nil, nil
+		}
+		req.Slurm = &spool.Slurm{Partition: s.Partition, CPUs: s.CPUs, Memory: s.Memory, GPUs: s.GPUs, Nodes: s.Nodes,
+			Account: s.Account, QOS: s.QOS, Constraint: s.Constraint, Args: s.Args}
+		if s.Time != "" {
+			if req.Slurm.Time, err = durationArg("slurm.time", s.Time); err != nil {
+				return toolError("start: " + err.Error()), nil, nil
+			}
+		}
+	}
+	req.Local = in.Local
 	st, err := t.client.Start(ctx, in.ID, req)
 	if err != nil {
 		return errorResult("start", err), nil, nil
