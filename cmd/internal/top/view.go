@@ -25,15 +25,18 @@ var (
 	topGood   = lipgloss.NewStyle().Foreground(lipgloss.Green)
 	topSel    = lipgloss.NewStyle().Reverse(true)
 	topStderr = lipgloss.NewStyle().Foreground(lipgloss.Red)
-	topStates = map[tracker.StateName]lipgloss.Style{}
+	topStates = stateStyles()
 )
 
-func init() {
-	// The colors of tend ls (runtext.StateColors), as styles.
+// stateStyles returns the colors of tend ls (runtext.StateColors), as
+// styles.
+func stateStyles() map[tracker.StateName]lipgloss.Style {
 	colors := map[string]lipgloss.Style{"32": topGood, "36": lipgloss.NewStyle().Foreground(lipgloss.Cyan), "33": topWarn, "31": lipgloss.NewStyle().Foreground(lipgloss.Red)}
+	styles := make(map[tracker.StateName]lipgloss.Style, len(runtext.StateColors))
 	for state, c := range runtext.StateColors {
-		topStates[state] = colors[c]
+		styles[state] = colors[c]
 	}
+	return styles
 }
 
 // View draws the screen: always exactly its height in lines, none wider
