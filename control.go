@@ -10,6 +10,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -94,7 +95,7 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 	}
 	var runs []spool.RunOutcome
 	err = watchUntil(ctx, c.dir.Outcomes(), func() (bool, error) {
-		b, _, err := spool.ReadRegular(c.dir.OutcomePath(n), 64<<20)
+		b, _, err := durable.ReadRegular(c.dir.OutcomePath(n), 64<<20)
 		if err == nil {
 			if runs, err = spool.ParseSelectOutcome(b); err != nil {
 				return false, err

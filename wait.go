@@ -12,6 +12,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 // Most waits end within a few milliseconds (a start is answered in about
@@ -143,7 +144,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 // it renames the record into place, and a record read in between would
 // not survive a power loss.
 func (c *Client) seen(id string) error {
-	if err := spool.FlushSeen.SyncDir(c.store.RunDir(id)); err != nil {
+	if err := durable.FlushSeen.SyncDir(c.store.RunDir(id)); err != nil {
 		return fmt.Errorf("run %s: %w", id, err)
 	}
 	return nil

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 )
 
@@ -60,9 +61,8 @@ func writeIn(dir string, write func() error) error {
 // Errors from Read. Each is final for the file as it is now, except
 // ErrBusy, which clears when the writer closes the file.
 var (
-	ErrBusy       = errors.New("still open for writing")
-	ErrNotRegular = errors.New("not a regular file")
-	ErrTooLarge   = fmt.Errorf("larger than the limit of %d bytes", MaxBody)
+	ErrBusy     = errors.New("still open for writing")
+	ErrTooLarge = fmt.Errorf("larger than the limit of %d bytes", MaxBody)
 )
 
 // File is a request file as read from the spool.
@@ -89,16 +89,16 @@ type File struct {
 
 // Read reads the request file name in the spool, without following a
 // symbolic link and without blocking on a FIFO or device. It returns
-// ErrBusy if someone has the file open for writing, ErrNotRegular for
-// anything but a regular file, and ErrTooLarge (without reading the body)
-// for a file over MaxBody.
+// ErrBusy if someone has the file open for writing,
+// durable.ErrNotRegular for anything but a regular file, and ErrTooLarge
+// (without reading the body) for a file over MaxBody.
 func (d Dir) Read(name string) (File, error) {
 	return readFile(filepath.Join(d.Spool(), name), name)
 }
 
 func readFile(path, name string) (File, error) {
-	fd, st, err := OpenRegular(path)
-	if errors.Is(err, ErrNotRegular) {
+	fd, st, err := durable.OpenRegular(path)
+	if errors.Is(err, durable.ErrNotRegular) {
 		return File{}, fmt.Errorf("%s: %w", name, err)
 	}
 	if errors.Is(err, unix.EACCES) {
@@ -120,7 +120,7 @@ func readFile(path, name string) (File, error) {
 	if err != nil {
 		return out, fmt.Errorf("%s: %w", name, err)
 	}
-	out.Body, err = readUpTo(fd, st.Size, MaxBody+1)
+	out.Body, err = durable.ReadUpTo(fd, st.Size, MaxBody+1)
 	if err != nil {
 		return out, &os.PathError{Op: "read", Path: path, Err: err}
 	}
@@ -138,83 +138,6 @@ func readFile(path, name string) (File, error) {
 	return out, nil
 }
 
-// OpenRegular opens the regular file at path for reading, without
-// following a symbolic link in its last component, without blocking on a
-// FIFO and without opening a device at all: the way to open what someone
-// else may have put there. It returns the descriptor, to be closed by the
-// caller, and the file's stat, taken on that descriptor's inode. Anything
-// but a regular file gives an error satisfying errors.Is(err,
-// ErrNotRegular) that names its kind; one the caller may not read gives
-// EACCES, with the stat.
-func OpenRegular(path string) (int, unix.Stat_t, error) {
-	// O_PATH opens nothing: no FIFO blocks, no device acts on an open, and
-	// a symbolic link is the link itself. Only a regular file is then
-	// opened for reading, through the same handle, so it is the same inode.
-	var st unix.Stat_t
-	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1, st, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(pfd)
-	if err := unix.Fstat(pfd, &st); err != nil {
-		return -1, st, &os.PathError{Op: "fstat", Path: path, Err: err}
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return -1, st, fmt.Errorf("%s: %w", fileKind(st.Mode), ErrNotRegular)
-	}
-	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-	if err != nil {
-		return -1, st, &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	return fd, st, nil
-}
-
-// ReadRegular reads the regular file at path as OpenRegular opens it, and
-// at most limit bytes of it: a larger file is an error naming its size,
-// and is not read.
-func ReadRegular(path string, limit int64) ([]byte, unix.Stat_t, error) {
-	fd, st, err := OpenRegular(path)
-	if err != nil {
-		return nil, st, err
-	}
-	defer unix.Close(fd)
-	if st.Size > limit {
-		return nil, st, fmt.Errorf("%s: %d bytes, larger than the limit of %d", path, st.Size, limit)
-	}
-	b, err := readUpTo(fd, st.Size, limit+1)
-	if err != nil {
-		return nil, st, &os.PathError{Op: "read", Path: path, Err: err}
-	}
-	if int64(len(b)) > limit {
-		return nil, st, fmt.Errorf("%s: larger than the limit of %d bytes", path, limit)
-	}
-	return b, st, nil
-}
-
-// readUpTo reads fd to its end or to limit bytes, whichever comes first,
-// with raw reads into a buffer sized for the size fstat gave (a request is
-// read at every arrival: os.File would register each with the poller).
-func readUpTo(fd int, size, limit int64) ([]byte, error) {
-	buf := make([]byte, 0, min(max(size, 0), limit)+1)
-	for int64(len(buf)) < limit {
-		if len(buf) == cap(buf) {
-			buf = append(buf, 0)[:len(buf)] // grown: the file grew
-		}
-		n, err := unix.Read(fd, buf[len(buf):min(int64(cap(buf)), limit)])
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil {
-			return buf, err
-		}
-		if n == 0 {
-			return buf, nil
-		}
-		buf = buf[:len(buf)+n]
-	}
-	return buf, nil
-}
-
 // takeReadLease takes a read lease on fd, which the kernel grants only when
 // no one has the file open for writing. It returns false, nil where leases
 // are not available (another user's file without CAP_LEASE, a filesystem
@@ -230,24 +153,6 @@ func takeReadLease(fd int) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("read lease: %w", err)
-}
-
-func fileKind(mode uint32) string {
-	switch mode & unix.S_IFMT {
-	case unix.S_IFDIR:
-		return "a directory"
-	case unix.S_IFIFO:
-		return "a FIFO"
-	case unix.S_IFSOCK:
-		return "a socket"
-	case unix.S_IFCHR:
-		return "a character device"
-	case unix.S_IFBLK:
-		return "a block device"
-	case unix.S_IFLNK:
-		return "a symbolic link"
-	}
-	return fmt.Sprintf("a file of type %#o", mode&unix.S_IFMT)
 }
 
 // Claim moves the request file f.Name out of the spool to dst, atomically,
@@ -294,7 +199,7 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	if err := os.Mkdir(d.Rejected(), 0o755); err == nil {
 		// Made again (an operator cleared it): its name is durable
 		// before what it will hold.
-		if err := FlushRootDirs.SyncDir(d.Root); err != nil {
+		if err := durable.FlushRootDirs.SyncDir(d.Root); err != nil {
 			return "", err
 		}
 	}
@@ -304,13 +209,13 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 			continue
 		}
 		if err := writeIn(d.Rejected(), func() error {
-			return Replace(dst+".error", []byte(line), Perm{Mode: 0o644}, Durable{FlushReason, FlushReasonDir})
+			return durable.Replace(dst+".error", []byte(line), durable.Perm{Mode: 0o644}, durable.Durable{File: durable.FlushReason, Dir: durable.FlushReasonDir})
 		}); err != nil {
 			return "", err
 		}
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err == nil {
-			return dst, FlushRejected.SyncDir(d.Rejected()) // as durable as its reason
+			return dst, durable.FlushRejected.SyncDir(d.Rejected()) // as durable as its reason
 		}
 		os.Remove(dst + ".error")
 		if !errors.Is(err, unix.EEXIST) {
@@ -330,7 +235,7 @@ func rejectedName(name string, i int) string {
 	if i > 0 {
 		suffix = fmt.Sprintf(".%d", i)
 	}
-	if limit := nameMax - len(".error") - tempDigits - len(suffix); len(name) > limit {
+	if limit := nameMax - len(".error") - durable.TempDigits - len(suffix); len(name) > limit {
 		name = name[:limit]
 	}
 	return name + suffix
@@ -394,19 +299,21 @@ func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 	if detail != "" {
 		line += ": " + oneLine(detail)
 	}
-	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), Perm{Mode: 0o644}) })
+	return writeIn(d.Outcomes(), func() error {
+		return durable.ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), durable.Perm{Mode: 0o644})
+	})
 }
 
 // WriteSelectOutcome replaces the outcome of selector request n with b
 // (see SelectOutcome), as WriteOutcome does.
 func (d Dir) WriteSelectOutcome(n Name, b []byte) error {
-	return writeIn(d.Outcomes(), func() error { return ReplaceUnsynced(d.OutcomePath(n), b, Perm{Mode: 0o644}) })
+	return writeIn(d.Outcomes(), func() error { return durable.ReplaceUnsynced(d.OutcomePath(n), b, durable.Perm{Mode: 0o644}) })
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error
 // satisfying errors.Is(err, os.ErrNotExist) if it has none yet.
 func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {
-	b, _, err := ReadRegular(d.OutcomePath(n), 4096)
+	b, _, err := durable.ReadRegular(d.OutcomePath(n), 4096)
 	if err != nil {
 		return "", "", err
 	}
@@ -438,7 +345,7 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 		return &os.PathError{Op: "create", Path: filepath.Join(d.Spool(), tmp), Err: err}
 	}
 	Mark(fd)
-	err = WriteAll(fd, body)
+	err = durable.WriteAll(fd, body)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}

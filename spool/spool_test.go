@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 func TestParseName(t *testing.T) {
@@ -331,7 +333,7 @@ func TestRejectShortensLongNames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(filepath.Base(dst+".error")) > nameMax-tempDigits {
+		if len(filepath.Base(dst+".error")) > nameMax-durable.TempDigits {
 			t.Fatalf("rejected as %q: too long to write its .error beside it", filepath.Base(dst))
 		}
 		e, err := os.ReadFile(dst + ".error")

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -45,11 +45,11 @@ func CutsText(cuts []Cut) string {
 func (s *Store) WriteCuts(id string, owner int, cuts []Cut) (string, error) {
 	text := CutsText(cuts)
 	if s.durability == WatcherCrash {
-		return text, spool.ReplaceUnsynced(s.Run(id).Cut(), []byte(text), RunPerm(owner))
+		return text, durable.ReplaceUnsynced(s.Run(id).Cut(), []byte(text), RunPerm(owner))
 	}
 	// Part of the run's record: synced as its state.json is.
-	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
-	return text, spool.Replace(s.Run(id).Cut(), []byte(text), RunPerm(owner), durable)
+	record := durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir}
+	return text, durable.Replace(s.Run(id).Cut(), []byte(text), RunPerm(owner), record)
 }
 
 // maxCuts bounds a cut file read: it holds a line or two, and is its
@@ -67,7 +67,7 @@ func (s *Store) HasCuts(id string) bool {
 // is left alone.
 func (s *Store) RemoveCuts(id, what string) error {
 	path := s.Run(id).Cut()
-	b, _, err := spool.ReadRegular(path, maxCuts)
+	b, _, err := durable.ReadRegular(path, maxCuts)
 	if errors.Is(err, os.ErrNotExist) || err == nil && string(b) != what {
 		return nil
 	}
@@ -81,7 +81,7 @@ func (s *Store) RemoveCuts(id, what string) error {
 // parse is an error that names the file: offsets are not guessed.
 func (s *Store) ReadCuts(id string) ([]Cut, error) {
 	path := s.Run(id).Cut()
-	b, _, err := spool.ReadRegular(path, maxCuts)
+	b, _, err := durable.ReadRegular(path, maxCuts)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}

@@ -8,12 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -167,7 +167,7 @@ func checkRuns(root string, events map[string][]Event, alive Liveness) []Problem
 func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	run := s.Run(id)
 	dir, path := string(run), run.State()
-	b, _, err := spool.ReadRegular(path, maxRecord)
+	b, _, err := durable.ReadRegular(path, maxRecord)
 	if errors.Is(err, os.ErrNotExist) {
 		if _, err := os.Stat(run.Request()); err == nil {
 			return []Problem{{dir, "a claimed request without state.json (a watcher starts it once)"}}
@@ -201,15 +201,6 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	return problems
 }
 
-// tempName matches what an interrupted atomic write leaves: spool.Replace's
-// "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
-var tempName = regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
-
-// Leftover reports whether name is that of a temporary file an
-// interrupted write leaves behind (in a root, a run's directory or
-// outcomes/): nothing needs it.
-func Leftover(name string) bool { return tempName.MatchString(name) }
-
 // leftovers finds temporary files and directories that only a crash
 // leaves behind.
 func leftovers(root string) []Problem {
@@ -223,7 +214,7 @@ func leftovers(root string) []Problem {
 			}
 		}
 	}
-	isTemp := func(name string) bool { return tempName.MatchString(name) }
+	isTemp := durable.Leftover
 	add("*", "a temporary file left by an interrupted write", isTemp)
 	add("runs/*/*", "a temporary file left by an interrupted write", isTemp)
 	add("outcomes/*", "a temporary file left by an interrupted write", isTemp)
@@ -316,7 +307,7 @@ func Repair(root string, identify Identify) ([]string, error) {
 	// rebuilt with it. (Its name, if the repair made the file, is made
 	// durable by the next watcher, which syncs the root as it starts;
 	// until then a power loss only undoes the repair, to be done again.)
-	if err := OpenHistory(root).syncData(spool.FlushRepair); err != nil {
+	if err := OpenHistory(root).syncData(durable.FlushRepair); err != nil {
 		return done, err
 	}
 	return done, nil
@@ -376,7 +367,7 @@ func replaceFile(path string, b []byte) error {
 	}
 	_, err = f.Write(b)
 	if err == nil {
-		err = spool.FlushRepair.Fsync(int(f.Fd()))
+		err = durable.FlushRepair.Fsync(int(f.Fd()))
 	}
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -396,7 +387,7 @@ func replaceFile(path string, b []byte) error {
 // repairRun rebuilds run id's state file if it is broken or edited.
 func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]string, error) {
 	path := s.Run(id).State()
-	b, _, err := spool.ReadRegular(path, maxRecord)
+	b, _, err := durable.ReadRegular(path, maxRecord)
 	if err != nil {
 		return nil, nil // missing: nothing to rebuild from that a watcher would not do better
 	}
@@ -446,7 +437,7 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			st.OwnerUID = int(req.Uid)
 		}
 	}
-	if b, _, err := spool.ReadRegular(s.Run(id).Request(), spool.MaxBody); err == nil {
+	if b, _, err := durable.ReadRegular(s.Run(id).Request(), spool.MaxBody); err == nil {
 		if req, err := spool.ParseStart(b); err == nil {
 			st.Command, st.Labels, st.Timeout, st.Cwd = req.Args(), req.Labels, req.Timeout, req.Cwd
 			if req.Grace != nil {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -217,7 +217,7 @@ func (h *History) appendLocked(events ...Event) error {
 		}
 	}
 	h.made = h.made || made
-	err = spool.WriteAll(fd, data)
+	err = durable.WriteAll(fd, data)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
@@ -256,7 +256,7 @@ func appendPending(root string, lines []byte) error {
 			lines = append([]byte{'\n'}, lines...)
 		}
 	}
-	if err := spool.WriteAll(fd, lines); err != nil {
+	if err := durable.WriteAll(fd, lines); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
@@ -265,7 +265,7 @@ func appendPending(root string, lines []byte) error {
 // readPending returns the changes waiting in root's pending file, whole
 // lines, in order; none if there is no such file.
 func readPending(root string) ([]byte, error) {
-	b, _, err := spool.ReadRegular(layout.Root(root).PendingHistory(), 1<<30)
+	b, _, err := durable.ReadRegular(layout.Root(root).PendingHistory(), 1<<30)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -339,12 +339,12 @@ func openEnd(path string) (fd int, size int64, made bool, err error) {
 func (h *History) Sync() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.sync(spool.FlushHistory, spool.FlushHistoryDir)
+	return h.sync(durable.FlushHistory, durable.FlushHistoryDir)
 }
 
 // syncData makes the history file's data durable, as flush file, not its
 // name.
-func (h *History) syncData(file spool.Flush) error {
+func (h *History) syncData(file durable.Flush) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.sync(file, "")
@@ -353,7 +353,7 @@ func (h *History) syncData(file spool.Flush) error {
 // sync is Sync, as the flushes named file and dir (none if empty); the
 // caller holds h.mu. Changes waiting in the pending file, while the
 // history's end is torn, are synced as the history's own lines are.
-func (h *History) sync(file, dir spool.Flush) error {
+func (h *History) sync(file, dir durable.Flush) error {
 	paths := []string{layout.Root(h.root).History()}
 	if h.pending {
 		paths = append(paths, layout.Root(h.root).PendingHistory())
@@ -374,7 +374,7 @@ func (h *History) sync(file, dir spool.Flush) error {
 
 // syncData fdatasyncs the file at path, as flush file; a missing file
 // has nothing to sync.
-func syncData(path string, file spool.Flush) error {
+func syncData(path string, file durable.Flush) error {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return nil // nothing appended

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -186,7 +186,7 @@ func (c *listCache) save(ids []string, lines []cachedLine) {
 	for _, i := range keep {
 		b = append(append(append(append(append(append(b, ids[i]...), '\t'), lines[i].stamp...), '\t'), lines[i].fields...), '\n')
 	}
-	spool.ReplaceUnsynced(c.path, b, spool.Perm{}) // the writer's alone: it shows every run it read
+	durable.ReplaceUnsynced(c.path, b, durable.Perm{}) // the writer's alone: it shows every run it read
 }
 
 // briefFields returns the fields of st's brief record as the cache keeps

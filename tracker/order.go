@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -56,7 +56,7 @@ func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 	if err != nil {
 		return err
 	}
-	err = spool.WriteAll(fd, b.Bytes())
+	err = durable.WriteAll(fd, b.Bytes())
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
@@ -71,7 +71,7 @@ func (s *Store) AppendSwitches(id string, owner int, sw []Switch) error {
 // the last maxOrderRead bytes from off, and no line longer than a switch
 // can be (longer ones are skipped).
 func (s *Store) ReadSwitches(id string, off int64) ([]Switch, int64, error) {
-	fd, st, err := spool.OpenRegular(s.Run(id).Order())
+	fd, st, err := durable.OpenRegular(s.Run(id).Order())
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, off, nil
 	}
@@ -135,7 +135,7 @@ func (s *Store) TrimSwitches(id string, owner int, keep int) (int64, error) {
 		b.WriteString(x.String())
 		b.WriteByte('\n')
 	}
-	return int64(b.Len()), spool.ReplaceUnsynced(s.Run(id).Order(), b.Bytes(), RunPerm(owner))
+	return int64(b.Len()), durable.ReplaceUnsynced(s.Run(id).Order(), b.Bytes(), RunPerm(owner))
 }
 
 // A Line is a line of a run's output, or its last bytes if they have no

@@ -6,7 +6,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 // Slice is a piece of a run's output, read by absolute offset.
@@ -130,7 +130,7 @@ func (s *Store) RecordedOutputSize(st *State, stream string) int64 {
 // and never blocking (the run's directory may be its owner's, who may put
 // anything there).
 func openOutput(path string) (*os.File, error) {
-	fd, _, err := spool.OpenRegular(path)
+	fd, _, err := durable.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -49,13 +49,13 @@ func LoadKey(root string, create bool) (key []byte, created bool, err error) {
 	if err != nil {
 		return nil, false, &os.PathError{Op: "create", Path: path, Err: err}
 	}
-	err = spool.WriteAll(fd, key)
+	err = durable.WriteAll(fd, key)
 	if err == nil {
-		err = spool.FlushKey.Fsync(fd)
+		err = durable.FlushKey.Fsync(fd)
 	}
 	unix.Close(fd)
 	if err == nil {
-		err = spool.FlushKeyDir.SyncDir(root)
+		err = durable.FlushKeyDir.SyncDir(root)
 	}
 	if err != nil {
 		unix.Unlink(path)
@@ -67,7 +67,7 @@ func LoadKey(root string, create bool) (key []byte, created bool, err error) {
 // readKey reads a key, which must be a regular file of keySize bytes,
 // owned by this process's user and readable by nobody else.
 func readKey(path string) ([]byte, error) {
-	b, st, err := spool.ReadRegular(path, keySize)
+	b, st, err := durable.ReadRegular(path, keySize)
 	switch {
 	case err != nil:
 		return nil, err
@@ -114,7 +114,7 @@ func (s *Store) SealAll() ([]string, []error) {
 	var sealed []string
 	var errs []error
 	for _, id := range ids {
-		b, fi, err := spool.ReadRegular(s.Run(id).State(), maxRecord)
+		b, fi, err := durable.ReadRegular(s.Run(id).State(), maxRecord)
 		if err != nil || int(fi.Uid) != os.Geteuid() {
 			continue // another user's record is theirs to forge: never trusted once
 		}

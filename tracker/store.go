@@ -15,6 +15,7 @@ import (
 
 	jsonv2 "github.com/go-json-experiment/json"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -104,7 +105,7 @@ func (s *Store) Make() error {
 		return nil
 	}
 	if err == nil && s.durability != WatcherCrash {
-		err = spool.FlushRootDirs.SyncDir(filepath.Dir(s.dir))
+		err = durable.FlushRootDirs.SyncDir(filepath.Dir(s.dir))
 	}
 	return err
 }
@@ -136,13 +137,13 @@ func (s *Store) Write(st *State) error {
 }
 
 // WriteAll writes the records of several runs as Write does each, with one
-// round of fsyncs for them all (spool.ReplaceAll): what a storm of runs
+// round of fsyncs for them all (durable.ReplaceAll): what a storm of runs
 // ending at once costs the disk. errs[i] is states[i]'s error.
 func (s *Store) WriteAll(states []*State) (errs []error) {
 	errs = make([]error, len(states))
 	var paths []string
 	var data [][]byte
-	var perms []spool.Perm
+	var perms []durable.Perm
 	var which []int // the index in states of each path
 	for i, st := range states {
 		b, err := st.encode(s.key)
@@ -165,25 +166,25 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 // Durable, they are not written until runs/ is synced too if a run
 // directory was made since it last was (beside the records' own fsyncs:
 // the directory was made before them).
-func (s *Store) replace(paths []string, data [][]byte, perms []spool.Perm) []error {
+func (s *Store) replace(paths []string, data [][]byte, perms []durable.Perm) []error {
 	if s.durability == WatcherCrash {
 		errs := make([]error, len(paths))
 		for i := range paths {
-			errs[i] = spool.ReplaceUnsynced(paths[i], data[i], perms[i])
+			errs[i] = durable.ReplaceUnsynced(paths[i], data[i], perms[i])
 		}
 		return errs
 	}
 	s.mu.Lock()
 	made, synced := s.dirsMade, s.dirsSynced
 	s.mu.Unlock()
-	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
+	record := durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir}
 	if made == synced {
-		return spool.ReplaceAll(paths, data, perms, durable)
+		return durable.ReplaceAll(paths, data, perms, record)
 	}
 	var wg sync.WaitGroup
 	var syncErr error
-	wg.Go(func() { syncErr = spool.FlushRunsDir.SyncDir(s.dir) })
-	errs := spool.ReplaceAll(paths, data, perms, durable)
+	wg.Go(func() { syncErr = durable.FlushRunsDir.SyncDir(s.dir) })
+	errs := durable.ReplaceAll(paths, data, perms, record)
 	wg.Wait()
 	if syncErr != nil {
 		for i := range errs {
@@ -251,7 +252,7 @@ func (s *Store) readAt(dirfd int, id string, buf []byte, stamp *Stamp) (*State, 
 	if err != nil && !errors.Is(err, ErrEdited) && !errors.Is(err, ErrUnsealed) {
 		// A read cut short by a signal looks like a torn file: read it again,
 		// the long way, before saying so.
-		if b, _, rerr := spool.ReadRegular(path, maxRecord); rerr == nil {
+		if b, _, rerr := durable.ReadRegular(path, maxRecord); rerr == nil {
 			if stamp != nil {
 				*stamp = Stamp{}
 			}
@@ -290,7 +291,7 @@ func readSmall(dirfd int, name, path string, buf []byte, stamp *Stamp) ([]byte, 
 	if stamp != nil {
 		*stamp = Stamp{}
 	}
-	b, _, err := spool.ReadRegular(path, maxRecord) // a large record: the long way
+	b, _, err := durable.ReadRegular(path, maxRecord) // a large record: the long way
 	return b, err
 }
 
@@ -474,7 +475,7 @@ func (s *Store) Trash(id string) (string, error) {
 	if s.durability != WatcherCrash {
 		// Gone for good before the history says so and the deletion is
 		// answered: a power loss must not bring it back.
-		if err := spool.FlushTrash.SyncDir(s.dir); err != nil {
+		if err := durable.FlushTrash.SyncDir(s.dir); err != nil {
 			return trash, fmt.Errorf("run %s: %w", id, err)
 		}
 	}
@@ -512,11 +513,11 @@ func (s *Store) Trashed() map[string]string {
 // Its mode is 0600 whatever the file it replaces had: the owner of a run's
 // directory may chmod its files, and a mode kept from such a file (setgid,
 // say) would be given to the watcher's file.
-func RunPerm(owner int) spool.Perm {
+func RunPerm(owner int) durable.Perm {
 	if owner > 0 && os.Geteuid() == 0 {
-		return spool.Perm{Mode: 0o600, Owner: owner}
+		return durable.Perm{Mode: 0o600, Owner: owner}
 	}
-	return spool.Perm{Mode: 0o600}
+	return durable.Perm{Mode: 0o600}
 }
 
 // OpenRunFile opens the file at path in a run's directory with flags,

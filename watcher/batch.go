@@ -5,8 +5,8 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 // A batch holds back the record writes of changes that come together (the
@@ -195,7 +195,7 @@ func (w *watcher) writeRecords(states []*tracker.State) []error {
 	}
 	spoolSync := w.spoolUnsynced
 	if spoolSync {
-		wg.Go(func() { spoolErr = spool.FlushClaim.SyncDir(w.spool.Spool()) })
+		wg.Go(func() { spoolErr = durable.FlushClaim.SyncDir(w.spool.Spool()) })
 	}
 	errs := w.store.WriteAll(states)
 	wg.Wait()

@@ -13,6 +13,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 )
 
@@ -157,7 +158,7 @@ const maxConfig = 64 << 10
 // a bad config.
 func LoadSettings(root string, base Settings) (Settings, error) {
 	path := layout.Root(root).Config()
-	b, fi, err := spool.ReadRegular(path, maxConfig)
+	b, fi, err := durable.ReadRegular(path, maxConfig)
 	if errors.Is(err, os.ErrNotExist) {
 		return base, nil
 	}
@@ -297,7 +298,7 @@ func AllowGroup(root, group string) error {
 	}
 	path := layout.Root(root).Config()
 	fields := map[string]json.RawMessage{}
-	b, _, err := spool.ReadRegular(path, maxConfig)
+	b, _, err := durable.ReadRegular(path, maxConfig)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 	case err != nil:
@@ -321,5 +322,5 @@ func AllowGroup(root, group string) error {
 	if err != nil {
 		return err
 	}
-	return spool.Replace(path, append(out, '\n'), spool.Perm{Mode: 0o644}, spool.Durable{File: spool.FlushConfig, Dir: spool.FlushConfigDir})
+	return durable.Replace(path, append(out, '\n'), durable.Perm{Mode: 0o644}, durable.Durable{File: durable.FlushConfig, Dir: durable.FlushConfigDir})
 }

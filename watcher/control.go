@@ -13,6 +13,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -349,7 +350,7 @@ func (w *watcher) finishDeletions() {
 	for id, trash := range w.store.Trashed() {
 		rev, session := int64(0), ""
 		path := layout.Run(trash).State()
-		if b, _, err := spool.ReadRegular(path, spool.MaxBody); err == nil {
+		if b, _, err := durable.ReadRegular(path, spool.MaxBody); err == nil {
 			if st, err := tracker.ParseState(path, b); err == nil {
 				rev, session = st.Rev+1, st.Session
 			}

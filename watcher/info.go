@@ -6,8 +6,8 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 // writeInfo writes watcher.json and watcher.pid (the PID alone, for
@@ -19,10 +19,10 @@ func (w *watcher) writeInfo() error {
 	info := tracker.WatcherInfo{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root,
 		Durability: w.settings.Durability, MaxRunning: w.settings.MaxRunning, MaxPerSession: w.settings.MaxPerSession}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := spool.ReplaceUnsynced(w.root().WatcherInfo(), append(b, '\n'), spool.Perm{Mode: 0o644}); err != nil {
+	if err := durable.ReplaceUnsynced(w.root().WatcherInfo(), append(b, '\n'), durable.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherInfo(), err)
 	}
-	if err := spool.ReplaceUnsynced(w.root().WatcherPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), spool.Perm{Mode: 0o644}); err != nil {
+	if err := durable.ReplaceUnsynced(w.root().WatcherPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), durable.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherPID(), err)
 	}
 	return nil

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/tracker/durable"
 	"os"
 	"time"
 
@@ -348,7 +349,7 @@ func (w *watcher) readProgress(r *run) {
 // path, never through a link or from a FIFO (a run writes the file, and
 // may put anything in its place).
 func readHead(path string, limit int) ([]byte, error) {
-	fd, _, err := spool.OpenRegular(path)
+	fd, _, err := durable.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}

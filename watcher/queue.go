@@ -13,6 +13,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -322,7 +323,7 @@ func (w *watcher) writeQueue() {
 		b.WriteString(q.st.ID)
 		b.WriteByte('\n')
 	}
-	if err := spool.ReplaceUnsynced(w.root().Queue(), []byte(b.String()), spool.Perm{Mode: 0o644}); err != nil {
+	if err := durable.ReplaceUnsynced(w.root().Queue(), []byte(b.String()), durable.Perm{Mode: 0o644}); err != nil {
 		w.log.Printf("%v", err)
 	}
 }

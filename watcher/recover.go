@@ -14,6 +14,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -110,7 +111,7 @@ func removeEmpty(dir string) {
 	}
 	for _, e := range ents {
 		fi, err := e.Info()
-		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && !tracker.Leftover(e.Name()) {
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && !durable.Leftover(e.Name()) {
 			return
 		}
 	}
@@ -123,7 +124,7 @@ func removeEmpty(dir string) {
 // readRequest reads run id's claimed request, and its stat: a regular
 // file of at most spool.MaxBody bytes, read without following a link.
 func (w *watcher) readRequest(id string) ([]byte, unix.Stat_t, error) {
-	return spool.ReadRegular(w.store.Run(id).Request(), spool.MaxBody)
+	return durable.ReadRegular(w.store.Run(id).Request(), spool.MaxBody)
 }
 
 func (w *watcher) recoverLive(st *tracker.State) {

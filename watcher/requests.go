@@ -13,6 +13,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -101,7 +102,7 @@ func (w *watcher) examine(name string) {
 			w.afterStartDecided(n) // a removed start is decided too
 		}
 		return
-	case errors.Is(err, spool.ErrNotRegular):
+	case errors.Is(err, durable.ErrNotRegular):
 		w.reject(name, n, nameErr, err.Error())
 		return
 	case errors.Is(err, spool.ErrBusy):

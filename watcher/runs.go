@@ -15,6 +15,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -138,7 +139,7 @@ func (w *watcher) spawned(sp *spawn) {
 	// records are written with one round of fsyncs.
 	gate := sp.gate
 	w.follow(effectGate, st.ID, func() {
-		if err := spool.WriteAll(gate, []byte("go\n")); err != nil {
+		if err := durable.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
 		unix.Close(gate)
@@ -341,7 +342,7 @@ func (w *watcher) openGateFile(st *tracker.State) (int, error) {
 	}
 	flags := unix.O_WRONLY | unix.O_APPEND
 	if w.settings.Durability != tracker.WatcherCrash {
-		flags |= spool.FlushGate.SyncFlag()
+		flags |= durable.FlushGate.SyncFlag()
 	}
 	return tracker.OpenRunFile(path, flags, st.OwnerUID)
 }

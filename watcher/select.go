@@ -10,6 +10,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 // A selection is a selector request (*@<tag>.cancel, *@<tag>.signal) under
@@ -164,14 +165,14 @@ func writeChosen(path string, ino uint64, ids []string) error {
 	// Unsynced, as the selector request itself is (its client's rename):
 	// a power loss may take back both, or this alone, and the request is
 	// then answered for the runs it selects at the next start.
-	return spool.ReplaceUnsynced(path, b, spool.Perm{Mode: 0o600})
+	return durable.ReplaceUnsynced(path, b, durable.Perm{Mode: 0o600})
 }
 
 // readChosen returns the runs kept at path for the request file with inode
 // ino, if they are kept for that file and by this watcher's user (in a
 // shared spool, anyone may make a file of that name).
 func readChosen(path string, ino uint64) ([]string, bool) {
-	b, st, err := spool.ReadRegular(path, 1<<20)
+	b, st, err := durable.ReadRegular(path, 1<<20)
 	if err != nil || int(st.Uid) != os.Geteuid() {
 		return nil, false
 	}

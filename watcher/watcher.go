@@ -24,6 +24,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/cluster"
 	"golang.org/x/sys/unix"
@@ -225,7 +226,7 @@ func runWatcher(cfg Config, started *bool) error {
 		// The directories made before, by tend up or a client (rejected/
 		// must hold what it is answered about), durable before anything
 		// in them is.
-		if err := spool.FlushRootDirs.SyncDir(cfg.Root); err != nil {
+		if err := durable.FlushRootDirs.SyncDir(cfg.Root); err != nil {
 			return err
 		}
 	}

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 )
 
 // TestPowerLossMutants is make powerloss-mutants (a build with the
@@ -35,11 +35,11 @@ func cmdMutants(ts *testscript.TestScript, neg bool, args []string) {
 	if n, err := strconv.Atoi(os.Getenv("TEND_MUTANT_CUTS")); err == nil {
 		cuts = n
 	}
-	flushes := spool.Flushes()
+	flushes := durable.Flushes()
 	if only := os.Getenv("TEND_MUTANT_ONLY"); only != "" {
 		flushes = nil
 		for _, name := range strings.Split(only, ",") {
-			flushes = append(flushes, spool.Flush(name))
+			flushes = append(flushes, durable.Flush(name))
 		}
 	}
 	seed := uint64(time.Now().UnixNano())

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -61,7 +61,7 @@ func replaceFloor(dir string) time.Duration {
 	var took []time.Duration
 	for range 100 {
 		start := time.Now()
-		check(spool.Replace(path, []byte(`{"state": "running"}`+"\n"), spool.Perm{}, spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}))
+		check(durable.Replace(path, []byte(`{"state": "running"}`+"\n"), durable.Perm{}, durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir}))
 		took = append(took, time.Since(start))
 	}
 	os.Remove(path)
@@ -74,7 +74,7 @@ const flushEvery = 32
 
 // groupFloor times a commit of records files in as many directories on
 // dir's file system, p50 of 20, two ways: as tend writes a batch
-// (spool.ReplaceAll: every file written, then their fsyncs and renames,
+// (durable.ReplaceAll: every file written, then their fsyncs and renames,
 // then the directories', several in flight at once), and as one syncfs(2)
 // after writing them all unsynced, the alternative #13 asked to measure.
 func groupFloor(dir string, records int) (parallel, syncfs time.Duration) {
@@ -90,18 +90,18 @@ func groupFloor(dir string, records int) (parallel, syncfs time.Duration) {
 			os.RemoveAll(filepath.Join(dir, fmt.Sprintf("group%d", i)))
 		}
 	}()
-	perms := make([]spool.Perm, records)
-	durable := spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}
+	perms := make([]durable.Perm, records)
+	record := durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir}
 	var par, fs []time.Duration
 	for range 20 {
 		start := time.Now()
-		for _, err := range spool.ReplaceAll(paths, data, perms, durable) {
+		for _, err := range durable.ReplaceAll(paths, data, perms, record) {
 			check(err)
 		}
 		par = append(par, time.Since(start))
 		start = time.Now()
 		for i := range paths {
-			check(spool.ReplaceUnsynced(paths[i], data[i], perms[i]))
+			check(durable.ReplaceUnsynced(paths[i], data[i], perms[i]))
 		}
 		check(syncFS(dir))
 		fs = append(fs, time.Since(start))

@@ -23,8 +23,8 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/procfs"
-	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -344,9 +344,9 @@ func fileFloor(dir string, n int) float64 {
 					create(filepath.Join(run, name))
 				}
 				for range 2 {
-					check(spool.Replace(filepath.Join(run, "state.json"), []byte(`{"state": "running"}`), spool.Perm{}, spool.Durable{File: spool.FlushRecord, Dir: spool.FlushRecordDir}))
+					check(durable.Replace(filepath.Join(run, "state.json"), []byte(`{"state": "running"}`), durable.Perm{}, durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir}))
 				}
-				check(spool.ReplaceUnsynced(filepath.Join(outcomes, strconv.Itoa(i)+".start"), []byte("accepted\n"), spool.Perm{Mode: 0o644}))
+				check(durable.ReplaceUnsynced(filepath.Join(outcomes, strconv.Itoa(i)+".start"), []byte("accepted\n"), durable.Perm{Mode: 0o644}))
 				create(filepath.Join(run, "started"))
 			}
 		})

@@ -1,6 +1,6 @@
 //go:build !tendmutants
 
-package spool
+package durable
 
 // removed reports whether flush f is left out: never, but in a test build
 // (see flush_mutants.go).

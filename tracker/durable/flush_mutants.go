@@ -1,6 +1,6 @@
 //go:build tendmutants
 
-package spool
+package durable
 
 import (
 	"os"

@@ -1,4 +1,4 @@
-package spool
+package durable
 
 import (
 	"cmp"
@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"sync"
 
@@ -164,11 +165,12 @@ func inParallel(n int, f func(i int)) {
 	wg.Wait()
 }
 
-// tempDigits is the most digits createTemp appends to a name.
-const tempDigits = 10 // a uint32
+// TempDigits is the most digits a temporary name adds to the name of the
+// file it replaces: a name tend writes must leave room for them.
+const TempDigits = 10 // a uint32
 
 // createTemp creates a file beside path, named path followed by digits
-// (the names tend fsck knows as leftovers of an interrupted write), with
+// (the names Leftover knows as those of an interrupted write), with
 // perm. A file given to another user is theirs before anything is written
 // to it.
 func createTemp(path string, perm Perm) (fd int, tmp string, err error) {
@@ -196,6 +198,15 @@ func createTemp(path string, perm Perm) (fd int, tmp string, err error) {
 	}
 	return fd, tmp, nil
 }
+
+// tempName matches what an interrupted atomic write leaves: createTemp's
+// "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
+var tempName = regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
+
+// Leftover reports whether name is that of a temporary file an
+// interrupted write leaves behind (in a root, a run's directory or
+// outcomes/): nothing needs it.
+func Leftover(name string) bool { return tempName.MatchString(name) }
 
 // WriteAll writes data to fd whole, through short and interrupted writes,
 // with raw system calls: what records and history appends are written

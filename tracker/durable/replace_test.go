@@ -1,10 +1,12 @@
-package spool
+package durable
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestReplace(t *testing.T) {
@@ -55,7 +57,7 @@ func TestReplaceFailsNamingTheFile(t *testing.T) {
 	}
 }
 
-// readUpTo reads a request whole whatever size fstat said (a file that
+// ReadUpTo reads a request whole whatever size fstat said (a file that
 // grew since reads on), and no more than its limit.
 func TestReadUpTo(t *testing.T) {
 	body := strings.Repeat("abcdefgh", 1000)
@@ -80,7 +82,7 @@ func TestReadUpTo(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			got, err := readUpTo(int(f.Fd()), tt.size, tt.limit)
+			got, err := ReadUpTo(int(f.Fd()), tt.size, tt.limit)
 			if err != nil || string(got) != body[:tt.want] {
 				t.Fatalf("read %d bytes, %v; want %d", len(got), err, tt.want)
 			}
@@ -128,3 +130,49 @@ func TestReplaceAll(t *testing.T) {
 
 // testDurable is the Durable of the files these tests replace.
 var testDurable = Durable{File: FlushRecord, Dir: FlushRecordDir}
+
+// The temporary name createTemp gives each file tend replaces, in the
+// places tend fsck looks, is a Leftover; the file's own name is not.
+func TestLeftoverMatchesCreateTemp(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{
+		"state.json", "order", "cut", "watcher.json", "watcher.pid", "queue", "list.cache", "config.json",
+		"t1.start", "t1.cancel", "t1.delete", "t1.label", "t1.note", "t1.signal", "t1.restart", "t1.pause", "t1.resume",
+	} {
+		fd, tmp, err := createTemp(filepath.Join(dir, name), Perm{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		unix.Close(fd)
+		os.Remove(tmp)
+		if !Leftover(filepath.Base(tmp)) {
+			t.Errorf("%s: its temporary name %s is not a Leftover", name, filepath.Base(tmp))
+		}
+		if Leftover(name) {
+			t.Errorf("%s is a Leftover", name)
+		}
+	}
+}
+
+func TestLeftover(t *testing.T) {
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"state.json4294967295", true},
+		{".t1.start.123.tmp", true}, // the CLI's
+		{".record-x", true},
+		{"state.json", false},
+		{"state.json.edited", false},
+		{"stdout", false},
+		{"history.jsonl", false},
+		{".t1.cancel.taken", false},
+		{"t1.start", false},
+		{".t1.start1", false}, // hidden: not a request's
+	}
+	for _, tt := range tests {
+		if got := Leftover(tt.name); got != tt.want {
+			t.Errorf("Leftover(%q) = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
