@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -35,13 +36,34 @@ type Slurm struct {
 // The values sbatch takes, kept to what they are made of, so that none
 // can carry a newline into a batch script's directives or be taken for
 // something else.
-var (
-	slurmName       = regexp.MustCompile(`^[A-Za-z0-9_.,+-]{1,128}$`)
-	slurmMemory     = regexp.MustCompile(`^[0-9]{1,12}[KMGT]?$`)
-	slurmGPUs       = regexp.MustCompile(`^([A-Za-z0-9_.-]{1,64}:)?[0-9]{1,6}$`)
-	slurmConstraint = regexp.MustCompile(`^[A-Za-z0-9_.,&|*:!\[\]()-]{1,512}$`)
-	slurmArg        = regexp.MustCompile(`^--[a-z][a-z0-9-]*(=[^\x00-\x1f\x7f]*)?$`)
-)
+// They are compiled the first time a request has "slurm", not at every
+// tend command's start-up, and their lengths are checked apart (bounded):
+// a counted repetition such as {1,512} compiles to that many copies.
+var slurmPatterns = sync.OnceValue(func() *slurmPattern {
+	return &slurmPattern{
+		name:       bounded{regexp.MustCompile(`^[A-Za-z0-9_.,+-]+$`), 128},
+		memory:     bounded{regexp.MustCompile(`^[0-9]{1,12}[KMGT]?$`), 13},
+		gpus:       bounded{regexp.MustCompile(`^([A-Za-z0-9_.-]+:)?[0-9]{1,6}$`), 64 + 1 + 6},
+		constraint: bounded{regexp.MustCompile(`^[A-Za-z0-9_.,&|*:!\[\]()-]+$`), 512},
+		arg:        regexp.MustCompile(`^--[a-z][a-z0-9-]*(=[^\x00-\x1f\x7f]*)?$`),
+	}
+})
+
+// slurmPattern holds what each field of a request's "slurm" must match.
+type slurmPattern struct {
+	name, memory, gpus, constraint bounded
+	arg                            *regexp.Regexp
+}
+
+// bounded is a pattern that matches only strings of at most max bytes.
+type bounded struct {
+	re  *regexp.Regexp
+	max int
+}
+
+// MatchString reports whether s is at most b.max bytes and matches b's
+// pattern.
+func (b bounded) MatchString(s string) bool { return len(s) <= b.max && b.re.MatchString(s) }
 
 // slurmOwnArgs are the sbatch options tend sets itself, or that would
 // change what it submits or how it follows the job: a request may not
@@ -60,8 +82,9 @@ const MaxSlurmArgs = 64
 // Check reports what is wrong with s, naming the field (under prefix,
 // such as `"slurm": `).
 func (s *Slurm) Check(prefix string) error {
+	p := slurmPatterns()
 	for _, f := range []struct{ name, v string }{{"partition", s.Partition}, {"account", s.Account}, {"qos", s.QOS}} {
-		if f.v != "" && !slurmName.MatchString(f.v) {
+		if f.v != "" && !p.name.MatchString(f.v) {
 			return fmt.Errorf(`%s%q: %q: want a name of letters, digits and . _ , + -`, prefix, f.name, f.v)
 		}
 	}
@@ -70,11 +93,11 @@ func (s *Slurm) Check(prefix string) error {
 		return fmt.Errorf(`%s"cpus": %d is out of range`, prefix, s.CPUs)
 	case s.Nodes < 0 || s.Nodes > 1<<20:
 		return fmt.Errorf(`%s"nodes": %d is out of range`, prefix, s.Nodes)
-	case s.Memory != "" && !slurmMemory.MatchString(s.Memory):
+	case s.Memory != "" && !p.memory.MatchString(s.Memory):
 		return fmt.Errorf(`%s"memory": %q: want a size as sbatch --mem takes it, such as 8G or 512M`, prefix, s.Memory)
-	case s.GPUs != "" && !slurmGPUs.MatchString(s.GPUs):
+	case s.GPUs != "" && !p.gpus.MatchString(s.GPUs):
 		return fmt.Errorf(`%s"gpus": %q: want a number, or TYPE:NUMBER`, prefix, s.GPUs)
-	case s.Constraint != "" && !slurmConstraint.MatchString(s.Constraint):
+	case s.Constraint != "" && !p.constraint.MatchString(s.Constraint):
 		return fmt.Errorf(`%s"constraint": %q: want features joined by & | , as sbatch --constraint takes them`, prefix, s.Constraint)
 	case len(s.Args) > MaxSlurmArgs:
 		return fmt.Errorf(`%s"args": %d of them: at most %d`, prefix, len(s.Args), MaxSlurmArgs)
@@ -83,7 +106,7 @@ func (s *Slurm) Check(prefix string) error {
 		return fmt.Errorf(`%s"time": %s: a time limit is at least a second (Slurm counts it in minutes)`, prefix, s.Time.D())
 	}
 	for _, a := range s.Args {
-		if !slurmArg.MatchString(a) {
+		if !p.arg.MatchString(a) {
 			return fmt.Errorf(`%s"args": %q: each is one sbatch option, --name or --name=value`, prefix, a)
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")

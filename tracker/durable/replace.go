@@ -201,12 +201,14 @@ func createTemp(path string, perm Perm) (fd int, tmp string, err error) {
 
 // tempName matches what an interrupted atomic write leaves: createTemp's
 // "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
-var tempName = regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
+var tempName = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
+}) // compiled when first needed (fsck, recovery), not at every start-up
 
 // Leftover reports whether name is that of a temporary file an
 // interrupted write leaves behind (in a root, a run's directory or
 // outcomes/): nothing needs it.
-func Leftover(name string) bool { return tempName.MatchString(name) }
+func Leftover(name string) bool { return tempName().MatchString(name) }
 
 // WriteAll writes data to fd whole, through short and interrupted writes,
 // with raw system calls: what records and history appends are written

@@ -21,6 +21,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -179,7 +180,12 @@ func quote(s string) string {
 // who may put anything there.
 const maxExitFile = 256
 
-var exitLine = regexp.MustCompile(`^job ([A-Za-z0-9_.-]{1,64}) (exited ([0-9]{1,3})|not-started ([a-z ]{1,100}))\n$`)
+// exitLine is an exit file's line. Its parts' lengths are checked apart:
+// counted repetitions such as {1,100} compile to that many copies, paid
+// for at every tend command's start-up.
+var exitLine = sync.OnceValue(func() *regexp.Regexp {
+	return regexp.MustCompile(`^job ([A-Za-z0-9_.-]+) (exited ([0-9]{1,3})|not-started ([a-z ]+))\n$`)
+})
 
 // ErrNoExitFile means a run's directory holds no exit file (layout.Run.Exit).
 var ErrNoExitFile = errors.New("no exit file")
@@ -220,8 +226,8 @@ func ReadExit(run layout.Run) (ExitStatus, error) {
 	if err != nil {
 		return ExitStatus{}, &os.PathError{Op: "read", Path: path, Err: err}
 	}
-	m := exitLine.FindSubmatch(buf[:n])
-	if m == nil {
+	m := exitLine().FindSubmatch(buf[:n])
+	if m == nil || len(m[1]) > 64 || len(m[4]) > 100 {
 		return ExitStatus{}, fmt.Errorf("%s: not an exit status as tend's job script writes one", path)
 	}
 	x := ExitStatus{Job: string(m[1])}
