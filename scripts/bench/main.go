@@ -55,7 +55,8 @@ func main() {
 	}
 	b := &bench{tend: tend, only: *only, disk: scratch(dir), unmount: unmount}
 	defer b.clean()
-	fmt.Printf("disk: %s; one durable replace there: %v (p50 of 100)\n", fs, replaceFloor(b.disk.path).Round(time.Microsecond))
+	b.replace = replaceFloor(b.disk.path)
+	fmt.Printf("disk: %s; one durable replace there: %v (p50 of 100)\n", fs, b.replace.Round(time.Microsecond))
 	par, all := groupFloor(b.disk.path, flushEvery)
 	fmt.Printf("a batch of %d records there: %v with tend's parallel fsyncs, %v written unsynced then one syncfs (p50 of 20)\n",
 		flushEvery, par.Round(time.Microsecond), all.Round(time.Microsecond))
@@ -121,6 +122,8 @@ type bench struct {
 	// unmount removes the journaled ext4 image the roots are on, if the
 	// bench made one.
 	unmount func()
+	// replace is one durable replace on disk, p50 (replaceFloor).
+	replace time.Duration
 }
 
 // measure runs workload w unless -only leaves it out.
@@ -367,8 +370,19 @@ func create(path string) {
 // w2: from a request renamed into the spool to the job's first instruction.
 func (b *bench) w2() {
 	got := b.latency(func(r *root, name, body string) { r.drop(name, body) })
+	line, says := b.w2Line(got.floor.p50)
 	b.row("W2 latency, rename to first instruction, "+b.where(), got.client.String(), got.floor.String(),
-		got.client.p50 <= got.floor.p50+time.Millisecond && got.client.p99 <= 2*got.floor.p99, "p50 <= floor+1ms, p99 <= 2x floor")
+		got.client.p50 <= line && got.client.p99 <= 2*line, says)
+}
+
+// w2Line is #13's line for W2's p50 (its p99 may be twice that): the
+// floor, and 0.5 ms, and one durable replace where records are synced (a
+// root on disk in the default durability).
+func (b *bench) w2Line(floor time.Duration) (time.Duration, string) {
+	if b.base == b.disk.path && b.durability == "" {
+		return floor + b.replace + time.Millisecond/2, fmt.Sprintf("p50 <= floor+replace+0.5ms (%v), p99 <= 2x that", (floor + b.replace + time.Millisecond/2).Round(10*time.Microsecond))
+	}
+	return floor + time.Millisecond/2, "p50 <= floor+0.5ms, p99 <= 2x that"
 }
 
 // w2inPlace: the same, for a request written in place (as echo > does).
