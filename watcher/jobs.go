@@ -662,20 +662,7 @@ func (w *watcher) finishJob(j *job, cj *cluster.Job, e *cluster.Exit, notStarted
 		how = "it never ran"
 	}
 	if ran && wantsRestart(st, exit, e == nil) && w.stopping == 0 {
-		if st.Stop != nil {
-			how = st.Reason + "; " + how
-		}
-		if !restartLimitReached(st) {
-			w.enterBackoff(st, how)
-			w.follow(effectDequeue, "", w.dequeue)
-			return
-		}
-		st.State = tracker.Failed
-		st.Reason = fmt.Sprintf("restart limit reached: %d restarts within %v; last attempt: %s", st.Restart.Limit, st.Restart.Window.D(), how)
-		w.save(st)
-		w.log.Printf("run %s: %s", id, st.Reason)
-		w.answerStop(st, string(st.State))
-		w.follow(effectDequeue, "", w.dequeue)
+		w.restartAfter(st, how)
 		return
 	}
 	slurm := func() string {
@@ -923,16 +910,27 @@ func (w *watcher) jobRunning(j *job, n spool.Name) bool {
 	return true
 }
 
+// jobTarget is target for a request that acts on a live job: it also
+// answers the request itself (and returns ok false) when the run's job
+// is not running.
+func (w *watcher) jobTarget(n spool.Name, f spool.File, session string, ifRev *int64) (st *tracker.State, j *job, done func(), ok bool) {
+	st, done, ok = w.target(n, f, session, ifRev)
+	if !ok {
+		return nil, nil, nil, false
+	}
+	j = w.jobs.byID[st.ID]
+	if j == nil || !w.jobRunning(j, n) {
+		done()
+		return nil, nil, nil, false
+	}
+	return st, j, done, true
+}
+
 // takeJobSignal answers signal request n of a run on a cluster: the
 // signal goes to every process of its job.
 func (w *watcher) takeJobSignal(n spool.Name, f spool.File, req spool.Signal) {
-	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	st, j, done, ok := w.jobTarget(n, f, req.Session, req.IfRev)
 	if !ok {
-		return
-	}
-	j := w.jobs.byID[st.ID]
-	if j == nil || !w.jobRunning(j, n) {
-		done()
 		return
 	}
 	id, cred := st.Job.ID, j.cred
@@ -953,13 +951,8 @@ func (w *watcher) takeJobSignal(n spool.Name, f spool.File, req spool.Signal) {
 // as its user, which many clusters allow only their operators; a refusal
 // is answered not_permitted, with what the engine said.
 func (w *watcher) takeJobSuspend(n spool.Name, f spool.File, req spool.Cancel, resume bool) {
-	st, done, ok := w.target(n, f, req.Session, req.IfRev)
+	st, j, done, ok := w.jobTarget(n, f, req.Session, req.IfRev)
 	if !ok {
-		return
-	}
-	j := w.jobs.byID[st.ID]
-	if j == nil || !w.jobRunning(j, n) {
-		done()
 		return
 	}
 	switch {

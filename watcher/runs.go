@@ -816,20 +816,7 @@ func (w *watcher) finish(r *run) {
 		}
 	}
 	if wantsRestart(st, e, r.unknown) && w.stopping == 0 {
-		if st.Stop != nil {
-			how = st.Reason + "; " + how // why it was stopped: unhealthy, a restart request
-		}
-		if !restartLimitReached(st) {
-			w.enterBackoff(st, how)
-			w.follow(effectDequeue, "", w.dequeue)
-			return
-		}
-		st.State = tracker.Failed
-		st.Reason = fmt.Sprintf("restart limit reached: %d restarts within %v; last attempt: %s", st.Restart.Limit, st.Restart.Window.D(), how)
-		w.save(st)
-		w.log.Printf("run %s: %s", st.ID, st.Reason)
-		w.answerStop(st, string(st.State))
-		w.follow(effectDequeue, "", w.dequeue)
+		w.restartAfter(st, how)
 		return
 	}
 	switch {
@@ -892,4 +879,24 @@ func describeExit(e procfs.Exit, unknown bool) string {
 		return s
 	}
 	return fmt.Sprintf("exited with code %d", e.Code)
+}
+
+// restartAfter handles the end of run st's attempt (how says what it
+// was) when its policy wants it started again: it waits in backoff for
+// its next attempt, or, past its restart limit, it has failed. Either
+// way a slot may be free for a queued run.
+func (w *watcher) restartAfter(st *tracker.State, how string) {
+	defer w.follow(effectDequeue, "", w.dequeue)
+	if st.Stop != nil {
+		how = st.Reason + "; " + how // why it was stopped: unhealthy, a restart request
+	}
+	if !restartLimitReached(st) {
+		w.enterBackoff(st, how)
+		return
+	}
+	st.State = tracker.Failed
+	st.Reason = fmt.Sprintf("restart limit reached: %d restarts within %v; last attempt: %s", st.Restart.Limit, st.Restart.Window.D(), how)
+	w.save(st)
+	w.log.Printf("run %s: %s", st.ID, st.Reason)
+	w.answerStop(st, string(st.State))
 }
