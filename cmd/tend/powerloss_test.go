@@ -21,6 +21,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
 )
@@ -369,8 +370,15 @@ func (t *trial) mount() {
 	f, err := crashfs.Mount(t.backing, t.mnt)
 	t.ts.Check(err)
 	// A disk's fsync takes its time: a reader may see what it has not
-	// made durable yet.
-	f.SetFlushDelay(time.Millisecond)
+	// made durable yet. Without the seen flush, tend wait returns an end
+	// whose record's name is still on its way to the disk, for as long as
+	// the watcher's flush of it takes: a slow disk's, in that trial, so
+	// that a cut soon after finds it not yet there.
+	delay := time.Millisecond
+	if t.mutant == string(durable.FlushSeen) {
+		delay = 50 * time.Millisecond
+	}
+	f.SetFlushDelay(delay)
 	t.fs = f
 }
 
