@@ -66,7 +66,7 @@ powerloss:
 # (a build with the tendmutants tag): each must be caught. MUTANT_CUTS
 # bounds each trial (it stops at its first violation). Ends with
 # "flushes: K, caught: C"; exit 1 if C is not K.
-MUTANT_CUTS ?= 40
+MUTANT_CUTS ?= 100
 powerloss-mutants:
 	@mkdir -p bin; rm -f bin/powerloss-mutants.txt
 	@TEND_MUTANT_CUTS=$(MUTANT_CUTS) TEND_POWERLOSS_PROGRESS=1 TEND_POWERLOSS_REPORT=$(CURDIR)/bin/powerloss-mutants.txt \
