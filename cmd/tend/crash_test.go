@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"github.com/tendhq/tend/tracker"
 	"os"
@@ -101,19 +100,7 @@ func cmdReadCheck(ts *testscript.TestScript, neg bool, args []string) {
 	var off int64
 	end := time.Now().Add(deadline)
 	for reads := 0; ; reads++ {
-		cmd := exec.Command("tend", "logs", args[0], "--offset", strconv.FormatInt(off, 10), "--max-bytes", "20000", "--json")
-		cmd.Dir = ts.MkAbs(".")
-		cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_NO_START=1")
-		out, err := cmd.Output()
-		if err != nil {
-			ts.Fatalf("tend logs: %v", err)
-		}
-		var sl struct {
-			Offset, Next int64
-			EOF, Final   bool
-			Data         string
-		}
-		ts.Check(json.Unmarshal(out, &sl))
+		sl := readSlice(ts, args[0], off, 20000)
 		if sl.Offset < off || sl.Next != sl.Offset+int64(len(sl.Data)) || sl.Next > int64(len(want)) {
 			ts.Fatalf("asked for offset %d, got %d bytes at %d, next %d (%d bytes in all)", off, len(sl.Data), sl.Offset, sl.Next, len(want))
 		}

@@ -678,19 +678,7 @@ func cmdReadAll(ts *testscript.TestScript, neg bool, args []string) {
 	var off int64
 	end := time.Now().Add(deadline)
 	for reads := 0; ; reads++ {
-		cmd := exec.Command("tend", "logs", args[0], "--offset", strconv.FormatInt(off, 10), "--max-bytes", "4096", "--json")
-		cmd.Dir = ts.MkAbs(".")
-		cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_NO_START=1")
-		out, err := cmd.Output()
-		if err != nil {
-			ts.Fatalf("tend logs: %v", err)
-		}
-		var sl struct {
-			Offset, Next, Dropped int64
-			EOF, Final            bool
-			Data                  string
-		}
-		ts.Check(json.Unmarshal(out, &sl))
+		sl := readSlice(ts, args[0], off, 4096)
 		if sl.Offset != off || sl.Dropped != 0 {
 			ts.Fatalf("asked for offset %d, got a slice at %d with %d dropped", off, sl.Offset, sl.Dropped)
 		}
@@ -704,6 +692,28 @@ func cmdReadAll(ts *testscript.TestScript, neg bool, args []string) {
 		}
 	}
 	ts.Check(os.WriteFile(ts.MkAbs(args[1]), got, 0o644))
+}
+
+// logSlice is what tend logs --json prints: one slice of a stream.
+type logSlice struct {
+	Offset, Next, Dropped int64
+	EOF, Final            bool
+	Data                  string
+}
+
+// readSlice reads at most max bytes of run id's stdout from offset off,
+// as an agent does: tend logs --offset --max-bytes --json.
+func readSlice(ts *testscript.TestScript, id string, off, max int64) logSlice {
+	cmd := exec.Command("tend", "logs", id, "--offset", strconv.FormatInt(off, 10), "--max-bytes", strconv.FormatInt(max, 10), "--json")
+	cmd.Dir = ts.MkAbs(".")
+	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_NO_START=1")
+	out, err := cmd.Output()
+	if err != nil {
+		ts.Fatalf("tend logs: %v", err)
+	}
+	var sl logSlice
+	ts.Check(json.Unmarshal(out, &sl))
+	return sl
 }
 
 // mksock path: create a Unix socket file at path (and leave it there).
