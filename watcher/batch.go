@@ -27,14 +27,17 @@ type batch struct {
 
 // An effect is what may happen only once the record that says so is on
 // disk: a launched run's gate opened, a stopped run's SIGTERM, a request
-// answered or its claimed file removed, a leader reaped, queued runs
-// started in a slot that freed. So whatever a watcher that dies in
-// between leaves, the next one finds a record that says at least as much
-// as anyone has seen or done. Each is named for the log and the tests.
+// answered or its claimed file removed, a leader reaped. So whatever a
+// watcher that dies in between leaves, the next one finds a record that
+// says at least as much as anyone has seen or done. Each is named for the
+// log and the tests.
 type effect struct {
 	name string // what it does, in words ("open the gate", "reap the leader")
 	id   string // the run whose record it waits for; "" for the flush alone
 	do   func()
+	// also are the other runs whose records it waits for: those a run
+	// started in the flush that ended them waited for (see startSoon).
+	also []string
 }
 
 // Effects' names, as the log and the tests know them.
@@ -44,7 +47,6 @@ const (
 	effectAnswer    = "answer"
 	effectUnclaim   = "remove the claimed request"
 	effectReap      = "reap the leader"
-	effectDequeue   = "start queued runs"
 	effectRemoveCut = "remove the cut file"
 )
 
@@ -57,6 +59,7 @@ func (w *watcher) batched(f func()) {
 	}
 	w.batch.active = true
 	defer func() {
+		w.startHeld()    // in this flush: see startSoon
 		w.settleSpawns() // their records join the batch
 		w.batch.active = false
 		w.flush()
@@ -73,12 +76,17 @@ func (w *watcher) batched(f func()) {
 // that are not: the run waits on it, and the answers (a file each) are
 // written while it starts.
 func (w *watcher) follow(name, id string, do func()) {
-	e := effect{name, id, do}
+	w.followEffect(effect{name: name, id: id, do: do})
+}
+
+// followEffect is follow, for an effect that may wait for more than one
+// run's record.
+func (w *watcher) followEffect(e effect) {
 	if !w.batch.active {
 		w.runEffect(e)
 		return
 	}
-	if name == effectGate {
+	if e.name == effectGate {
 		w.batch.effects = slices.Insert(w.batch.effects, w.batch.gates, e)
 		w.batch.gates++
 		return
@@ -86,15 +94,17 @@ func (w *watcher) follow(name, id string, do func()) {
 	w.batch.effects = append(w.batch.effects, e)
 }
 
-// runEffect runs e now, or, if its run's record could not be written,
-// once it is.
+// runEffect runs e now, or, if a record it waits for could not be
+// written, once it is.
 func (w *watcher) runEffect(e effect) {
-	if _, unwritten := w.unsaved.states[e.id]; unwritten {
-		if len(w.unsaved.waiting[e.id]) == 0 {
-			w.log.Printf("run %s: %s waits until its record is written", e.id, e.name)
+	for _, id := range append([]string{e.id}, e.also...) {
+		if _, unwritten := w.unsaved.states[id]; unwritten {
+			if len(w.unsaved.waiting[id]) == 0 {
+				w.log.Printf("run %s: %s waits until its record is written", id, e.name)
+			}
+			w.unsaved.waiting[id] = append(w.unsaved.waiting[id], e)
+			return
 		}
-		w.unsaved.waiting[e.id] = append(w.unsaved.waiting[e.id], e)
-		return
 	}
 	e.do()
 }
@@ -256,6 +266,6 @@ func (w *watcher) runWaiting(id string) {
 	effects := w.unsaved.waiting[id]
 	delete(w.unsaved.waiting, id)
 	for _, e := range effects {
-		e.do()
+		w.runEffect(e) // it may wait for another record too
 	}
 }

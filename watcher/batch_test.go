@@ -48,7 +48,7 @@ func TestBatchHoldsSavesUntilTheirFlush(t *testing.T) {
 		if got, err := w.lookup("first"); err != nil || got != first {
 			t.Errorf("lookup of a held run gave %v, %v; want the held record", got, err)
 		}
-		w.follow(effectDequeue, "", func() {
+		w.follow(effectReap, "", func() {
 			if !onDisk(first) || !onDisk(inner) {
 				t.Error("what waits on a save ran before it was written")
 			}
@@ -119,9 +119,9 @@ func TestBatchRunsEffectsInOrder(t *testing.T) {
 		w.follow(effectGate, "", note("gate 1"))
 		w.follow(effectSignal, "", note("signal"))
 		w.follow(effectGate, "", note("gate 2"))
-		w.follow(effectDequeue, "", note("dequeue"))
+		w.follow(effectReap, "", note("reap"))
 	})
-	if want := []string{"gate 1", "gate 2", "answer 1", "signal", "dequeue"}; !slices.Equal(ran, want) {
+	if want := []string{"gate 1", "gate 2", "answer 1", "signal", "reap"}; !slices.Equal(ran, want) {
 		t.Errorf("ran %v, want %v", ran, want)
 	}
 }
@@ -199,4 +199,68 @@ func TestRejectClaimedAnswersOnlyOnceMoved(t *testing.T) {
 	if _, err := os.Stat(dir); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("its run directory is still there (%v)", err)
 	}
+}
+
+// A run that waits for another is settled in the flush that writes that
+// run's end, not in one after it: what follows the flush (here an answer
+// named before the end was saved) finds the waiting run's record written
+// too. Here the dependency failed, so the waiting run ends canceled; one
+// whose conditions hold is started the same way, its gate opening after
+// that one flush.
+func TestBatchSettlesWaitingRunsInTheEndsFlush(t *testing.T) {
+	w := batchWatcher(t)
+	dep := &tracker.State{ID: "build", State: tracker.Running, CreatedAt: time.Now()}
+	waiting := &tracker.State{ID: "test", State: tracker.Queued, After: []string{"build"}, CreatedAt: time.Now()}
+	for _, st := range []*tracker.State{dep, waiting} {
+		os.Mkdir(w.store.RunDir(st.ID), 0o755)
+		w.save(st)
+	}
+	w.addQueued(&queuedRun{st: waiting})
+	var found *tracker.State
+	w.batched(func() {
+		w.follow(effectAnswer, "", func() { found, _ = w.store.Read(waiting.ID) })
+		dep.State, dep.Reason = tracker.Failed, "exited with code 1"
+		w.save(dep)
+	})
+	if found == nil || found.State != tracker.Canceled {
+		t.Fatalf("after the flush of its dependency's end, the waiting run's record is %v; want canceled in the same flush", stateOf(found))
+	}
+	if want := "run build, which it waited to complete, ended failed: exited with code 1; it never started"; found.Reason != want {
+		t.Errorf("reason %q, want %q", found.Reason, want)
+	}
+}
+
+// A gate waits for the records of the runs its run waited for, as well as
+// its own: a dependent started in the flush of its dependency's end does
+// not run while that end is unwritten (a full disk), lest a crash leave a
+// record that says the dependency still runs.
+func TestBatchGateWaitsForItsDependenciesRecords(t *testing.T) {
+	w := batchWatcher(t)
+	dep := &tracker.State{ID: "build", State: tracker.Completed, CreatedAt: time.Now()}
+	next := &tracker.State{ID: "test", State: tracker.Running, After: []string{"build:ended"}, CreatedAt: time.Now()}
+	os.Mkdir(w.store.RunDir(next.ID), 0o755) // build has none: its write fails
+	opened := false
+	w.batched(func() {
+		w.save(dep)
+		w.save(next)
+		w.followEffect(effect{name: effectGate, id: next.ID, also: gateWaitsFor(next), do: func() { opened = true }})
+	})
+	if got, err := w.store.Read(next.ID); err != nil || got.Rev != next.Rev {
+		t.Fatalf("the dependent's own record was not written (%v)", err)
+	}
+	if opened {
+		t.Fatal("the gate opened while the end of the run it waited for is unwritten")
+	}
+	os.Mkdir(w.store.RunDir(dep.ID), 0o755)
+	w.save(dep) // as the retry would
+	if !opened {
+		t.Error("the gate did not open once the end of the run it waited for was written")
+	}
+}
+
+func stateOf(st *tracker.State) tracker.StateName {
+	if st == nil {
+		return "(none)"
+	}
+	return st.State
 }

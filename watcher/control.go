@@ -322,7 +322,7 @@ func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 	}
 	if w.waitedOn(st.ID) {
 		w.deletedAs[st.ID] = st.State // what the runs that wait for it ask
-		w.dequeueSoon()
+		w.startSoon()
 	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, reason, trash)
 	return nil

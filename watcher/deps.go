@@ -105,8 +105,10 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		var dep *tracker.State
 		if e, ok := w.ended[d.ID]; ok {
 			dep = &tracker.State{ID: d.ID, State: e.state, Reason: e.reason}
-		} else {
-			dep, err = w.lookup(d.ID)
+		} else if dep, err = w.lookup(d.ID); err == nil && tracker.Final(dep.State) {
+			// An end is for good: read from its record once, not at every
+			// turn of the queue (a fan-in waits for hundreds).
+			w.ended[d.ID] = endedRun{dep.State, dep.Reason}
 		}
 		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
 			return d.String(), "" // its start request is not taken yet
@@ -205,10 +207,18 @@ func (w *watcher) settleWaits(now time.Time) bool {
 	}
 }
 
-// dequeueSoon runs dequeue on the loop soon, once for any number of calls
-// meanwhile: a state change that queued runs wait for (a run ending,
-// becoming ready, being deleted) is saved first.
-func (w *watcher) dequeueSoon() {
+// startSoon has queued runs started once a change they may wait for (a
+// run ending, becoming ready, being deleted; a slot freeing) is saved.
+// Inside a batch, before its flush: a run started then passes its gate
+// once the same round of fsyncs has written the change and its own
+// record, so a dependent starts one commit after its dependency's end,
+// not two (its gate also waits for the records of the runs it waited
+// for: see gateWaitsFor). Outside one, on the loop at once after.
+func (w *watcher) startSoon() {
+	if w.batch.active {
+		w.startDue = true
+		return
+	}
 	if w.dequeueDue {
 		return
 	}
@@ -217,6 +227,29 @@ func (w *watcher) dequeueSoon() {
 		w.dequeueDue = false
 		w.dequeue()
 	})
+}
+
+// startHeld starts what startSoon held for the end of the batch; a run
+// started may be one that others wait for, so it goes on until nothing
+// more is due.
+func (w *watcher) startHeld() {
+	for w.startDue {
+		w.startDue = false
+		w.dequeue()
+	}
+}
+
+// gateWaitsFor returns the runs whose records run st's gate waits for,
+// beside its own: those it waited for, whose ends may be written in the
+// flush that starts it.
+func gateWaitsFor(st *tracker.State) []string {
+	var ids []string
+	for _, name := range st.After {
+		if d, err := spool.ParseDep(name); err == nil {
+			ids = append(ids, d.ID)
+		}
+	}
+	return ids
 }
 
 // endedAs returns the state run id was in when it was last deleted: a run

@@ -311,7 +311,7 @@ func (w *watcher) submitted(j *job, id string, err error) {
 		w.save(st)
 		w.log.Printf("run %s: %s", st.ID, st.Reason)
 		w.answerStop(st, string(st.State))
-		w.follow(effectDequeue, "", w.dequeue)
+		w.startSoon()
 		return
 	}
 	now := time.Now()
@@ -707,7 +707,7 @@ func (w *watcher) finishJob(j *job, cj *cluster.Job, e *cluster.Exit, notStarted
 	w.save(st)
 	w.log.Printf("run %s: %s (%s job %s: %s)", id, st.State, engine, st.Job.ID, how)
 	w.answerStop(st, string(st.State))
-	w.follow(effectDequeue, "", w.dequeue)
+	w.startSoon()
 }
 
 // startedAt is when job cj started, as its engine says, or now.

@@ -178,11 +178,17 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	return true
 }
 
-// dequeue starts queued runs, in order, while slots are free.
+// dequeue starts queued runs, in order, while slots are free, in one
+// batch: what they start with is written in one round of fsyncs.
 func (w *watcher) dequeue() {
 	if w.stopping > 0 || len(w.queue) == 0 {
 		return
 	}
+	w.batched(w.startQueuedRuns)
+}
+
+// startQueuedRuns is dequeue, inside a batch.
+func (w *watcher) startQueuedRuns() {
 	now := time.Now()
 	changed := w.waiters > 0 && w.settleWaits(now)
 	for _, q := range slices.Clone(w.queue) {

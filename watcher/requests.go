@@ -271,7 +271,7 @@ func (w *watcher) afterStartDecided(n spool.Name) {
 		return
 	}
 	if w.waitedOn(n.ID) {
-		w.dequeueSoon() // what waits for it may never start now
+		w.startSoon() // what waits for it may never start now
 	}
 	names := w.afterStart[n.ID]
 	delete(w.afterStart, n.ID)

@@ -138,13 +138,13 @@ func (w *watcher) spawned(sp *spawn) {
 	// Runs launched together in a batch wait at their gates while their
 	// records are written with one round of fsyncs.
 	gate := sp.gate
-	w.follow(effectGate, st.ID, func() {
+	w.followEffect(effect{name: effectGate, id: st.ID, also: gateWaitsFor(st), do: func() {
 		if err := durable.WriteAll(gate, []byte("go\n")); err != nil {
 			w.log.Printf("run %s: opening its gate: %v", st.ID, err)
 		}
 		unix.Close(gate)
 		w.log.Printf("run %s: %s (pid %d, attempt %d)", st.ID, st.State, st.PID, st.Attempt)
-	})
+	}})
 }
 
 // notStarted records st failed: its process could not be started.
@@ -649,8 +649,19 @@ func (w *watcher) leadersExited(batch []*run) {
 	}
 	// Exits come in storms (a cancel of many runs, a shutdown): one pass
 	// over /proc a millisecond later serves all the exits of that moment.
-	w.drainAgainIn(time.Millisecond)
+	// A lone exit is drained at once: what waits for its end (the next
+	// link of a chain) should not wait for a storm that does not come.
+	calm := now.Sub(w.lastExit) > exitStorm
+	w.lastExit = now
+	if calm {
+		w.drainAgainIn(0)
+	} else {
+		w.drainAgainIn(time.Millisecond)
+	}
 }
+
+// exitStorm is how soon after another an exit counts as part of a storm.
+const exitStorm = 10 * time.Millisecond
 
 // recordWait is how long an adopted run's end waits for its status: an
 // exit record from its keeper, or the kernel's (see takeExitInfo). The
@@ -836,7 +847,7 @@ func (w *watcher) finish(r *run) {
 	w.save(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, string(st.State))
-	w.follow(effectDequeue, "", w.dequeue) // its slot is free, once its end is flushed
+	w.startSoon() // in its slot, passing its gate once this end is written
 }
 
 // answerStop answers the requests that wait on st's stop, now that it has
@@ -886,7 +897,7 @@ func describeExit(e procfs.Exit, unknown bool) string {
 // its next attempt, or, past its restart limit, it has failed. Either
 // way a slot may be free for a queued run.
 func (w *watcher) restartAfter(st *tracker.State, how string) {
-	defer w.follow(effectDequeue, "", w.dequeue)
+	defer w.startSoon()
 	if st.Stop != nil {
 		how = st.Reason + "; " + how // why it was stopped: unhealthy, a restart request
 	}

@@ -327,9 +327,11 @@ type watcher struct {
 	settings Settings
 	pending  map[string]*pending // spool entries not yet taken, by file name
 	// waiters counts the queued runs that wait for other runs or a time
-	// (see deps.go), and dequeueDue is set while a dequeue is scheduled.
+	// (see deps.go); dequeueDue is set while a dequeue is scheduled, and
+	// startDue while one waits for the end of the batch (see startSoon).
 	waiters    int
 	dequeueDue bool
+	startDue   bool
 	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
 	ended      map[string]endedRun          // how runs waited for ended (see conditions)
 	// selections holds the selector requests under way, by the name of
@@ -370,6 +372,8 @@ type watcher struct {
 	// draining is true while a re-check of draining groups is scheduled,
 	// so that one chain of checks serves them all.
 	draining bool
+	// lastExit is when a leader's exit was last seen (see leadersExited).
+	lastExit time.Time
 	// scanned is set once drain has read all of /proc (see onlyLeadersLeft).
 	scanned bool
 }
@@ -658,7 +662,7 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 			// to learn without reading its record each time.
 			w.ended[st.ID] = endedRun{st.State, st.Reason}
 		}
-		w.dequeueSoon() // once what it waits for is recorded
+		w.startSoon() // once what it waits for is recorded
 	}
 	if w.batch.active {
 		w.hold(st, events)
