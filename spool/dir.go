@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,6 +176,29 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 		return f, nil
 	}
 	return readFile(dst, f.Name)
+}
+
+// Keep makes the content of request f, taken and left in the spool (a
+// queued run's, which it starts with), durable: it opens the file again
+// without following a link and, if it is still the one read (the same
+// inode), fdatasyncs it. One replaced or removed since is not synced: its
+// successor is taken as an edit, and kept then.
+func (d Dir) Keep(f File) error {
+	fd, st, err := durable.OpenRegular(filepath.Join(d.Spool(), f.Name))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%s: keeping it: %w", f.Name, err)
+	}
+	defer unix.Close(fd)
+	if st.Dev != f.Dev || st.Ino != f.Ino {
+		return nil
+	}
+	if err := durable.FlushQueued.Fdatasync(fd); err != nil {
+		return fmt.Errorf("%s: keeping it: %w", f.Name, err)
+	}
+	return nil
 }
 
 // Reject moves the spool entry name (of any kind: it is renamed, never

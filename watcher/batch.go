@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/durable"
 )
@@ -193,7 +194,8 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 // since it last was: a claim is a rename, and a power loss could keep
 // its new name (synced with the record) and not the removal of the old,
 // bringing back a request its run has taken, into the spool, to be taken
-// again once its run is deleted.
+// again once its run is deleted. So are the requests queued runs left
+// there (keep).
 func (w *watcher) writeRecords(states []*tracker.State) []error {
 	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced {
 		return w.store.WriteAll(states)
@@ -207,6 +209,14 @@ func (w *watcher) writeRecords(states []*tracker.State) []error {
 	if spoolSync {
 		wg.Go(func() { spoolErr = durable.FlushClaim.SyncDir(w.spool.Spool()) })
 	}
+	for _, f := range w.unkept {
+		wg.Go(func() {
+			if err := w.spool.Keep(f); err != nil {
+				w.log.Printf("%v", err) // as for a claim: its run's record is written
+			}
+		})
+	}
+	w.unkept = nil
 	errs := w.store.WriteAll(states)
 	wg.Wait()
 	if w.histUnsynced {
@@ -220,6 +230,18 @@ func (w *watcher) writeRecords(states []*tracker.State) []error {
 		}
 	}
 	return errs
+}
+
+// keep has the content of request f, left in the spool for its queued
+// run, synced with the next records, and its name with the spool: the
+// run starts with what is there, and a power loss must not take back
+// what was answered accepted.
+func (w *watcher) keep(f spool.File) {
+	if w.settings.Durability == tracker.WatcherCrash {
+		return
+	}
+	w.unkept = append(w.unkept, f)
+	w.spoolUnsynced = true
 }
 
 // claimed notes a claim from the spool (err is its error): the spool is

@@ -116,6 +116,7 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 	st := w.newRun(n.ID, f.UID, req)
 	st.State, st.Reason = tracker.Queued, waitReason(st)
 	w.save(st)
+	w.keep(f)
 	w.addQueued(&queuedRun{st: st, req: req, ino: f.Ino})
 	w.writeQueue()
 	w.log.Printf("run %s: queued (position %d)", n.ID, len(w.queue))
@@ -130,6 +131,7 @@ func (w *watcher) editQueued(q *queuedRun, n spool.Name, f spool.File, req spool
 	back := q.removed
 	q.stopGone()
 	if w.updateQueued(q, f, req) || back {
+		w.keep(f)
 		w.answer(n, spool.Accepted, fmt.Sprintf("edited while queued (rev %d)", q.st.Rev))
 	}
 	w.dequeue()

@@ -332,6 +332,9 @@ type watcher struct {
 	waiters    int
 	dequeueDue bool
 	startDue   bool
+	// unkept are the requests of queued runs to sync with the next
+	// records (see keep).
+	unkept []spool.File
 	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
 	ended      map[string]endedRun          // how runs waited for ended (see conditions)
 	// selections holds the selector requests under way, by the name of

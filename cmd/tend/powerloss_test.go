@@ -45,7 +45,10 @@ import (
 //     client saw acknowledged;
 //  5. tend fsck is clean, or --repair makes it clean (and 1-4 hold after);
 //  6. no run that never passed its gate is reported as started, and none
-//     that ran is reported as never started; none that ran is missing.
+//     that ran is reported as never started; none that ran is missing;
+//  7. a run that waited for another's end and ran before the cut ran only
+//     once that end was on disk: the end is still there, a real one (not
+//     "lost"), in the record or, once deleted, in the history.
 //
 // It ends with "powerloss: N cuts, M checks, V violations" and fails if V
 // is not 0. TEND_POWERLOSS_CUTS overrides CUTS (make powerloss),
@@ -204,6 +207,7 @@ type trial struct {
 	ups                      int             // tend ups on this root
 	slow                     bool            // the next short run takes a while
 	careful                  bool            // the next request dropped as a file is synced
+	waitFor                  string          // the next run submitted waits for this one's end
 	downRun                  *plRun          // a request dropped while no watcher ran
 	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
 	cutsOnRoot               int             // cuts made on this root
@@ -237,6 +241,13 @@ type plRun struct {
 	deleteSent  bool
 	deleted     bool
 	restartSeen int // the attempt a restart was answered with
+	// after is the run it waited to end ("" for none); ranBeforeCut is
+	// set if its command had run when the power was cut.
+	after        string
+	ranBeforeCut bool
+	// lostAt is the cut after which it was first found lost (its process
+	// ended with the power): a run that waited for it may run after that.
+	lostAt int
 }
 
 func newTrial(ts *testscript.TestScript, dir string, seed uint64, mutant string) *trial {
@@ -526,6 +537,7 @@ func (t *trial) body(kind string, code int) string {
 func (t *trial) submit(kind, how string) *plRun {
 	r := &plRun{id: t.newID(), kind: kind, labels: make(map[string][]string), labelSeen: make(map[string]bool), notesSent: make(map[string]bool), notesSeen: make(map[string]bool)}
 	r.cut = t.cutNo
+	r.after, t.waitFor = t.waitFor, ""
 	if kind == "short" {
 		r.code = []int{0, 0, 1, 3}[t.rng.IntN(4)]
 	}
@@ -543,11 +555,15 @@ func (t *trial) submit(kind, how string) *plRun {
 	if t.slow {
 		body, t.slow = t.body("slow", r.code), false
 	}
+	request := body
+	if r.after != "" {
+		request = fmt.Sprintf(`{"command": %q, "after": [%q]}`, body, r.after+":ended")
+	}
 	spoolDir := filepath.Join(t.root, "spool")
 	switch how {
 	case "rename":
 		tmp := filepath.Join(spoolDir, "."+r.id+".tmp")
-		if writeRequest(tmp, body) == nil && os.Rename(tmp, filepath.Join(spoolDir, r.id+".start")) == nil {
+		if writeRequest(tmp, request) == nil && os.Rename(tmp, filepath.Join(spoolDir, r.id+".start")) == nil {
 			t.pendingFiles = append(t.pendingFiles, r.id)
 			if t.careful || t.rng.IntN(2) == 0 {
 				// A careful client: its request is on disk once submitted
@@ -558,13 +574,16 @@ func (t *trial) submit(kind, how string) *plRun {
 			}
 		}
 	case "inplace":
-		if writeRequest(filepath.Join(spoolDir, r.id+".start"), body) == nil {
+		if writeRequest(filepath.Join(spoolDir, r.id+".start"), request) == nil {
 			t.pendingFiles = append(t.pendingFiles, r.id)
 		}
 	default:
 		args := []string{"start", "--id", r.id}
 		if kind == "service" {
 			args = append(args, "--restart", "always", "--restart-limit", "1000")
+		}
+		if r.after != "" {
+			args = append(args, "--after", r.after+":ended")
 		}
 		t.background(func(out string) {
 			if strings.TrimSpace(out) == r.id {
@@ -667,6 +686,12 @@ func (t *trial) act() {
 			kind = "long"
 		} else if k == 2 {
 			kind = "service"
+		} else if k == 3 {
+			// One that waits for a short run's end, which may be under way.
+			// (Accepted: one whose request a cut took back is no run.)
+			if dep := t.pick(func(r *plRun) bool { return r.accepted && r.kind == "short" && !r.deleteSent }); dep != nil {
+				t.waitFor = dep.id
+			}
 		}
 		t.submit(kind, "")
 	case n < 9:
@@ -814,6 +839,14 @@ func (t *trial) script(stop func() bool) {
 			t.awaitStart(r)
 		},
 		func() { t.awaitStart(t.submit("short", "inplace")) },
+		func() {
+			// A run that waits for another's end: it starts in the flush
+			// that writes that end, and passes its gate after it.
+			t.slow = true // still running when what waits for it is taken
+			t.waitFor = t.submit("short", "").id
+			t.awaitClients() // it exists before what waits for it is taken
+			t.awaitStart(t.submit("short", ""))
+		},
 		func() { t.awaitStart(t.submit("long", "cli")) },
 		func() { t.awaitStart(t.submit("service", "cli")) },
 		func() {
@@ -995,6 +1028,7 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 	t.mark = nil
 	t.ts.Check(t.group.Kill())
 	t.clients.Wait()
+	t.noteRanBeforeCut()
 	t.starting.Lock()
 	t.cutting = false
 	t.starting.Unlock()
@@ -1023,6 +1057,39 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 	for _, p := range paths {
 		t.gated[filepath.Base(filepath.Dir(p))] = true
 	}
+}
+
+// noteRanBeforeCut notes which runs that waited for another had run when
+// the power was cut (see check 7).
+func (t *trial) noteRanBeforeCut() {
+	b, _ := os.ReadFile(t.ranLog)
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			if r := t.runs[f[0]]; r != nil && r.after != "" {
+				r.ranBeforeCut = true
+			}
+		}
+	}
+}
+
+// verifyWait checks that run r, which waited for run dep's end and ran
+// before the cut, ran after a real end, which the disk kept: st is dep's
+// record, events its history.
+func (t *trial) verifyWait(r *plRun, dep *tracker.State, events []tracker.Event) {
+	end := dep
+	if end == nil { // deleted since: the history says how it ended
+		for _, e := range events {
+			if tracker.Final(e.State) && e.State != tracker.Deleted {
+				end = &tracker.State{State: e.State, Rev: e.Rev, ExitCode: e.ExitCode, Signal: e.Signal, Reason: e.Reason}
+			}
+		}
+	}
+	lostBefore := false
+	if d := t.runs[r.after]; d != nil {
+		lostBefore = d.lostAt != 0 && d.lostAt < t.cutNo
+	}
+	t.check(end != nil && tracker.Final(end.State) && (!strings.HasPrefix(end.Reason, "lost") || lostBefore),
+		"run %s: it ran before the cut, after run %s's end, which is now %s", r.id, r.after, stateOf(end))
 }
 
 // recover starts a watcher on what the disk kept, waits until it has
@@ -1156,7 +1223,16 @@ func (t *trial) verify() {
 	}
 	sort.Strings(ids)
 	for _, id := range ids {
-		t.verifyRun(t.runs[id], byID[id], byRun[id], attempts[id], usr1[id])
+		r := t.runs[id]
+		t.verifyRun(r, byID[id], byRun[id], attempts[id], usr1[id])
+		if r.ranBeforeCut {
+			t.verifyWait(r, byID[r.after], byRun[r.after])
+		}
+	}
+	for _, id := range ids {
+		if st := byID[id]; st != nil && strings.HasPrefix(st.Reason, "lost") && t.runs[id].lostAt == 0 {
+			t.runs[id].lostAt = t.cutNo
+		}
 	}
 	for id, st := range byID {
 		t.check(tracker.Final(st.State), "run %s is %s after tend down", id, st.State)

@@ -26,8 +26,11 @@ const (
 	// (the watcher syncs it as it starts, having made what was missing).
 	FlushRootDirs Flush = "root-dirs"
 	// FlushClaim: the spool, once requests were claimed from it (renamed
-	// out), beside the records written after.
+	// out) or queued in it, beside the records written after.
 	FlushClaim Flush = "claim"
+	// FlushQueued: a queued run's request, left in the spool, beside its
+	// queued record: it is what the run starts with.
+	FlushQueued Flush = "queued"
 	// FlushSeen: a run's directory, by a client that read its record and
 	// acts on it (tend wait), before it does.
 	FlushSeen Flush = "seen"
@@ -64,7 +67,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushQueued, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
 }
 
