@@ -181,24 +181,27 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // Keep makes the content of request f, taken and left in the spool (a
 // queued run's, which it starts with), durable: it opens the file again
 // without following a link and, if it is still the one read (the same
-// inode), fdatasyncs it. One replaced or removed since is not synced: its
-// successor is taken as an edit, and kept then.
-func (d Dir) Keep(f File) error {
+// inode, no larger than a request may be), fdatasyncs it, and reports
+// true. One replaced, removed or grown since is not synced: it is taken
+// as an edit, and kept then.
+func (d Dir) Keep(f File) (bool, error) {
 	fd, st, err := durable.OpenRegular(filepath.Join(d.Spool(), f.Name))
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return fmt.Errorf("%s: keeping it: %w", f.Name, err)
+		return false, fmt.Errorf("%s: keeping it: %w", f.Name, err)
 	}
 	defer unix.Close(fd)
-	if st.Dev != f.Dev || st.Ino != f.Ino {
-		return nil
+	if st.Dev != f.Dev || st.Ino != f.Ino || st.Size > MaxBody {
+		// Another file now, or one grown past what a request may be since
+		// it was read (whose writer would have the flush write it all).
+		return false, nil
 	}
 	if err := durable.FlushQueued.Fdatasync(fd); err != nil {
-		return fmt.Errorf("%s: keeping it: %w", f.Name, err)
+		return false, fmt.Errorf("%s: keeping it: %w", f.Name, err)
 	}
-	return nil
+	return true, nil
 }
 
 // Reject moves the spool entry name (of any kind: it is renamed, never

@@ -534,3 +534,48 @@ func TestStartSchemaMatchesParser(t *testing.T) {
 		t.Errorf("schema restart fields %v, parser %v", got, want)
 	}
 }
+
+// Keep syncs a queued request only if it is still the file read: one
+// replaced, removed, grown past MaxBody or turned into a link is left
+// alone (an edit, examined as one), and none is an error but a link's.
+func TestKeep(t *testing.T) {
+	tests := []struct {
+		name     string
+		change   func(t *testing.T, path string)
+		wantKept bool
+		wantErr  bool
+	}{
+		{"unchanged", func(*testing.T, string) {}, true, false},
+		{"removed", func(t *testing.T, path string) { os.Remove(path) }, false, false},
+		{"replaced", func(t *testing.T, path string) {
+			os.WriteFile(path+".new", []byte("echo other"), 0o644)
+			os.Rename(path+".new", path)
+		}, false, false},
+		{"grown", func(t *testing.T, path string) { os.Truncate(path, MaxBody+1) }, false, false},
+		{"a link", func(t *testing.T, path string) {
+			os.Remove(path)
+			os.Symlink("/etc/passwd", path)
+		}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := newDir(t)
+			path := filepath.Join(d.Spool(), "q.start")
+			if err := os.WriteFile(path, []byte("echo hi"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f, err := d.Read("q.start")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.change(t, path)
+			kept, err := d.Keep(f)
+			if kept != tt.wantKept || (err != nil) != tt.wantErr {
+				t.Fatalf("Keep: %v, %v; want kept %v, an error %v", kept, err, tt.wantKept, tt.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), "q.start") {
+				t.Errorf("the error %q does not name the request", err)
+			}
+		})
+	}
+}

@@ -211,7 +211,7 @@ func (w *watcher) writeRecords(states []*tracker.State) []error {
 	}
 	for _, f := range w.unkept {
 		wg.Go(func() {
-			if err := w.spool.Keep(f); err != nil {
+			if _, err := w.spool.Keep(f); err != nil {
 				w.log.Printf("%v", err) // as for a claim: its run's record is written
 			}
 		})
