@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
+	"golang.org/x/sys/unix"
 )
 
 // The state machine's races, driven in this process: a watcher in a
@@ -24,6 +26,22 @@ import (
 // watcher is stopped (its runs with it) when the test ends.
 func inProcess(t *testing.T) *tend.Client {
 	t.Helper()
+	return inProcessWith(t, watcher.Run)
+}
+
+// inProcessHolding is inProcess, with a watcher whose steps on its runs'
+// processes that hold names are held back (watcher.Hold); release lets
+// them all go when the test ends, before the watcher is stopped (a test
+// that failed holding one would otherwise wait for its run forever).
+func inProcessHolding(t *testing.T, hold watcher.Hold, release func()) *tend.Client {
+	t.Helper()
+	c := inProcessWith(t, func(cfg watcher.Config) error { return watcher.RunHolding(cfg, hold) })
+	t.Cleanup(release) // runs before inProcessWith's, which stops the watcher
+	return c
+}
+
+func inProcessWith(t *testing.T, run func(watcher.Config) error) *tend.Client {
+	t.Helper()
 	root := t.TempDir() + "/.tend"
 	readyR, readyW, err := os.Pipe()
 	if err != nil {
@@ -32,7 +50,7 @@ func inProcess(t *testing.T) *tend.Client {
 	stop := make(chan os.Signal, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- watcher.Run(watcher.Config{Root: root, Log: testLog{t}, Stop: stop, Ready: readyW, Settle: 50 * time.Millisecond, Settings: watcher.DefaultSettings})
+		done <- run(watcher.Config{Root: root, Log: testLog{t}, Stop: stop, Ready: readyW, Settle: 50 * time.Millisecond, Settings: watcher.DefaultSettings})
 	}()
 	line := make([]byte, 16)
 	if _, err := readyR.Read(line); err != nil {
@@ -169,5 +187,177 @@ func TestRaceCancelDuringTimeout(t *testing.T) {
 		default:
 			t.Fatalf("run %s: cancel answered %s (%v), but the run ended %s (%s)", id, out, err, st.State, st.Reason)
 		}
+	}
+}
+
+// The same races, each in one order, made certain by holding a step of
+// the watcher's back (watcher.Hold): a signal it sends to a run's group
+// waits in a channel until the test sends it, an exit waits until the
+// test lets the loop hear of it.
+
+// heldSignal is a signal the watcher sent to a run's group, held back.
+type heldSignal struct {
+	pgid int
+	sig  syscall.Signal
+}
+
+// signalHold holds the watcher's signals in held until released; then
+// it kills every group it held a signal for, and sends the watcher's
+// signals on.
+type signalHold struct {
+	held     chan heldSignal
+	mu       sync.Mutex
+	released bool
+	groups   map[int]bool
+}
+
+// holdSignals returns a Hold whose signals wait in the channel returned,
+// and the function that releases them.
+func holdSignals() (watcher.Hold, <-chan heldSignal, func()) {
+	h := &signalHold{held: make(chan heldSignal, 64), groups: make(map[int]bool)}
+	return watcher.Hold{Signal: h.signal}, h.held, h.release
+}
+
+func (h *signalHold) signal(pgid int, sig syscall.Signal) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.released {
+		return unix.Kill(-pgid, sig)
+	}
+	h.groups[pgid] = true
+	h.held <- heldSignal{pgid, sig}
+	return nil
+}
+
+func (h *signalHold) release() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.released = true
+	for pgid := range h.groups {
+		unix.Kill(-pgid, syscall.SIGKILL)
+	}
+}
+
+// nextSignal waits for the watcher's next signal sig, past others.
+func nextSignal(t *testing.T, held <-chan heldSignal, sig syscall.Signal) heldSignal {
+	t.Helper()
+	for {
+		select {
+		case s := <-held:
+			if s.sig == sig {
+				return s
+			}
+		case <-deadline(t).Done():
+			t.Fatalf("the watcher sent no %v", sig)
+		}
+	}
+}
+
+// A cancel that comes while a restart's SIGTERM is on its way: the cancel
+// wins, the run ends canceled at its first attempt, the cancel is
+// answered canceled and the restart not_running: canceled.
+func TestHeldCancelOverRestart(t *testing.T) {
+	hold, held, release := holdSignals()
+	c := inProcessHolding(t, hold, release)
+	ctx := deadline(t)
+	grace := spool.Duration(time.Minute) // no SIGKILL of the watcher's meanwhile
+	_, err := c.Start(ctx, "svc", tend.Request{
+		Shell:   "trap 'exit 0' TERM; while :; do sleep 0.01; done",
+		Grace:   &grace,
+		Restart: &spool.Restart{Policy: "always", Limit: 100, Window: spool.Duration(time.Minute), MaxDelay: spool.Duration(time.Second)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitFor(ctx, "svc", func(r *tend.Record) bool { return r.State == tracker.Running }); err != nil {
+		t.Fatal(err)
+	}
+	restarted := make(chan tend.Outcome, 1)
+	go func() { out, _ := c.Restart(ctx, "svc", tend.Control{}); restarted <- out }()
+	term := nextSignal(t, held, syscall.SIGTERM) // the restart's: it is stopping, to start again
+	canceled := make(chan tend.Outcome, 1)
+	go func() { out, _ := c.Cancel(ctx, "svc", tend.Control{}); canceled <- out }()
+	if _, err := c.WaitFor(ctx, "svc", func(r *tend.Record) bool { return r.Stop != nil && r.Stop.Cause == tracker.CauseCanceled }); err != nil {
+		t.Fatalf("the cancel did not take over the restart's stop: %v", err)
+	}
+	unix.Kill(-term.pgid, syscall.SIGTERM)
+	st := ended(t, c, "svc")
+	if st.State != tracker.Canceled || st.Attempt != 1 {
+		t.Fatalf("the run ended %s at attempt %d (%s); want canceled at attempt 1", st.State, st.Attempt, st.Reason)
+	}
+	if out := <-canceled; out.Outcome != spool.Canceled {
+		t.Errorf("the cancel was answered %s, want canceled", out)
+	}
+	if out := <-restarted; out.Outcome != spool.NotRunning || out.Detail != string(tracker.Canceled) {
+		t.Errorf("the restart was answered %s, want not_running: canceled", out)
+	}
+}
+
+// A delete that comes once the run's process has exited, before the
+// watcher has heard of it: refused (still_active), with the record still
+// running; once the end is recorded, the same delete is done.
+func TestHeldDeleteBeforeCompletion(t *testing.T) {
+	exited, release := make(chan struct{}, 1), make(chan struct{})
+	var once sync.Once
+	letGo := func() { once.Do(func() { close(release) }) }
+	c := inProcessHolding(t, watcher.Hold{Exited: func(wait func() error) error {
+		err := wait()
+		exited <- struct{}{}
+		<-release
+		return err
+	}}, letGo)
+	ctx := deadline(t)
+	if _, err := c.Start(ctx, "job", tend.Request{Shell: "exit 0"}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-exited:
+	case <-ctx.Done():
+		t.Fatal("the run's process did not exit")
+	}
+	outs, err := c.Delete(ctx, tend.Control{}, "job")
+	if err != nil || outs[0].Outcome != spool.StillActive {
+		t.Fatalf("a delete after the exit, before the watcher heard of it, was answered %v, %v; want still_active", outs, err)
+	}
+	if st, err := c.Show(ctx, "job"); err != nil || st.State != tracker.Running {
+		t.Fatalf("after a refused delete the run is %v (%v); want running", st, err)
+	}
+	letGo()
+	if st := ended(t, c, "job"); st.State != tracker.Completed {
+		t.Fatalf("the run ended %s (%s), want completed", st.State, st.Reason)
+	}
+	outs, err = c.Delete(ctx, tend.Control{}, "job")
+	if err != nil || outs[0].Outcome != spool.Deleted {
+		t.Fatalf("a delete once the end was recorded was answered %v, %v; want deleted", outs, err)
+	}
+	if _, err := c.Show(ctx, "job"); !errors.Is(err, tend.ErrNotFound) {
+		t.Errorf("deleted, but Show says %v", err)
+	}
+}
+
+// A cancel that comes while the timeout's SIGTERM is on its way: the
+// timeout's stop stands, the run ends timed_out, and the cancel is
+// answered already_finished: timed_out once it has.
+func TestHeldCancelDuringTimeout(t *testing.T) {
+	hold, held, release := holdSignals()
+	c := inProcessHolding(t, hold, release)
+	ctx := deadline(t)
+	grace := spool.Duration(time.Minute)
+	if _, err := c.Start(ctx, "slow", tend.Request{Shell: "trap '' TERM; while :; do sleep 0.01; done", Timeout: spool.Duration(50 * time.Millisecond), Grace: &grace}); err != nil {
+		t.Fatal(err)
+	}
+	term := nextSignal(t, held, syscall.SIGTERM) // the timeout's
+	canceled := make(chan tend.Outcome, 1)
+	go func() { out, _ := c.Cancel(ctx, "slow", tend.Control{}); canceled <- out }()
+	if _, err := c.WaitFor(ctx, "slow", func(r *tend.Record) bool { return r.Stop != nil && len(r.Stop.Requests) > 0 }); err != nil {
+		t.Fatalf("the cancel did not join the timeout's stop: %v", err)
+	}
+	unix.Kill(-term.pgid, syscall.SIGKILL) // it ignores SIGTERM
+	st := ended(t, c, "slow")
+	if st.State != tracker.TimedOut {
+		t.Fatalf("the run ended %s (%s), want timed_out", st.State, st.Reason)
+	}
+	if out := <-canceled; out.Outcome != spool.AlreadyFinished || out.Detail != string(tracker.TimedOut) {
+		t.Errorf("the cancel was answered %s, want already_finished: timed_out", out)
 	}
 }

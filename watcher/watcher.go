@@ -74,6 +74,9 @@ type Config struct {
 	// Engine runs the runs that go to a cluster (see jobs.go); nil:
 	// Slurm, through its commands in the PATH.
 	Engine cluster.Engine
+	// processes, for the race tests, replaces the system's (see
+	// processes); its zero value is the system's.
+	processes processes
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -297,6 +300,8 @@ func runWatcher(cfg Config, started *bool) error {
 }
 
 type watcher struct {
+	// procs is how it acts on its runs' processes (see processes).
+	procs processes
 	cfg   Config
 	log   *log.Logger
 	uid   int // the watcher's own: its user's requests are taken, and root's
@@ -334,9 +339,9 @@ type watcher struct {
 	startDue   bool
 	// unkept are the requests of queued runs to sync with the next
 	// records (see keep).
-	unkept []spool.File
-	deletedAs  map[string]tracker.StateName // how runs waited for ended, once deleted
-	ended      map[string]endedRun          // how runs waited for ended (see conditions)
+	unkept    []spool.File
+	deletedAs map[string]tracker.StateName // how runs waited for ended, once deleted
+	ended     map[string]endedRun          // how runs waited for ended (see conditions)
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
 	selections map[spool.Name]*selection
@@ -382,6 +387,9 @@ type watcher struct {
 }
 
 func newWatcher(cfg Config) *watcher {
+	if cfg.processes.fork == nil {
+		cfg.processes = systemProcesses()
+	}
 	return &watcher{
 		cfg:        cfg,
 		log:        log.New(cfg.Log, "", log.LstdFlags|log.Lmicroseconds),
@@ -395,6 +403,7 @@ func newWatcher(cfg Config) *watcher {
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
 		forker:     newForker(cfg.ForkProcs),
+		procs:      cfg.processes,
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
