@@ -8,6 +8,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -22,6 +23,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/durable"
@@ -90,6 +92,7 @@ func main() {
 	b.measure("W1", b.w1inPlace)
 	b.measure("W2", b.w2inPlace)
 	b.measure("W2", b.w2cli)
+	b.measure("W2", b.w2client)
 	b.measure("W3", b.w3)
 	b.measure("W5", b.w5)
 	b.measure("W6", b.w6)
@@ -284,6 +287,24 @@ func (b *bench) w2cli() {
 		r.tend("start", "--id", strings.TrimSuffix(name, ".start"), "--", body)
 	})
 	b.row("W2 latency, tend start to first instruction, "+b.where(), got.client.String(), got.floor.String(), true, "")
+}
+
+// w2client: the same, through the Go client's Start, as a Go program or
+// an agent written in Go submits: it writes the request and waits for
+// its answer, as tend start does, without a process of its own.
+func (b *bench) w2client() {
+	ctx := context.Background()
+	var c *tend.Client
+	got := b.latency(func(r *root, name, body string) {
+		if c == nil {
+			var err error
+			c, err = tend.Open(r.path, tend.Options{})
+			check(err)
+		}
+		_, err := c.Start(ctx, strings.TrimSuffix(name, ".start"), tend.Request{Shell: body})
+		check(err)
+	})
+	b.row("W2 latency, Go client Start to first instruction, "+b.where(), got.client.String(), got.floor.String(), true, "")
 }
 
 // w1cli: the same burst through the CLI, two tend start at a time, each
