@@ -233,15 +233,18 @@ func (w *watcher) writeRecords(states []*tracker.State) []error {
 }
 
 // keep has the content of request f, left in the spool for its queued
-// run, synced with the next records, and its name with the spool: the
-// run starts with what is there, and a power loss must not take back
-// what was answered accepted.
+// run, synced with the next records (outside a batch, at once), and its
+// name with the spool: the run starts with what is there, and a power
+// loss must not take back what was answered accepted, which follows.
 func (w *watcher) keep(f spool.File) {
 	if w.settings.Durability == tracker.WatcherCrash {
 		return
 	}
 	w.unkept = append(w.unkept, f)
 	w.spoolUnsynced = true
+	if !w.batch.active {
+		w.writeRecords(nil) // a request examined on a timer: its answer comes next
+	}
 }
 
 // claimed notes a claim from the spool (err is its error): the spool is

@@ -264,3 +264,33 @@ func stateOf(st *tracker.State) tracker.StateName {
 	}
 	return st.State
 }
+
+// A queued run's request is synced before its answer: inside a batch
+// with the batch's records, outside one (a request examined again on a
+// timer) at once, since the answer follows at once.
+func TestKeepSyncsBeforeTheAnswer(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.spool.Spool(), "q.start"), []byte("echo hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := w.spool.Read("q.start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.batched(func() {
+		w.keep(f)
+		if len(w.unkept) != 1 {
+			t.Errorf("inside a batch, %d requests wait to be synced; want 1, until the flush", len(w.unkept))
+		}
+	})
+	if len(w.unkept) != 0 || w.spoolUnsynced {
+		t.Errorf("after the flush, %d requests wait to be synced (spool unsynced: %v)", len(w.unkept), w.spoolUnsynced)
+	}
+	w.keep(f)
+	if len(w.unkept) != 0 || w.spoolUnsynced {
+		t.Errorf("outside a batch, keep left %d requests to sync later (spool unsynced: %v): its answer would come first", len(w.unkept), w.spoolUnsynced)
+	}
+}
