@@ -83,7 +83,7 @@ func (w *watcher) launch(st *tracker.State, env map[string]string) {
 		w.notStarted(st, err)
 		return
 	}
-	sp.done = w.forker.start(func() { w.procs.fork(sp) })
+	sp.done = w.forker.start(func() { w.cfg.processes.fork(sp) })
 	if w.batch.active {
 		w.spawning = append(w.spawning, sp)
 		return
@@ -115,7 +115,7 @@ func (w *watcher) spawned(sp *spawn) {
 	if err := setLimits(h.PID(), st); err != nil {
 		// Its gate closed, the process exits 125 without running anything.
 		unix.Close(sp.gate)
-		w.procs.reap(h)
+		w.cfg.processes.reap(h)
 		h.Close()
 		w.notStarted(st, err)
 		return
@@ -225,7 +225,7 @@ func (w *watcher) hasStarted(id string) bool {
 func (w *watcher) supervise(r *run) {
 	w.runs[r.st.ID] = r
 	go func() {
-		if err := w.procs.exited(r.proc); err != nil {
+		if err := w.cfg.processes.exited(r.proc); err != nil {
 			w.log.Printf("run %s: waiting for pid %d: %v", r.st.ID, r.proc.PID(), err)
 		}
 		w.exited <- r
@@ -585,11 +585,11 @@ func (w *watcher) signalGroup(r *run, sig syscall.Signal) {
 		w.signalMembers(r, members[r.st.PGID], sig)
 		return
 	}
-	if err := w.procs.signal(r.st.PGID, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+	if err := w.cfg.processes.signal(r.st.PGID, sig); err != nil && !errors.Is(err, unix.ESRCH) {
 		w.log.Printf("run %s: signal %v to group %d: %v", r.st.ID, sig, r.st.PGID, err)
 	}
 	if sig == syscall.SIGTERM {
-		w.procs.signal(r.st.PGID, syscall.SIGCONT) // a stopped process acts on SIGTERM only once continued
+		w.cfg.processes.signal(r.st.PGID, syscall.SIGCONT) // a stopped process acts on SIGTERM only once continued
 	}
 }
 
@@ -783,7 +783,7 @@ func (w *watcher) finish(r *run) {
 	pid, start := r.st.PID, r.st.ProcStart
 	defer w.follow(effectReap, r.st.ID, func() {
 		if !r.adopted {
-			if err := w.procs.reap(r.proc); err != nil {
+			if err := w.cfg.processes.reap(r.proc); err != nil {
 				w.log.Printf("run %s: reaping pid %d: %v", r.st.ID, pid, err)
 			}
 		} else if err := removeExitRecord(w.cfg.Root, pid, start); err != nil {

@@ -300,8 +300,6 @@ func runWatcher(cfg Config, started *bool) error {
 }
 
 type watcher struct {
-	// procs is how it acts on its runs' processes (see processes).
-	procs processes
 	cfg   Config
 	log   *log.Logger
 	uid   int // the watcher's own: its user's requests are taken, and root's
@@ -403,7 +401,6 @@ func newWatcher(cfg Config) *watcher {
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
 		forker:     newForker(cfg.ForkProcs),
-		procs:      cfg.processes,
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		strays:     make(map[int]*stray),
