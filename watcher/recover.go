@@ -101,7 +101,7 @@ func (w *watcher) recoverClaimed(id string) {
 // removeEmpty removes the run directory dir of a claim that did not
 // survive (a crash before the rename, a power loss after it), and the
 // files a launch makes there before the run's first record (its output
-// files, its gate file), if they are empty, and what an interrupted write
+// files, its gate file), if they are empty (the gate closed), and what an interrupted write
 // of that record left: nothing is lost, and the request, if it comes
 // again, can make the run anew.
 func removeEmpty(dir string) {
@@ -111,7 +111,7 @@ func removeEmpty(dir string) {
 	}
 	for _, e := range ents {
 		fi, err := e.Info()
-		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && !durable.Leftover(e.Name()) {
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() > 0 && !durable.Leftover(e.Name()) && !closedGate(dir, e.Name()) {
 			return
 		}
 	}
@@ -119,6 +119,16 @@ func removeEmpty(dir string) {
 		os.Remove(filepath.Join(dir, e.Name()))
 	}
 	os.Remove(dir)
+}
+
+// closedGate reports whether name, in run directory dir, is its gate file
+// as a launch makes it, still closed.
+func closedGate(dir, name string) bool {
+	if name != "gate" {
+		return false
+	}
+	b, _, err := durable.ReadRegular(filepath.Join(dir, name), int64(len(gateClosed)))
+	return err == nil && string(b) == gateClosed
 }
 
 // readRequest reads run id's claimed request, and its stat: a regular

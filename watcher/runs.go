@@ -217,8 +217,21 @@ func (w *watcher) hasStarted(id string) bool {
 	if _, err := os.Lstat(w.store.Run(id).Started()); err == nil {
 		return true
 	}
-	var st unix.Stat_t
-	return unix.Lstat(w.store.Run(id).Gate(), &st) == nil && st.Size > 0
+	return gateSays(w.store.Run(id).Gate())
+}
+
+// gateSays reports whether the gate file at path says its run may have
+// passed its gate: anything there but gateClosed or an empty file (an
+// earlier tend made it empty, and its process appended its line), so that
+// a run that may have run is never taken for one that did not.
+func gateSays(path string) bool {
+	fd, _, err := durable.OpenRegular(path)
+	if err != nil {
+		return !errors.Is(err, unix.ENOENT)
+	}
+	defer unix.Close(fd)
+	b, err := durable.ReadUpTo(fd, int64(len(gateClosed)), int64(len(gateClosed))+1)
+	return err != nil || (len(b) > 0 && string(b) != gateClosed)
 }
 
 // supervise watches r's process: its exit, and its timeout.
@@ -329,23 +342,56 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	return sp, nil
 }
 
-// openGateFile makes run st's gate file anew, empty, for its process to
-// write to once past its gate. It is opened with O_DSYNC (unless the
-// durability is watcher_crash), so that the line is on disk before the
-// command runs: a run that may have run is never started again, even
-// after a power loss. Its name is durable with the run's record, which is
-// written (and its directory synced) before the gate opens.
+// openGateFile makes run st's gate file anew, holding gateClosed, for its
+// process to overwrite with gatePassed once past its gate. The process
+// gets it opened with O_DSYNC (unless the durability is watcher_crash),
+// so that the line is on disk before the command runs: a run that may
+// have run is never started again, even after a power loss. Its name and
+// its closed line are durable with the run's record, which is written
+// (and its directory synced) before the gate opens.
+//
+// The closed line is there so that the process's line is an overwrite of
+// a block the file system already holds, of the same size: a synced write
+// that needs no journal commit, only the data's own write (0.25 ms
+// against 1.1 for an append on a journaled ext4, performance.md round 17).
+// Its write-back is started here, before the record's flush, so that the
+// block is allocated in the transaction the record's commit makes
+// durable.
 func (w *watcher) openGateFile(st *tracker.State) (int, error) {
 	path := w.store.Run(st.ID).Gate()
 	if err := unix.Unlink(path); err != nil && !errors.Is(err, unix.ENOENT) {
 		return -1, &os.PathError{Op: "unlink", Path: path, Err: err}
 	}
-	flags := unix.O_WRONLY | unix.O_APPEND
+	fd, err := tracker.OpenRunFile(path, unix.O_WRONLY, st.OwnerUID)
+	if err != nil {
+		return -1, err
+	}
+	defer unix.Close(fd)
+	if err := durable.WriteAll(fd, []byte(gateClosed)); err != nil {
+		return -1, &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	flags := unix.O_WRONLY | unix.O_CLOEXEC
 	if w.settings.Durability != tracker.WatcherCrash {
 		flags |= durable.FlushGate.SyncFlag()
+		if err := unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE); err != nil {
+			return -1, &os.PathError{Op: "sync_file_range", Path: path, Err: err}
+		}
 	}
-	return tracker.OpenRunFile(path, flags, st.OwnerUID)
+	// The same file, anew at offset 0, opened through the descriptor
+	// that made it, not by its name.
+	synced, err := unix.Open("/proc/self/fd/"+strconv.Itoa(fd), flags, 0)
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return synced, nil
 }
+
+// A gate file holds gateClosed until its run's process overwrites it with
+// gatePassed: the same length, so that the write changes no size.
+const (
+	gateClosed = "closed\n"
+	gatePassed = "passed\n"
+)
 
 // runAs returns the account run st's process runs as where that is not
 // the watcher's own: a root watcher runs each request as its owner, who

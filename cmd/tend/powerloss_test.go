@@ -1050,7 +1050,7 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 	paths, _ := filepath.Glob(filepath.Join(t.backing, ".tend", "runs", "*", "started"))
 	gates, _ := filepath.Glob(filepath.Join(t.backing, ".tend", "runs", "*", "gate"))
 	for _, p := range gates {
-		if fi, err := os.Stat(p); err == nil && fi.Size() > 0 {
+		if b, err := os.ReadFile(p); err == nil && len(b) > 0 && string(b) != "closed\n" {
 			paths = append(paths, p)
 		}
 	}

@@ -112,8 +112,9 @@ func (d Run) Ready() string { return d.join("ready") }
 // gate (on a cluster, by its job once its command is about to run).
 func (d Run) Started() string { return d.join("started") }
 
-// Gate is made empty by tend before the run's process starts; the process
-// writes a line to it, synced, once it has passed its start gate.
+// Gate is made by tend, holding "closed", before the run's process starts;
+// the process writes "passed" over it, synced, once it has passed its
+// start gate.
 func (d Run) Gate() string { return d.join("gate") }
 
 // Exit is how a run on a cluster ended, written there by its job.
