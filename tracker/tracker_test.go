@@ -328,21 +328,26 @@ func TestHelperWriter(t *testing.T) {
 
 // syncCall matches a sync call's start in strace's output (not its
 // "<... fsync resumed>").
-var syncCall = regexp.MustCompile(`\bf?(data)?sync(fs|_file_range)?\(`)
+var syncCall = regexp.MustCompile(`\bf?(data)?sync(fs)?\(`)
+
+// writeBackCall matches a sync_file_range call's start: the write-back
+// ReplaceAll starts before its fsyncs, which syncs nothing by itself.
+var writeBackCall = regexp.MustCompile(`\bsync_file_range\(`)
 
 // TestDurabilityFsyncs counts, with strace, the fsyncs of one record
 // written alone, two in a batch, and two of a run whose directory is new:
 // each written power_loss is fsynced with its directory, and the first
-// in a new directory with runs/ as well; written watcher_crash, none is.
+// in a new directory with runs/ as well, each record's write-back started
+// before its fsync; written watcher_crash, none is.
 func TestDurabilityFsyncs(t *testing.T) {
 	strace, err := exec.LookPath("strace")
 	if err != nil {
 		t.Skip("needs strace")
 	}
 	for _, tt := range []struct {
-		durability string
-		want       int
-	}{{"", 11}, {"power_loss", 11}, {"watcher_crash", 0}} {
+		durability      string
+		want, writeBack int
+	}{{"", 11, 5}, {"power_loss", 11, 5}, {"watcher_crash", 0, 0}} {
 		s, root := newStore(t)
 		for _, id := range []string{"a", "b"} {
 			os.Mkdir(s.RunDir(id), 0o755)
@@ -363,6 +368,9 @@ func TestDurabilityFsyncs(t *testing.T) {
 		}
 		if got := len(syncCall.FindAll(b, -1)); got != tt.want {
 			t.Errorf("durability %q: %d syncs, want %d:\n%s", tt.durability, got, tt.want, b)
+		}
+		if got := len(writeBackCall.FindAll(b, -1)); got != tt.writeBack {
+			t.Errorf("durability %q: %d write-backs started, want %d:\n%s", tt.durability, got, tt.writeBack, b)
 		}
 		for _, id := range []string{"a", "b"} {
 			if st, err := s.Read(id); err != nil || st.State != Running {
