@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
@@ -292,5 +293,38 @@ func TestKeepSyncsBeforeTheAnswer(t *testing.T) {
 	w.keep(f)
 	if len(w.unkept) != 0 || w.spoolUnsynced {
 		t.Errorf("outside a batch, keep left %d requests to sync later (spool unsynced: %v): its answer would come first", len(w.unkept), w.spoolUnsynced)
+	}
+}
+
+// The loop wakes for the root's events that it acts on (its lock, its
+// config, its spool's or exits/' removal) and for those in the spool,
+// exits/ and run directories, not for the writes to the root's own files
+// (the history, the log, the queue): several a run, each a turn for
+// nothing.
+func TestConcerns(t *testing.T) {
+	w := batchWatcher(t)
+	root := w.cfg.Root
+	for _, tc := range []struct {
+		name string
+		op   fsnotify.Op
+		want bool
+	}{
+		{"watcher.lock", fsnotify.Remove, true},
+		{"config.json", fsnotify.Write, true},
+		{"spool", fsnotify.Remove, true},
+		{"exits", fsnotify.Rename, true},
+		{"spool/a.start", fsnotify.Create, true},
+		{"exits/123-456", fsnotify.Create, true},
+		{"runs/a/ready", fsnotify.Create, true},
+		{"history.jsonl", fsnotify.Write, false},
+		{"watcher.log", fsnotify.Write, false},
+		{"queue", fsnotify.Rename, false},
+		{"queue123", fsnotify.Create, false},
+		{"list.cache", fsnotify.Write, false},
+	} {
+		ev := fsnotify.Event{Name: filepath.Join(root, tc.name), Op: tc.op}
+		if got := w.concerns(ev); got != tc.want {
+			t.Errorf("concerns(%s %s) = %v, want %v", tc.op, tc.name, got, tc.want)
+		}
 	}
 }

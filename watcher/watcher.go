@@ -429,6 +429,9 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			if !ok {
 				return errors.New("inotify closed")
 			}
+			if !w.concerns(ev) {
+				continue
+			}
 			if err := w.fsEvents(ev, fsw.Events); err != nil {
 				return err
 			}
@@ -470,6 +473,22 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 // after runs f on the loop after d.
 func (w *watcher) after(d time.Duration, f func()) *time.Timer {
 	return time.AfterFunc(d, func() { w.do <- f })
+}
+
+// concerns reports whether ev may need the loop. The root is watched for
+// its lock and config.json (and for its spool's and exits/' removal), so
+// every write to its other files comes too: each history append, each
+// line of this watcher's log, each queue file written. Those would wake
+// the loop for a turn and an empty flush each, several a run.
+func (w *watcher) concerns(ev fsnotify.Event) bool {
+	if filepath.Dir(ev.Name) != filepath.Clean(w.cfg.Root) {
+		return true
+	}
+	switch ev.Name {
+	case w.root().WatcherLock(), w.root().Config(), w.spool.Spool(), w.root().Exits():
+		return true
+	}
+	return false
 }
 
 // eventBatch is the most events handled in one turn of the loop; fsnotify
