@@ -63,11 +63,11 @@ func (r *run) grace() time.Duration { return r.st.Grace.D() }
 //
 // The process is held at a gate until its PID is recorded: whatever
 // happens to the watcher, a run recorded as starting never ran, and one
-// recorded running has the PID to find it by. Past the gate it writes a
-// line to runs/ID/gate (through a descriptor opened with O_DSYNC, so the
-// line survives a power loss once written) and creates runs/ID/started,
-// then execs the command; so a run whose process ended with neither never
-// ran and can be started again (see recover.go).
+// recorded running has the PID to find it by. Past the gate it writes
+// "passed" over "closed" in runs/ID/gate (through a descriptor opened
+// with O_DSYNC, so the line survives a power loss once written) and
+// creates runs/ID/started, then execs the command; so a run whose process
+// ended with neither never ran and can be started again (see recover.go).
 //
 // Inside a batch the fork is left to the forker's thread while the loop
 // takes the next requests (it waits there until the child has exec'd,
@@ -367,15 +367,20 @@ func (w *watcher) openGateFile(st *tracker.State) (int, error) {
 		return -1, err
 	}
 	defer unix.Close(fd)
-	if err := durable.WriteAll(fd, []byte(gateClosed)); err != nil {
+	err = durable.WriteAll(fd, []byte(gateClosed))
+	if errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.EDQUOT) {
+		// A full disk: the file stays empty, the process's line is an
+		// append, as an earlier tend's was, and the run waits at its gate
+		// for its record as it would anyway.
+		err = unix.Ftruncate(fd, 0)
+	}
+	if err != nil {
 		return -1, &os.PathError{Op: "write", Path: path, Err: err}
 	}
 	flags := unix.O_WRONLY | unix.O_CLOEXEC
 	if w.settings.Durability != tracker.WatcherCrash {
 		flags |= durable.FlushGate.SyncFlag()
-		if err := unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE); err != nil {
-			return -1, &os.PathError{Op: "sync_file_range", Path: path, Err: err}
-		}
+		durable.StartWriteBack(fd)
 	}
 	// The same file, anew at offset 0, opened through the descriptor
 	// that made it, not by its name.

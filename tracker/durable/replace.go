@@ -101,7 +101,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 			fail(i, err)
 			continue
 		}
-		startWriteBack(fds[i])
+		StartWriteBack(fds[i])
 		if perm.Mode != 0 {
 			continue
 		} else if err := keepMode(fds[i], path); err != nil {
@@ -142,7 +142,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 	return errs
 }
 
-// startWriteBack starts writing fd's data, before it is synced: a
+// StartWriteBack starts writing fd's data, before it is synced: a
 // journaled ext4 (or XFS) allocates its blocks then, in the transaction
 // that is running, so that the first of a batch's fsyncs commits every
 // file's data, and the others find theirs committed. Without it each
@@ -152,7 +152,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 // 32 records took 20 ms on the bench's journaled ext4, 8-9 ms with it,
 // 200 records 70 ms and 38-41 (performance.md, round 17). It is a hint:
 // an error shows again in the fsync.
-func startWriteBack(fd int) {
+func StartWriteBack(fd int) {
 	unix.SyncFileRange(fd, 0, 0, unix.SYNC_FILE_RANGE_WRITE)
 }
 
