@@ -31,7 +31,9 @@ import (
 // submit in all three forms, cancel, signal, label, note, delete and
 // restart services, while runs write and end; the power is cut at a
 // random moment, or (every other cut) right before or after one of the
-// flushes a short scripted sequence makes. Then a watcher starts on what
+// flushes a short scripted sequence makes, or (one cut in eight) on a
+// slow disk once a run that waited for another has written its gate
+// line. Then a watcher starts on what
 // the disk kept, recovers, and the trial checks, for everything a client
 // saw acknowledged before the cut:
 //
@@ -46,9 +48,10 @@ import (
 //  5. tend fsck is clean, or --repair makes it clean (and 1-4 hold after);
 //  6. no run that never passed its gate is reported as started, and none
 //     that ran is reported as never started; none that ran is missing;
-//  7. a run that waited for another's end and ran before the cut ran only
-//     once that end was on disk: the end is still there, a real one (not
-//     "lost"), in the record or, once deleted, in the history.
+//  7. a run that waited for another's end and ran before the cut (or
+//     passed its gate, as far as the disk knows) ran only once that end
+//     was on disk: the end is still there, a real one (not "lost"), in
+//     the record or, once deleted, in the history.
 //
 // It ends with "powerloss: N cuts, M checks, V violations" and fails if V
 // is not 0. TEND_POWERLOSS_CUTS overrides CUTS (make powerloss),
@@ -139,6 +142,8 @@ func (t *trial) cuts(n int) {
 			t.script(t.fs.Frozen)
 			t.fs.Freeze()
 			t.powerCut(crashfs.Strict, "at the end of the scripted sequence")
+		case t.mutant == "" && i%8 == 1: // strict: what was not synced is lost
+			t.gateCut(model)
 		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
@@ -208,6 +213,7 @@ type trial struct {
 	slow                     bool            // the next short run takes a while
 	careful                  bool            // the next request dropped as a file is synced
 	waitFor                  string          // the next run submitted waits for this one's end
+	waiters                  sync.Map        // IDs of the runs that wait for another (read by gateCut's matcher, inside crashfs)
 	downRun                  *plRun          // a request dropped while no watcher ran
 	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
 	cutsOnRoot               int             // cuts made on this root
@@ -538,6 +544,9 @@ func (t *trial) submit(kind, how string) *plRun {
 	r := &plRun{id: t.newID(), kind: kind, labels: make(map[string][]string), labelSeen: make(map[string]bool), notesSent: make(map[string]bool), notesSeen: make(map[string]bool)}
 	r.cut = t.cutNo
 	r.after, t.waitFor = t.waitFor, ""
+	if r.after != "" {
+		t.waiters.Store(r.id, true)
+	}
 	if kind == "short" {
 		r.code = []int{0, 0, 1, 3}[t.rng.IntN(4)]
 	}
@@ -1015,6 +1024,53 @@ func (t *trial) scriptedCut(k int, after bool, model crashfs.Model) {
 	t.powerCut(model, where)
 }
 
+// gateCut runs the scripted sequence on a slow disk and cuts the power
+// once a run that waited for another has its gate line on disk and its
+// command has had time to start: check 7 then catches a gate opened
+// before its dependency's end was on disk, which a cut at a random
+// moment, or at a numbered flush, rarely comes at (the dependent's
+// command and the flush of that end race for a millisecond on the
+// trial's usual disk).
+func (t *trial) gateCut(model crashfs.Model) {
+	gate := make(chan struct{}, 1)
+	t.fs.OnFlush(func(f crashfs.Flush) {
+		if _, waits := t.waiters.Load(filepath.Base(filepath.Dir(f.Path))); waits && !f.Dir && filepath.Base(f.Path) == "gate" {
+			select {
+			case gate <- struct{}{}:
+			default:
+			}
+		}
+	})
+	t.fs.SetFlushDelay(gateCutDelay) // the next mount has the usual one
+	cut, scripted := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(cut)
+		select {
+		case <-gate:
+			// Its line on disk, a flush later; its command started.
+			time.Sleep(gateCutDelay + 10*time.Millisecond)
+		case <-scripted:
+		}
+		t.fs.Freeze()
+	}()
+	t.script(t.fs.Frozen)
+	where := "once a run that waited was past its gate"
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		where += ", which did not come: 10 s after the scripted sequence"
+		close(scripted)
+		<-cut
+	}
+	t.powerCut(model, where)
+}
+
+// gateCutDelay is how long each flush takes in gateCut: long enough that
+// a dependency's end, a file's fsync and then its directory's, would
+// still be on its way when a gate opened with it wrote its line and its
+// command started.
+const gateCutDelay = 20 * time.Millisecond
+
 // powerCut stops every process that used the mount, unmounts it, and
 // turns the backing directory into what the disk kept.
 func (t *trial) powerCut(model crashfs.Model, where string) {
@@ -1055,7 +1111,11 @@ func (t *trial) powerCut(model crashfs.Model, where string) {
 		}
 	}
 	for _, p := range paths {
-		t.gated[filepath.Base(filepath.Dir(p))] = true
+		id := filepath.Base(filepath.Dir(p))
+		t.gated[id] = true
+		if r := t.runs[id]; r != nil && r.after != "" {
+			r.ranBeforeCut = true // its command may have started: check 7
+		}
 	}
 }
 

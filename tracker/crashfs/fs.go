@@ -56,6 +56,7 @@ type FS struct {
 	marks   int
 	markSeq uint64 // the sequence number of the last mark
 	delay   time.Duration
+	onFlush func(Flush)
 }
 
 // A Flush is one fsync, fdatasync or directory fsync the file system
@@ -193,6 +194,16 @@ func (f *FS) CutAtFlush(n int, after bool) <-chan struct{} {
 	defer f.mu.Unlock()
 	f.plan = &cutPlan{at: n, after: after, done: make(chan struct{})}
 	return f.plan.done
+}
+
+// OnFlush has seen called at the start of every flush from now on (nil:
+// none), before it is made durable, with the file system's lock held: it
+// must not call the file system's methods, but may call Freeze from
+// another goroutine.
+func (f *FS) OnFlush(seen func(Flush)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.onFlush = seen
 }
 
 // CutAfterMark arranges a cut at the k-th flush after the next mark (see
@@ -333,6 +344,9 @@ func (f *FS) flush(p string, id uint64, dir bool) syscall.Errno {
 	}
 	rel, _ := filepath.Rel(f.backing, p)
 	f.flushes = append(f.flushes, Flush{Path: rel, Dir: dir})
+	if f.onFlush != nil {
+		f.onFlush(f.flushes[len(f.flushes)-1])
+	}
 	planned := false
 	if pl := f.plan; pl != nil {
 		if pl.at == 0 && pl.marked {

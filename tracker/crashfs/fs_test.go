@@ -2,6 +2,7 @@ package crashfs
 
 import (
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -228,6 +229,25 @@ func TestCutAtFlush(t *testing.T) {
 		if n := len(f.Flushes()); n != 2 {
 			t.Errorf("after=%v: %d flushes, want 2", after, n)
 		}
+	}
+}
+
+// TestOnFlush sees each flush as it starts, in order, until it is set to
+// nil.
+func TestOnFlush(t *testing.T) {
+	f, _, mnt := mount(t, nil)
+	var seen []Flush
+	f.OnFlush(func(fl Flush) { seen = append(seen, fl) }) // under f's lock
+	write(t, filepath.Join(mnt, "a"), "a", true)
+	syncDir(t, mnt)
+	f.OnFlush(nil)
+	write(t, filepath.Join(mnt, "b"), "b", true)
+	want := []Flush{{Path: "a"}, {Path: ".", Dir: true}}
+	if fmt.Sprint(seen) != fmt.Sprint(want) {
+		t.Errorf("seen %v, want %v", seen, want)
+	}
+	if n := len(f.Flushes()); n != 3 {
+		t.Errorf("%d flushes, want 3", n)
 	}
 }
 
