@@ -6,7 +6,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 )
 
-// Hold says which steps of the watcher's on its runs' processes a race
+// Hold says which of the watcher's steps on its runs' processes a race
 // test holds back (see processes); nil: the system's.
 type Hold struct {
 	// Signal is called for each signal to a run's group, in its stead.

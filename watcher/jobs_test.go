@@ -291,3 +291,35 @@ func TestGateSays(t *testing.T) {
 		}
 	}
 }
+
+// What a launch leaves before a run's first record (empty output files, a
+// closed gate, a temporary record) is removed with its directory when its
+// claim did not survive; anything else keeps the directory: a gate that
+// says passed, or output.
+func TestRemoveEmpty(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		removed bool
+	}{
+		{"a launch's files", map[string]string{"stdout": "", "stderr": "", "gate": gateClosed, "state.json123": "{"}, true},
+		{"an empty gate", map[string]string{"stdout": "", "gate": ""}, true},
+		{"a gate passed", map[string]string{"stdout": "", "gate": gatePassed}, false},
+		{"output", map[string]string{"stdout": "hello\n", "gate": gateClosed}, false},
+		{"closed, as another file's name", map[string]string{"stdout": gateClosed}, false},
+	} {
+		dir := filepath.Join(t.TempDir(), "run")
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		for name, body := range tc.files {
+			if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		removeEmpty(dir)
+		if _, err := os.Stat(dir); os.IsNotExist(err) != tc.removed {
+			t.Errorf("%s: removed = %v, want %v", tc.name, os.IsNotExist(err), tc.removed)
+		}
+	}
+}

@@ -160,7 +160,7 @@ func (w *watcher) notStarted(st *tracker.State, err error) {
 // started (a line to its gate file, fd 4, durably; then $1) and execs the
 // command. A mark that cannot be written stops it: a run that may have
 // run must say so.
-const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; echo passed >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; exec "$@"`
+const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; echo ` + gateWord + ` >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; exec "$@"`
 
 // gateLine is the gate for a run whose command is a shell command line
 // (sh -c TEXT): the text follows it on the same line of the same script,
@@ -169,7 +169,7 @@ const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; echo passed >&4 
 // text sees what sh -c TEXT shows it: $0 is /bin/sh, no positional
 // parameters, messages on line 1; a syntax error in it stops the script
 // before the gate, with the same message and status 2.
-const gateLine = `IFS= read -r go <&3 || exit 125; exec 3<&-; unset go; echo passed >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; `
+const gateLine = `IFS= read -r go <&3 || exit 125; exec 3<&-; unset go; echo ` + gateWord + ` >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; `
 
 // gateArgv returns the argv of st's process: a shell that waits at the
 // gate, then runs st's command.
@@ -393,10 +393,12 @@ func (w *watcher) openGateFile(st *tracker.State) (int, error) {
 }
 
 // A gate file holds gateClosed until its run's process overwrites it with
-// gatePassed: the same length, so that the write changes no size.
+// gatePassed (echo gateWord): the same length, so that the write changes
+// no size.
 const (
 	gateClosed = "closed\n"
-	gatePassed = "passed\n"
+	gateWord   = "passed"
+	gatePassed = gateWord + "\n"
 )
 
 // runAs returns the account run st's process runs as where that is not
