@@ -8,12 +8,16 @@ LDFLAGS := -X main.version=$(VERSION)
 
 all: build
 
-# tend, and beside it tend-mcp, the MCP server that `tend mcp` runs, and
-# tend-top, the live view that `tend top` runs: programs of their own so
-# that no other tend call pays the start-up of the MCP SDK or of a
-# terminal UI library.
+# tend, and beside it tend-watch, the watcher that `tend watch` and `tend
+# up` run, tend-mcp, the MCP server that `tend mcp` runs, and tend-top, the
+# live view that `tend top` runs: programs of their own so that no other
+# tend call pays the start-up of the watcher, the MCP SDK or a terminal UI
+# library. tend itself is built without cgo, a static binary that starts
+# in about two thirds of the time (docs/performance.md, round 18): only
+# the watcher needs the system's name services.
 build:
-	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/tend ./cmd/tend-mcp ./cmd/tend-top
+	CGO_ENABLED=0 $(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/tend
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/tend-watch ./cmd/tend-mcp ./cmd/tend-top
 
 # vet, then unit and end-to-end (testscript) tests under the race detector,
 # then the POSIX sh client suite under dash and bash.
@@ -34,7 +38,8 @@ e2e-sh: build
 	bash scripts/e2e.sh $(BIN)
 
 install:
-	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend ./cmd/tend-mcp ./cmd/tend-top
+	CGO_ENABLED=0 $(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend
+	$(GO) install -ldflags "$(LDFLAGS)" ./cmd/tend-watch ./cmd/tend-mcp ./cmd/tend-top
 
 clean:
 	rm -rf bin

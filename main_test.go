@@ -9,14 +9,15 @@ import (
 )
 
 // TestMain builds the tend command, which the examples and tests run as
-// their watcher (tend watch), and puts it first on the PATH.
+// their watcher (tend watch), with tend-watch, the program it becomes,
+// and puts them first on the PATH.
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "tend-bin-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	build := exec.Command("go", "build", "-o", filepath.Join(dir, "tend"), "./cmd/tend")
+	build := exec.Command("go", "build", "-o", dir+string(filepath.Separator), "./cmd/tend", "./cmd/tend-watch")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "building tend:", err)

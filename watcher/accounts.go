@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/watcher/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -151,4 +152,10 @@ func (w *watcher) allowed(uid int) bool {
 		return false
 	}
 	return slices.ContainsFunc(a.groups, func(g uint32) bool { return slices.Contains(w.settings.Groups, int(g)) })
+}
+
+// systemNames are the system's name services (NSS: files, LDAP, ...),
+// through which the watcher resolves config.json's users and groups.
+func systemNames() config.Names {
+	return config.Names{User: lookupUser, Group: lookupGroup}
 }

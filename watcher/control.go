@@ -15,6 +15,7 @@ import (
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
+	"github.com/tendhq/tend/watcher/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -413,7 +414,7 @@ func (w *watcher) collectGarbage() {
 	for _, st := range runs {
 		byID[st.ID] = st
 	}
-	for _, id := range Expired(runs, w.settings, time.Now()) {
+	for _, id := range config.Expired(runs, w.settings, time.Now()) {
 		if w.runs[id] != nil || w.queued(id) != nil {
 			continue
 		}

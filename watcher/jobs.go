@@ -37,7 +37,7 @@ import (
 //     a tag to find the job by in the engine (recoverJob), and a job is
 //     never submitted twice;
 //   - the engine is asked about every live job of the root in one call
-//     per poll interval (Settings.SlurmPoll), and not at all while no run
+//     per poll interval (config.SlurmSettings.Poll), and not at all while no run
 //     is on a cluster; no process per job runs on this host;
 //   - the job writes how its command ended into the run's directory (see
 //     cluster.Script), which decides its exit code; the engine's view is

@@ -315,7 +315,7 @@ func (k *keeper) reap() (finished bool) {
 // passHeld returns copies of the pidfds of the processes this keeper
 // holds and has not recorded yet, for a watcher it starts to have from
 // file descriptor first on, and the arguments that tell it which is which
-// (tend watcher --held). The watcher adopts their runs through them: a
+// (tend-watch watcher --held). The watcher adopts their runs through them: a
 // process reaped by init before the keeper has written its record can be
 // found by no other means, and its status would be lost if the keeper
 // died next.

@@ -17,7 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A start request that finds no free slot (Settings.MaxRunning, MaxPerSession) makes a queued run:
+// A start request that finds no free slot (config.Settings.MaxRunning, MaxPerSession) makes a queued run:
 // its record (state "queued") is written, and the request stays in the
 // spool, where its writer may still edit it. When a slot frees, the
 // queued runs start in arrival order, each with its request as it is at

@@ -15,6 +15,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/watcher/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -50,7 +51,7 @@ func inProcessWith(t *testing.T, run func(watcher.Config) error) *tend.Client {
 	stop := make(chan os.Signal, 1)
 	done := make(chan error, 1)
 	go func() {
-		done <- run(watcher.Config{Root: root, Log: testLog{t}, Stop: stop, Ready: readyW, Settle: 50 * time.Millisecond, Settings: watcher.DefaultSettings})
+		done <- run(watcher.Config{Root: root, Log: testLog{t}, Stop: stop, Ready: readyW, Settle: 50 * time.Millisecond, Settings: config.Default})
 	}()
 	line := make([]byte, 16)
 	if _, err := readyR.Read(line); err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/cluster"
+	"github.com/tendhq/tend/watcher/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -53,7 +54,7 @@ type Config struct {
 	Version string
 	// Settings are the watcher's own settings; ROOT/config.json may
 	// change them, at start and whenever it changes.
-	Settings Settings
+	Settings config.Settings
 	// BecomeKeeper, if set, is the command line (run as /proc/self/exe)
 	// that turns this process into a keeper, should its own keeper die:
 	// the runs are this process's children, so only this PID can keep them.
@@ -210,7 +211,7 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := tracker.CheckSafe(w.cfg.Root, w.uid); err != nil {
 		return err
 	}
-	settings, err := LoadSettings(w.cfg.Root, cfg.Settings)
+	settings, err := config.Load(w.cfg.Root, cfg.Settings, systemNames())
 	if err != nil {
 		return err
 	}
@@ -327,7 +328,7 @@ type watcher struct {
 	// for each run not yet ended: guard's proof, with one stat, that
 	// nobody changed it since.
 	written  map[string]tracker.Stamp
-	settings Settings
+	settings config.Settings
 	pending  map[string]*pending // spool entries not yet taken, by file name
 	// waiters counts the queued runs that wait for other runs or a time
 	// (see deps.go); dequeueDue is set while a dequeue is scheduled, and
@@ -563,7 +564,7 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 // reloadSettings applies a changed config.json. A bad one is reported and
 // the settings stay as they were.
 func (w *watcher) reloadSettings() {
-	l, err := LoadSettings(w.cfg.Root, w.cfg.Settings)
+	l, err := config.Load(w.cfg.Root, w.cfg.Settings, systemNames())
 	if err != nil {
 		w.log.Printf("config: %v (keeping the settings in force)", err)
 		return

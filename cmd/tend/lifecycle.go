@@ -1,25 +1,22 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
-	"os/user"
-	"path/filepath"
-	"strconv"
+	"os/exec"
 	"syscall"
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/cmd/internal/watchargs"
 	"github.com/tendhq/tend/procfs"
-	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
-	"github.com/tendhq/tend/watcher"
-	"golang.org/x/sys/unix"
 )
 
 type upCmd struct {
-	watchFlags
+	watchargs.Flags
 	Shared string `placeholder:"GROUP" help:"Share the root with the members of GROUP (as root): their requests run as their writers. Sets the root's modes up and adds GROUP to config.json's groups."`
 	JSON   bool   `help:"Print tend status --json once the watcher takes requests (docs/schema/status.schema.json)."`
 }
@@ -50,7 +47,7 @@ func (c *upCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	pid, started, err := client.EnsureWatcher(e.context(), tend.WatcherOptions{Args: c.watchFlags.args()})
+	pid, started, err := client.EnsureWatcher(e.context(), tend.WatcherOptions{Args: c.Flags.Args()})
 	if err != nil {
 		return err
 	}
@@ -253,38 +250,23 @@ func printStatusJSON(e *env) error {
 }
 
 // share sets e's root up to be shared with the members of group (see
-// upCmd), and says which directory above it they could not pass through.
+// upCmd). tend-watch does it: it finds the group through the system's
+// name services, which this program does not link, as the watcher will.
 func share(e *env, group string) error {
 	if os.Geteuid() != 0 {
 		return exitf(exitUsage, "--shared: only root may share a root: requests run as their writers")
 	}
-	g, err := user.LookupGroup(group)
+	path, err := watchProgram()
 	if err != nil {
-		return exitf(exitUsage, "--shared: %v", err)
-	}
-	gid, _ := strconv.Atoi(g.Gid)
-	if err := tracker.CheckSafe(e.root, 0); err != nil {
-		return exitf(exitRefused, "%v", err)
-	}
-	if err := (spool.Dir{Root: e.root}).Make(); err != nil {
 		return err
 	}
-	if err := tracker.NewStore(e.root).Make(); err != nil {
-		return err
+	cmd := exec.Command(path, "--root", e.root, "share", "--", group)
+	cmd.Args[0] = "tend-watch"
+	cmd.Stdout, cmd.Stderr = e.stdout, e.stderr
+	err = cmd.Run()
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return exitf(ee.ExitCode(), "") // tend-watch said why
 	}
-	if err := tracker.Share(e.root, gid); err != nil {
-		return err
-	}
-	if err := watcher.AllowGroup(e.root, group); err != nil {
-		return err
-	}
-	for dir := filepath.Dir(e.root); ; dir = filepath.Dir(dir) {
-		var st unix.Stat_t
-		if unix.Stat(dir, &st) == nil && st.Mode&0o001 == 0 && (int(st.Gid) != gid || st.Mode&0o010 == 0) {
-			fmt.Fprintf(e.stderr, "tend: %s is not searchable by group %s: its members cannot reach the root\n", dir, group)
-		}
-		if dir == filepath.Dir(dir) {
-			return nil
-		}
-	}
+	return err
 }

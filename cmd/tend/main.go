@@ -1,7 +1,7 @@
 // Command tend is a process supervisor driven by plain files. This binary
-// is a thin client: "tend watch" runs the watcher, and every other command
-// writes request files into the spool and reads state files, as a shell
-// script would.
+// is a thin client: "tend watch" becomes tend-watch, the watcher's own
+// program, and every other command writes request files into the spool
+// and reads state files, as a shell script would.
 package main
 
 import (
@@ -21,7 +21,7 @@ import (
 	"github.com/alecthomas/kong"
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/cmd/internal/buildinfo"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/cmd/internal/watchargs"
 )
 
 // version is set at build time with -ldflags "-X main.version=..." (make
@@ -36,18 +36,15 @@ func buildVersion() string { return buildinfo.String(version) }
 // "tend wait" and "tend logs -f" exit with the run's own code instead.
 const (
 	exitOK          = 0
-	exitFailed      = 1 // the command failed (I/O, a run failed to start, ...)
-	exitUsage       = 2
+	exitFailed      = watchargs.ExitFailed // the command failed (I/O, a run failed to start, ...)
+	exitUsage       = watchargs.ExitUsage
 	exitNotFound    = 3
-	exitRefused     = 4   // rejected, not_cancellable
-	exitFinished    = 5   // already_finished: nothing was left to do
-	exitNoWatcher   = 6   // no watcher runs; the request waits in the spool
-	exitConflict    = 7   // conflict: the record moved on from --if-rev
-	exitTimedOut    = 124 // tend wait --timeout: as timeout(1) says it
+	exitRefused     = watchargs.ExitRefused // rejected, not_cancellable
+	exitFinished    = 5                     // already_finished: nothing was left to do
+	exitNoWatcher   = 6                     // no watcher runs; the request waits in the spool
+	exitConflict    = 7                     // conflict: the record moved on from --if-rev
+	exitTimedOut    = 124                   // tend wait --timeout: as timeout(1) says it
 	exitInterrupted = 130
-	// exitCannotStart is how the hidden watcher command tells its keeper
-	// that it cannot start (watcher.ErrCannotStart); users see 1.
-	exitCannotStart = 78
 )
 
 // exitError is an error that carries the exit code it calls for.
@@ -74,7 +71,6 @@ type cli struct {
 	Down    downCmd    `cmd:"" help:"Stop the watcher (and its runs)."`
 	Status  statusCmd  `cmd:"" help:"Say whether a watcher runs, and count the runs."`
 	Watch   watchCmd   `cmd:"" help:"Run the watcher in the foreground."`
-	Watcher watcherCmd `cmd:"" hidden:"" help:"The watcher proper, as a keeper runs it."`
 	Start   startCmd   `cmd:"" help:"Start a command as a run."`
 	Ls      lsCmd      `cmd:"" help:"List runs."`
 	Show    showCmd    `cmd:"" help:"Show one run."`
@@ -130,7 +126,6 @@ func (e *env) client(session string) (*tend.Client, error) {
 	opts := tend.Options{Session: session}
 	if !e.noStart {
 		opts.Watcher = &tend.WatcherOptions{
-			Args: watchFlags{Settle: watcher.DefaultSettle}.args(),
 			Started: func(pid int) {
 				fmt.Fprintf(e.stderr, "tend: started a watcher on %s (pid %d)\n", e.root, pid)
 			},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/tendhq/tend/cmd/internal/daemon"
 	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/cmd/internal/top"
 	"github.com/tendhq/tend/procfs"
@@ -30,6 +31,7 @@ func TestMain(m *testing.M) {
 		"tend":        func() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) },
 		"tend-mcp":    func() { os.Exit(mcpserver.Main("test", os.Args[1:], os.Stdin, os.Stderr)) },
 		"tend-top":    func() { os.Exit(top.Main(os.Args[1:], os.Stdout, os.Stderr)) },
+		"tend-watch":  func() { os.Exit(daemon.Main(buildVersion(), os.Args[1:], os.Stderr)) },
 		"statereader": stateReader,
 		"tcpserver":   tcpServer,
 		"httpserver":  httpServer,

@@ -12,7 +12,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/watcher/config"
 )
 
 type historyCmd struct {
@@ -136,7 +136,7 @@ every 10 minutes. Example:
 }
 
 func (c *gcCmd) Run(e *env) error {
-	limits, err := watcher.LoadSettings(e.root, watcher.DefaultSettings)
+	limits, err := config.Load(e.root, config.Default, config.Names{})
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func (c *gcCmd) Run(e *env) error {
 	if c.Session != "" {
 		runs = slices.DeleteFunc(runs, func(st *tracker.State) bool { return st.Session != c.Session })
 	}
-	ids := watcher.Expired(runs, limits, time.Now())
+	ids := config.Expired(runs, limits, time.Now())
 	e.json = c.JSON
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {

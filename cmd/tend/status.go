@@ -10,7 +10,7 @@ import (
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/watcher/config"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,7 +91,7 @@ func readStatus(root string) (status, error) {
 	for _, err := range errs {
 		s.Problems = append(s.Problems, err.Error())
 	}
-	if _, err := watcher.LoadSettings(root, watcher.DefaultSettings); err != nil {
+	if _, err := config.Load(root, config.Default, config.Names{}); err != nil {
 		s.Problems = append(s.Problems, err.Error()+" (a running watcher keeps the settings it has; a new one will not start)")
 	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {

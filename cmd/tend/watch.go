@@ -1,55 +1,21 @@
 package main
 
 import (
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"runtime"
-	"runtime/pprof"
+	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
-	"time"
 
-	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/watcher"
-	"golang.org/x/sys/unix"
+	"github.com/tendhq/tend/cmd/internal/watchargs"
 )
 
 type watchCmd struct {
-	watchFlags
+	watchargs.Flags
 	ReadyFD int `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
-	// Set by a watcher that becomes the keeper (watcher.Config.BecomeKeeper).
+	// Set by a watcher of an earlier tend that becomes the keeper, and
+	// runs this program to be it.
 	Successor bool     `hidden:"" help:"This process was a watcher whose keeper died: keep its runs whatever happens."`
 	Hold      []string `hidden:"" sep:"none" placeholder:"FD:PID:START" help:"Record the end of this process, by the pidfd FD inherited (repeatable)."`
-}
-
-// watchFlags are the watcher's settings, the same for watch, up and the
-// watcher itself.
-type watchFlags struct {
-	Settle        time.Duration `help:"How long a request that does not parse must stay unchanged before it is rejected." default:"1s"`
-	MaxRunning    int           `help:"How many runs may be live at once; more wait, queued (0: no limit). ROOT/config.json's max_running overrides it." default:"0"`
-	MaxPerSession int           `name:"max-running-per-session" help:"How many live runs one session may hold (0: no limit). config.json: max_running_per_session." default:"0"`
-	Durability    string        `enum:"power_loss,watcher_crash" default:"power_loss" help:"What a run's record survives once written: power_loss (fsynced) or watcher_crash (not fsynced: faster on disk, but a power loss may take records back). config.json: durability."`
-}
-
-// args renders the flags for a watcher's command line.
-func (f watchFlags) args() []string {
-	args := []string{"--settle", f.Settle.String(), "--max-running", strconv.Itoa(f.MaxRunning), "--max-running-per-session", strconv.Itoa(f.MaxPerSession)}
-	if f.Durability != "" { // unset when a client starts the watcher: the default
-		args = append(args, "--durability", f.Durability)
-	}
-	return args
-}
-
-func (f watchFlags) settings() watcher.Settings {
-	l := watcher.DefaultSettings
-	l.MaxRunning, l.MaxPerSession = f.MaxRunning, f.MaxPerSession
-	if f.Durability != "" {
-		l.Durability = tracker.Durability(f.Durability) // kong checked it is one of the two
-	}
-	return l
 }
 
 func (c *watchCmd) Help() string {
@@ -63,137 +29,36 @@ Examples:
   tend watch --max-running 2   # in a systemd unit: see docs/recipes.md`
 }
 
-// Run makes this process the keeper; the watcher is a child of it, running
-// this same program (the hidden "watcher" command).
+// Run becomes tend-watch, the watcher's program, found beside this tend
+// or on the PATH: it is the keeper, and runs the watcher under it.
+// Replaced, not run as a child, so that the process tend up waits for,
+// or a service manager signals, is the keeper itself, with every file
+// descriptor it was given (--ready-fd, --hold).
 func (c *watchCmd) Run(e *env) error {
-	closeOnExec()
-	oneProc()
-	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1, syscall.SIGUSR2)
-	defer signal.Stop(sigs)
-	args := append([]string{os.Args[0], "--root", e.root, "watcher"}, c.args()...)
-	var ready *os.File
-	if c.ReadyFD >= 0 {
-		ready = os.NewFile(uintptr(c.ReadyFD), "ready")
-		args = append(args, "--ready-fd", "3")
-	}
-	var held []watcher.Held
-	for _, s := range c.Hold {
-		h, err := watcher.ParseHeld(s)
-		if err != nil {
-			return exitf(exitUsage, "--hold: %v", err)
-		}
-		held = append(held, h)
-	}
-	code, err := watcher.Keep(watcher.KeeperConfig{
-		Root: e.root, Log: e.stderr, Ready: ready, Signals: sigs, Refused: exitRefused, CannotStart: exitCannotStart,
-		Held: held, Successor: c.Successor,
-		// /proc/self/exe is this very program even if its file has been
-		// replaced meanwhile, so a restarted watcher matches its keeper.
-		Path: "/proc/self/exe", Args: args,
-	})
-	if errors.Is(err, watcher.ErrRunning) || errors.Is(err, watcher.ErrKeeperRunning) {
-		return exitf(exitRefused, "%v", err)
-	}
+	path, err := watchProgram()
 	if err != nil {
 		return err
 	}
-	if code != exitOK {
-		return exitf(code, "")
-	}
-	return nil
-}
-
-// watcherCmd is the watcher proper, which a keeper runs.
-type watcherCmd struct {
-	watchFlags
-	ReadyFD int      `default:"-1"`
-	Held    []string `sep:"none" placeholder:"FD:PID:START" help:"A pidfd the keeper holds and passes on, as FD (repeatable)."`
-}
-
-func (c *watcherCmd) Run(e *env) error {
-	closeOnExec()
-	forkProcs := 0
-	if oneProc() {
-		forkProcs = 2 // docs/performance.md, round 10
-	}
-	stop := make(chan os.Signal, 2)
-	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT, syscall.SIGUSR1)
-	defer signal.Stop(stop)
-	cfg := watcher.Config{
-		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: buildVersion(), Settings: c.settings(),
-		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch", "--successor"}, c.args()...),
-		ForkProcs:    forkProcs,
-	}
-	if steps := os.Getenv("TEND_TEST_CRASH_AT"); steps != "" {
-		cfg.CrashAt = strings.Split(steps, ",")
-	}
+	argv := append([]string{"tend-watch", "--root", e.root, "watch"}, c.Args()...)
 	if c.ReadyFD >= 0 {
-		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
+		argv = append(argv, "--ready-fd", strconv.Itoa(c.ReadyFD))
 	}
-	for _, s := range c.Held {
-		h, err := watcher.ParseHeld(s)
-		if err != nil {
-			return exitf(exitUsage, "--held: %v", err)
-		}
-		cfg.Held = append(cfg.Held, h)
+	if c.Successor {
+		argv = append(argv, "--successor")
 	}
-	if path := os.Getenv("TEND_CPUPROFILE"); path != "" {
-		stopProfile, perr := profileCPU(path)
-		if perr != nil {
-			return perr
-		}
-		defer stopProfile()
+	for _, h := range c.Hold {
+		argv = append(argv, "--hold", h)
 	}
-	err := watcher.Run(cfg)
-	switch {
-	case errors.Is(err, watcher.ErrRunning):
-		return exitf(exitRefused, "%v", err)
-	case errors.Is(err, watcher.ErrCannotStart):
-		return exitf(exitCannotStart, "%v", err)
-	}
-	return err
+	return exitf(exitFailed, "watch: %v", syscall.Exec(path, argv, os.Environ()))
 }
 
-// oneProc runs this process's goroutines on one P, unless GOMAXPROCS says
-// otherwise, and reports whether it did. The watcher and the keeper are
-// each one event loop: a second P only spins looking for work and hands
-// goroutines across threads (futex and epoll calls at every event), and
-// that CPU is taken from the runs on the same cores. Measured with make
-// bench on 2 cores: W1 on tmpfs about 8 % more jobs a second, W4 about
-// 15 % faster. Blocking system calls still run beside the loop: the
-// runtime gives the P to another thread while one waits in the kernel. A
-// fork is not such a call (see watcher.Config.ForkProcs).
-func oneProc() bool {
-	if os.Getenv("GOMAXPROCS") != "" {
-		return false
-	}
-	runtime.GOMAXPROCS(1)
-	return true
-}
-
-// profileCPU writes the watcher's CPU profile to path until the returned
-// function is called (TEND_CPUPROFILE, for docs/performance.md's work).
-func profileCPU(path string) (stop func(), err error) {
-	f, err := os.Create(path)
+// watchProgram returns the path of tend-watch, beside this tend or on the
+// PATH.
+func watchProgram() (string, error) {
+	self := tendProgram()
+	path, err := exec.LookPath(besideOrOnPath(self, "tend-watch"))
 	if err != nil {
-		return nil, fmt.Errorf("TEND_CPUPROFILE: %w", err)
+		return "", exitf(exitFailed, "tend-watch, the watcher, is neither beside %s nor on the PATH: install it with go install github.com/tendhq/tend/cmd/tend-watch (make install installs it with tend)", self)
 	}
-	if err := pprof.StartCPUProfile(f); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("TEND_CPUPROFILE %s: %w", path, err)
-	}
-	return func() {
-		pprof.StopCPUProfile()
-		f.Close()
-	}, nil
-}
-
-// closeOnExec marks every descriptor above stderr close-on-exec: whatever
-// the process that started the keeper left open without it (a CI runner's
-// pipe, a lock, a log root may write) would else reach every run, whoever
-// it runs as. The keeper and the watcher still use those they were given
-// (--ready-fd); a child gets only what it is passed on purpose.
-func closeOnExec() {
-	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	return path, nil
 }

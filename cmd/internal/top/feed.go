@@ -16,7 +16,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
-	"github.com/tendhq/tend/watcher"
+	"github.com/tendhq/tend/watcher/config"
 )
 
 // What the feeds tell the view, each as one message.
@@ -435,7 +435,7 @@ func probeRoot(client *tend.Client) topProbeMsg {
 	if p.running {
 		p.info, p.infoOK = client.LiveInfo()
 	}
-	if _, err := watcher.LoadSettings(root, watcher.DefaultSettings); err != nil {
+	if _, err := config.Load(root, config.Default, config.Names{}); err != nil {
 		p.config = err.Error()
 	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {

@@ -1,4 +1,9 @@
-package watcher
+// Package config reads and writes ROOT/config.json, the watcher's settings
+// that may change while it runs. It resolves no user or group name by
+// itself, so that a client reading the file (tend status, tend gc) need
+// not link the system's name services: the watcher passes its own
+// lookups (Names).
+package config
 
 import (
 	"bytes"
@@ -116,11 +121,11 @@ func (s Settings) Equal(o Settings) bool {
 		reflect.DeepEqual(s.Slurm, o.Slurm)
 }
 
-// DefaultSettings are the settings when neither flags nor config.json say
+// Default are the settings when neither flags nor config.json say
 // otherwise: no cap on runs, finished records kept for a week, at most
 // 1,000 of them, every record durable against a power loss, and a second
 // for a queued request's writer to put it back.
-var DefaultSettings = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second,
+var Default = Settings{KeepFinishedFor: 7 * 24 * time.Hour, KeepFinished: 1000, Durability: tracker.PowerLoss, QueueEditWindow: time.Second,
 	Slurm: SlurmSettings{Poll: DefaultSlurmPoll}}
 
 // configFile is config.json; a field left out keeps the watcher's value.
@@ -150,13 +155,21 @@ func configKeys() []string {
 // (a link to /dev/zero, a huge file) must not take the watcher's memory.
 const maxConfig = 64 << 10
 
-// LoadSettings returns base with what root's config.json sets on top. A
+// Names resolves the user and group names (or decimal ids) config.json
+// lists to ids; an error says which one does not exist. A nil function
+// leaves its list unresolved: Load then checks everything else, and
+// Settings.Users or Groups stays as base has it.
+type Names struct {
+	User, Group func(name string) (int, error)
+}
+
+// Load returns base with what root's config.json sets on top. A
 // missing file changes nothing; a bad one is an error naming the file and
 // the field, and changes nothing either. It is read only as a regular file
 // of at most 64 KiB, owned by this process's user or root and writable by
 // no one else, never through a link and never blocking: anything else is
 // a bad config.
-func LoadSettings(root string, base Settings) (Settings, error) {
+func Load(root string, base Settings, names Names) (Settings, error) {
 	path := layout.Root(root).Config()
 	b, fi, err := durable.ReadRegular(path, maxConfig)
 	if errors.Is(err, os.ErrNotExist) {
@@ -226,13 +239,13 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 		}
 		l.Durability = d
 	}
-	if c.Users != nil {
-		if l.Users, err = resolveAll(*c.Users, lookupUser); err != nil {
+	if c.Users != nil && names.User != nil {
+		if l.Users, err = resolveAll(*c.Users, names.User); err != nil {
 			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "users", err)
 		}
 	}
-	if c.Groups != nil {
-		if l.Groups, err = resolveAll(*c.Groups, lookupGroup); err != nil {
+	if c.Groups != nil && names.Group != nil {
+		if l.Groups, err = resolveAll(*c.Groups, names.Group); err != nil {
 			return base, fmt.Errorf("%s: %q: %w", layout.Root(root).Config(), "groups", err)
 		}
 	}
@@ -244,7 +257,8 @@ func LoadSettings(root string, base Settings) (Settings, error) {
 	if l.Slurm.Poll == 0 {
 		l.Slurm.Poll = DefaultSlurmPoll
 	}
-	if len(l.Users)+len(l.Groups) > 0 && os.Geteuid() != 0 {
+	listed := c.Users != nil && len(*c.Users) > 0 || c.Groups != nil && len(*c.Groups) > 0
+	if (listed || len(l.Users)+len(l.Groups) > 0) && os.Geteuid() != 0 {
 		return base, fmt.Errorf("%s: %q and %q need a watcher running as root, to run requests as their writers (this is uid %d)",
 			layout.Root(root).Config(), "users", "groups", os.Geteuid())
 	}
@@ -288,14 +302,12 @@ func Expired(runs []*tracker.State, limits Settings, now time.Time) []string {
 	return ids
 }
 
-// AllowGroup adds group to the groups root's config.json allows to submit
-// requests (see Settings.Groups), keeping what else it says; a running
-// watcher takes the change at once. config.json is replaced atomically,
-// readable by everyone, writable by its owner alone.
+// AllowGroup adds group, which the caller found exists, to the groups
+// root's config.json allows to submit requests (see Settings.Groups),
+// keeping what else it says; a running watcher takes the change at once.
+// config.json is replaced atomically, readable by everyone, writable by
+// its owner alone.
 func AllowGroup(root, group string) error {
-	if _, err := lookupGroup(group); err != nil {
-		return err
-	}
 	path := layout.Root(root).Config()
 	fields := map[string]json.RawMessage{}
 	b, _, err := durable.ReadRegular(path, maxConfig)
