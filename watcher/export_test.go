@@ -14,6 +14,13 @@ type Hold struct {
 	// Exited is called on a run's own goroutine with wait, which returns
 	// once the run's leader exited; the loop is told when Exited returns.
 	Exited func(wait func() error) error
+	// Fork is called for each fork of run id's process, on the forker's
+	// thread, with the fork itself; an error returned without calling it
+	// is the fork's (EAGAIN: the user's process limit, say).
+	Fork func(id string, fork func() error) error
+	// Reap is called for each reap of a run's leader, once its end is
+	// recorded, with the reap itself.
+	Reap func(reap func() error) error
 }
 
 // RunHolding is Run, with the steps hold names held back.
@@ -25,6 +32,21 @@ func RunHolding(cfg Config, hold Hold) error {
 	if hold.Exited != nil {
 		wait := p.exited
 		p.exited = func(h *procfs.Handle) error { return hold.Exited(func() error { return wait(h) }) }
+	}
+	if hold.Fork != nil {
+		fork := p.fork
+		p.fork = func(sp *spawn) {
+			forked := false
+			err := hold.Fork(sp.st.ID, func() error { forked = true; fork(sp); return sp.err })
+			if !forked {
+				sp.err = err
+				sp.closeFiles()
+			}
+		}
+	}
+	if hold.Reap != nil {
+		reap := p.reap
+		p.reap = func(h *procfs.Handle) error { return hold.Reap(func() error { return reap(h) }) }
 	}
 	cfg.processes = p
 	return Run(cfg)

@@ -11,8 +11,9 @@ import (
 // one, signals a run's group, learns that a leader exited and reaps it.
 // A watcher uses the system's (systemProcesses). The state machine's race
 // tests put in one that holds a step back (a signal unsent, an exit not
-// yet told) so that two events come in the order the test chooses, with
-// real processes still (races_test.go); nothing else changes with it.
+// yet told) so that two events come in the order the test chooses, fails
+// a fork as the kernel can, or looks at the run as its leader is reaped,
+// with real processes still (races_test.go); nothing else changes with it.
 type processes struct {
 	// fork forks sp, on one of the forker's threads.
 	fork func(sp *spawn)

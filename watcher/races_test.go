@@ -7,11 +7,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
@@ -360,5 +362,99 @@ func TestHeldCancelDuringTimeout(t *testing.T) {
 	}
 	if out := <-canceled; out.Outcome != spool.AlreadyFinished || out.Detail != string(tracker.TimedOut) {
 		t.Errorf("the cancel was answered %s, want already_finished: timed_out", out)
+	}
+}
+
+// A fork that fails (EAGAIN, as at the user's process limit): its run
+// ends failed, saying why, with no descriptor of its launch left open in
+// the watcher; the runs forked beside it are not touched.
+func TestHeldForkFails(t *testing.T) {
+	hold := watcher.Hold{Fork: func(id string, fork func() error) error {
+		if strings.HasPrefix(id, "bad") {
+			return syscall.EAGAIN
+		}
+		return fork()
+	}}
+	c := inProcessHolding(t, hold, func() {})
+	ctx := deadline(t)
+	var fds int
+	for i := range 21 {
+		if i == 1 {
+			fds = openFDs(t) // once the watcher has what it keeps (its /dev/null)
+		}
+		for _, id := range []string{fmt.Sprintf("bad%d", i), fmt.Sprintf("good%d", i)} {
+			if _, err := c.Start(ctx, id, tend.Request{Shell: "exit 0"}); err != nil && !strings.HasPrefix(id, "bad") {
+				t.Fatalf("start %s: %v", id, err)
+			}
+		}
+	}
+	for i := range 21 {
+		if st := ended(t, c, fmt.Sprintf("bad%d", i)); st.State != tracker.Failed || st.PID != 0 || !strings.Contains(st.Reason, "resource temporarily unavailable") {
+			t.Fatalf("a run whose fork failed: %s, pid %d (%s); want failed, no pid, saying why", st.State, st.PID, st.Reason)
+		}
+		if st := ended(t, c, fmt.Sprintf("good%d", i)); st.State != tracker.Completed {
+			t.Fatalf("a run forked beside a failed fork: %s (%s), want completed", st.State, st.Reason)
+		}
+	}
+	if now := openFDs(t); now > fds {
+		t.Errorf("%d descriptors open before 20 failed forks, %d after", fds, now)
+	}
+}
+
+// openFDs counts this process's open descriptors.
+func openFDs(t *testing.T) int {
+	t.Helper()
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(fds)
+}
+
+// A run's leader is reaped only once its end is in its record: until then
+// its PID is its own, so no signal sent by it can reach another process,
+// and a watcher that dies in between leaves the exit status to its
+// keeper. Once it is reaped, a cancel is answered already_finished and a
+// signal not_running, and no signal is sent.
+func TestHeldReapAfterEnd(t *testing.T) {
+	var client atomic.Pointer[tend.Client]
+	atReap := make(chan string, 1)
+	hold, held, release := holdSignals()
+	hold.Reap = func(reap func() error) error {
+		st, err := client.Load().Show(context.Background(), "job")
+		if err != nil {
+			atReap <- err.Error()
+			return reap()
+		}
+		ps, err := procfs.ReadStat(st.PID)
+		atReap <- fmt.Sprintf("%s %v, pid %d %c %v", st.State, st.ExitCode != nil && *st.ExitCode == 3, st.PID, ps.State, err)
+		return reap()
+	}
+	c := inProcessHolding(t, hold, release)
+	client.Store(c)
+	ctx := deadline(t)
+	st, err := c.Start(ctx, "job", tend.Request{Shell: "exit 3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("failed true, pid %d Z <nil>", st.PID)
+	select {
+	case got := <-atReap:
+		if got != want {
+			t.Fatalf("when its leader was reaped, the run was %q; want %q (its end recorded, the leader a zombie)", got, want)
+		}
+	case <-ctx.Done():
+		t.Fatal("the run's leader was never reaped")
+	}
+	if out, err := c.Cancel(ctx, "job", tend.Control{}); out.Outcome != spool.AlreadyFinished {
+		t.Errorf("a cancel after the end was answered %s, %v; want already_finished", out, err)
+	}
+	if out, err := c.Signal(ctx, "job", "TERM", tend.Control{}); out.Outcome != spool.NotRunning {
+		t.Errorf("a signal after the end was answered %s, %v; want not_running", out, err)
+	}
+	select {
+	case sig := <-held:
+		t.Errorf("signal %v sent to group %d of a run that has ended", sig.sig, sig.pgid)
+	default:
 	}
 }
