@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -52,13 +53,14 @@ func (c *watchCmd) Run(e *env) error {
 	return exitf(exitFailed, "watch: %v", syscall.Exec(path, argv, os.Environ()))
 }
 
-// watchProgram returns the path of tend-watch, beside this tend or on the
-// PATH.
+// watchProgram returns the path of tend-watch beside this tend, and
+// never one on the PATH: tend often runs as root with a user's PATH (sudo
+// -E, cron), and must not run what that user put there.
 func watchProgram() (string, error) {
 	self := tendProgram()
-	path, err := exec.LookPath(besideOrOnPath(self, "tend-watch"))
+	path, err := exec.LookPath(filepath.Join(filepath.Dir(self), "tend-watch"))
 	if err != nil {
-		return "", exitf(exitFailed, "tend-watch, the watcher, is neither beside %s nor on the PATH: install it with go install github.com/tendhq/tend/cmd/tend-watch (make install installs it with tend)", self)
+		return "", exitf(exitFailed, "tend-watch, the watcher, is not beside %s: install it with go install github.com/tendhq/tend/cmd/tend-watch@latest (make install installs it with tend)", self)
 	}
 	return path, nil
 }
