@@ -290,7 +290,7 @@ func (w *watcher) sweepExitRecords() {
 }
 
 // keeperHolds reports whether a keeper of this root holds a pidfd on run
-// st's process: its command line says so (tend watch --hold, see
+// st's process: its command line says so (tend-watch watch --hold, see
 // holdArgs). The keepers are looked at once, when first asked.
 func (w *watcher) keeperHolds(st *tracker.State) bool {
 	if w.heldByKeepers == nil {

@@ -265,8 +265,11 @@ func share(e *env, group string) error {
 	cmd.Stdout, cmd.Stderr = e.stdout, e.stderr
 	err = cmd.Run()
 	var ee *exec.ExitError
-	if errors.As(err, &ee) {
+	switch {
+	case errors.As(err, &ee) && ee.Exited():
 		return exitf(ee.ExitCode(), "") // tend-watch said why
+	case err != nil:
+		return fmt.Errorf("--shared: tend-watch: %w", err)
 	}
-	return err
+	return nil
 }

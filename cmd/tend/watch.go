@@ -13,10 +13,6 @@ import (
 type watchCmd struct {
 	watchargs.Flags
 	ReadyFD int `hidden:"" default:"-1" help:"Write a line to this file descriptor once the watcher takes requests."`
-	// Set by a watcher of an earlier tend that becomes the keeper, and
-	// runs this program to be it.
-	Successor bool     `hidden:"" help:"This process was a watcher whose keeper died: keep its runs whatever happens."`
-	Hold      []string `hidden:"" sep:"none" placeholder:"FD:PID:START" help:"Record the end of this process, by the pidfd FD inherited (repeatable)."`
 }
 
 func (c *watchCmd) Help() string {
@@ -34,7 +30,9 @@ Examples:
 // or on the PATH: it is the keeper, and runs the watcher under it.
 // Replaced, not run as a child, so that the process tend up waits for,
 // or a service manager signals, is the keeper itself, with every file
-// descriptor it was given (--ready-fd, --hold).
+// descriptor it was given (--ready-fd). A watcher whose keeper died
+// becomes the keeper by running its own program (/proc/self/exe), never
+// this one.
 func (c *watchCmd) Run(e *env) error {
 	path, err := watchProgram()
 	if err != nil {
@@ -43,12 +41,6 @@ func (c *watchCmd) Run(e *env) error {
 	argv := append([]string{"tend-watch", "--root", e.root, "watch"}, c.Args()...)
 	if c.ReadyFD >= 0 {
 		argv = append(argv, "--ready-fd", strconv.Itoa(c.ReadyFD))
-	}
-	if c.Successor {
-		argv = append(argv, "--successor")
-	}
-	for _, h := range c.Hold {
-		argv = append(argv, "--hold", h)
 	}
 	return exitf(exitFailed, "watch: %v", syscall.Exec(path, argv, os.Environ()))
 }

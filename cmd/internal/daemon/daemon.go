@@ -4,7 +4,7 @@
 // pays the watcher's start-up: the watcher links the system's name
 // services (cgo, to resolve config.json's users and groups through LDAP as
 // well as /etc/group) and net/http (health checks), and tend, which links
-// neither, starts in a static binary, about half the time.
+// neither, starts in a static binary, in about two thirds of the time (docs/performance.md, round 18).
 //
 //	tend-watch --root DIR watch [--settle D] [--max-running N] ...
 //	tend-watch --root DIR share GROUP
