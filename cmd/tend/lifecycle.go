@@ -256,7 +256,7 @@ func share(e *env, group string) error {
 	if os.Geteuid() != 0 {
 		return exitf(exitUsage, "--shared: only root may share a root: requests run as their writers")
 	}
-	path, err := watchProgram()
+	path, err := companion("tend-watch", "the watcher")
 	if err != nil {
 		return err
 	}

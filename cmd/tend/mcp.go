@@ -2,8 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"syscall"
 )
 
@@ -28,10 +26,9 @@ in an MCP client's configuration:
 
 func (c *mcpCmd) Run(e *env) error {
 	self := tendProgram()
-	prog := besideOrOnPath(self, "tend-mcp")
-	path, err := exec.LookPath(prog)
+	path, err := companion("tend-mcp", "the MCP server")
 	if err != nil {
-		return exitf(exitFailed, "mcp: tend-mcp, the MCP server, is neither beside %s nor on the PATH: install it with go install github.com/tendhq/tend/cmd/tend-mcp (make install installs both)", self)
+		return exitf(exitFailed, "mcp: %v", err)
 	}
 	argv := []string{"tend-mcp", "--root", e.root, "--tend", self}
 	if e.noStart {
@@ -40,28 +37,4 @@ func (c *mcpCmd) Run(e *env) error {
 	// Replaced, not run as a child: the agent's client talks to the
 	// server, and signals it, directly.
 	return exitf(exitFailed, "mcp: %v", syscall.Exec(path, argv, os.Environ()))
-}
-
-// tendProgram returns the path of the running tend as it was invoked
-// (os.Args[0], looked up on the PATH if it has no slash), else its
-// executable: a program a name links to is told by that name (testscript's
-// commands are), which os.Executable, resolving links, loses.
-func tendProgram() string {
-	if p, err := exec.LookPath(os.Args[0]); err == nil {
-		if abs, err := filepath.Abs(p); err == nil {
-			return abs
-		}
-	}
-	self, _ := os.Executable()
-	return self
-}
-
-// besideOrOnPath returns the program name in the directory of program
-// self, if there is one, else name, to be looked up on the PATH.
-func besideOrOnPath(self, name string) string {
-	p := filepath.Join(filepath.Dir(self), name)
-	if _, err := exec.LookPath(p); err == nil {
-		return p
-	}
-	return name
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
 	"syscall"
 )
 
@@ -29,11 +28,9 @@ func (c *topCmd) Run(e *env) error {
 	if !isTerminal(out) {
 		return exitf(exitUsage, "top: needs a terminal; tend ls lists the runs and tend events -f follows their changes")
 	}
-	self := tendProgram()
-	prog := besideOrOnPath(self, "tend-top")
-	path, err := exec.LookPath(prog)
+	path, err := companion("tend-top", "the live view")
 	if err != nil {
-		return exitf(exitFailed, "top: tend-top, the live view, is neither beside %s nor on the PATH: install it with go install github.com/tendhq/tend/cmd/tend-top (make install installs it with tend)", self)
+		return exitf(exitFailed, "top: %v", err)
 	}
 	color := "never"
 	if e.term.color {

@@ -2,8 +2,6 @@ package main
 
 import (
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"syscall"
 
@@ -27,14 +25,14 @@ Examples:
 }
 
 // Run becomes tend-watch, the watcher's program, found beside this tend
-// or on the PATH: it is the keeper, and runs the watcher under it.
+// (companion): it is the keeper, and runs the watcher under it.
 // Replaced, not run as a child, so that the process tend up waits for,
 // or a service manager signals, is the keeper itself, with every file
 // descriptor it was given (--ready-fd). A watcher whose keeper died
 // becomes the keeper by running its own program (/proc/self/exe), never
 // this one.
 func (c *watchCmd) Run(e *env) error {
-	path, err := watchProgram()
+	path, err := companion("tend-watch", "the watcher")
 	if err != nil {
 		return err
 	}
@@ -43,16 +41,4 @@ func (c *watchCmd) Run(e *env) error {
 		argv = append(argv, "--ready-fd", strconv.Itoa(c.ReadyFD))
 	}
 	return exitf(exitFailed, "watch: %v", syscall.Exec(path, argv, os.Environ()))
-}
-
-// watchProgram returns the path of tend-watch beside this tend, and
-// never one on the PATH: tend often runs as root with a user's PATH (sudo
-// -E, cron), and must not run what that user put there.
-func watchProgram() (string, error) {
-	self := tendProgram()
-	path, err := exec.LookPath(filepath.Join(filepath.Dir(self), "tend-watch"))
-	if err != nil {
-		return "", exitf(exitFailed, "tend-watch, the watcher, is not beside %s: install it with go install github.com/tendhq/tend/cmd/tend-watch@latest (make install installs it with tend)", self)
-	}
-	return path, nil
 }
