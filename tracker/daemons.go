@@ -95,6 +95,12 @@ type WatcherInfo struct {
 	// together: tend top shows how full they are.
 	MaxRunning    int `json:"max_running,omitempty"`
 	MaxPerSession int `json:"max_running_per_session,omitempty"`
+	// ConfigProblem is why the watcher's last reading of config.json
+	// failed, which left the settings above in force; empty once it reads
+	// one it takes. Only the watcher resolves the users and groups it
+	// names (through the system's name services), so tend status and tend
+	// top report a name it does not know from here.
+	ConfigProblem string `json:"config_problem,omitempty"`
 }
 
 // ReadWatcherInfo reads root's watcher.json.

@@ -329,7 +329,10 @@ type watcher struct {
 	// nobody changed it since.
 	written  map[string]tracker.Stamp
 	settings config.Settings
-	pending  map[string]*pending // spool entries not yet taken, by file name
+	// configProblem is why the last reading of config.json failed (see
+	// tracker.WatcherInfo.ConfigProblem).
+	configProblem string
+	pending       map[string]*pending // spool entries not yet taken, by file name
 	// waiters counts the queued runs that wait for other runs or a time
 	// (see deps.go); dequeueDue is set while a dequeue is scheduled, and
 	// startDue while one waits for the end of the batch (see startSoon).
@@ -565,22 +568,24 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 // the settings stay as they were.
 func (w *watcher) reloadSettings() {
 	l, err := config.Load(w.cfg.Root, w.cfg.Settings, systemNames())
+	problem := ""
 	if err != nil {
 		w.log.Printf("config: %v (keeping the settings in force)", err)
-		return
+		problem, l = err.Error(), w.settings
 	}
+	infoChanged := problem != w.configProblem || l.Durability != w.settings.Durability || l.MaxRunning != w.settings.MaxRunning || l.MaxPerSession != w.settings.MaxPerSession
+	w.configProblem = problem
 	if !l.Equal(w.settings) {
-		infoChanged := l.Durability != w.settings.Durability || l.MaxRunning != w.settings.MaxRunning || l.MaxPerSession != w.settings.MaxPerSession
 		w.settings = l
 		w.store.SetDurability(l.Durability)
-		if infoChanged {
-			if err := w.writeInfo(); err != nil { // for tend status and tend top
-				w.log.Printf("%v", err)
-			}
-		}
 		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s, queue_edit_window %v",
 			l.MaxRunning, l.MaxPerSession, l.KeepFinished, l.KeepFinishedFor, l.Durability, l.QueueEditWindow)
-		w.dequeue()
+		defer w.dequeue()
+	}
+	if infoChanged {
+		if err := w.writeInfo(); err != nil { // for tend status and tend top
+			w.log.Printf("%v", err)
+		}
 	}
 }
 

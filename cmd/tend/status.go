@@ -74,10 +74,12 @@ func readStatus(root string) (status, error) {
 	if err != nil {
 		return s, err
 	}
+	configProblem := ""
 	if running {
 		s.Running = true
 		if info, ok := client.LiveInfo(); ok {
 			s.PID, s.KeeperPID, s.Version, s.Durability = info.PID, info.KeeperPID, info.Version, info.Durability
+			configProblem = info.ConfigProblem // it alone resolves the users and groups named
 			s.StartedAt = &info.StartedAt
 			s.UptimeSec = int64(time.Since(info.StartedAt).Seconds())
 		}
@@ -91,7 +93,9 @@ func readStatus(root string) (status, error) {
 	for _, err := range errs {
 		s.Problems = append(s.Problems, err.Error())
 	}
-	if _, err := config.Load(root, config.Default, config.Names{}); err != nil {
+	if configProblem != "" {
+		s.Problems = append(s.Problems, configProblem+" (the watcher keeps the settings it has; a new one will not start)")
+	} else if _, err := config.Load(root, config.Default, config.Names{}); err != nil {
 		s.Problems = append(s.Problems, err.Error()+" (a running watcher keeps the settings it has; a new one will not start)")
 	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {
