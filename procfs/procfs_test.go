@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -294,4 +296,65 @@ func mustStat(t *testing.T, pid int) Stat {
 		t.Fatal(err)
 	}
 	return st
+}
+
+// OrdersNewData is true on a journaled ext4 in its default data=ordered
+// mode and in data=journal, and false wherever a new file's name may reach
+// the disk before its data: without a journal, in data=writeback, on
+// tmpfs.
+func TestOrdersNewData(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to mount ext4 images")
+	}
+	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+		t.Skip("needs mkfs.ext4")
+	}
+	tests := []struct {
+		name        string
+		mkfs, mount []string
+		want        bool
+	}{
+		{"default", nil, nil, true},
+		{"data=journal", nil, []string{"-o", "data=journal"}, true},
+		{"data=writeback", nil, []string{"-o", "data=writeback"}, false},
+		{"no journal", []string{"-O", "^has_journal"}, nil, false},
+	}
+	for _, tt := range tests {
+		dir := mountExt4(t, tt.mkfs, tt.mount)
+		if got := OrdersNewData(dir); got != tt.want {
+			t.Errorf("%s: OrdersNewData = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if OrdersNewData("/dev/shm") {
+		t.Error("tmpfs: OrdersNewData = true, want false")
+	}
+}
+
+// mountExt4 makes a small ext4 image with mkfs's extra args, mounts it
+// with mount's, and returns a directory in it; it is unmounted when the
+// test ends.
+func mountExt4(t *testing.T, mkfs, mount []string) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "fs.img")
+	mnt := t.TempDir()
+	if err := os.WriteFile(img, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(img, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	for _, argv := range [][]string{
+		append(append([]string{"mkfs.ext4", "-q", "-F"}, mkfs...), img),
+		append(append([]string{"mount", "-o", "loop"}, mount...), img, mnt),
+	} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", argv, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("umount", mnt).Run() })
+	dir := filepath.Join(mnt, "runs")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

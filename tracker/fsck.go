@@ -391,8 +391,14 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	if err != nil {
 		return nil, nil // missing: nothing to rebuild from that a watcher would not do better
 	}
-	if st, err := s.parseSealed(path, b); err == nil {
+	st, err := s.parseSealed(path, b)
+	switch {
+	case err == nil:
 		return addMissingEvent(root, st, events)
+	case errors.Is(err, ErrTorn) && !s.MayHaveStarted(id):
+		// What a crash can leave of a run's first record before anything
+		// acted on it (durable.RenameNew): the watcher starts the run.
+		return []string{path + ": not rebuilt: cut short by a crash before its run started; the next watcher starts it"}, nil
 	}
 	if len(events) == 0 || events[len(events)-1].State == Deleted {
 		return []string{path + ": not rebuilt: the history has no event of this run"}, nil
@@ -400,7 +406,7 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	if err := os.Rename(path, path+".bad"); err != nil {
 		return nil, err
 	}
-	st := rebuild(s, id, events, identify)
+	st = rebuild(s, id, events, identify)
 	if err := OpenHistory(root).appendLocked(EventOf(st, time.Now())); err != nil {
 		return nil, err
 	}

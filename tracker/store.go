@@ -25,6 +25,7 @@ type Store struct {
 	root       layout.Root
 	dir        string     // root.Runs()
 	durability Durability // "" is PowerLoss
+	renameNew  bool       // see SetRenameNew
 
 	// dirsMade counts the run directories MakeRunDir made, and dirsSynced
 	// what it counted when runs/ was last fsynced: while they differ, a
@@ -76,6 +77,15 @@ func (s *Store) SetKey(key []byte) { s.key = key }
 // SetDurability makes the records written from now on survive what d
 // says.
 func (s *Store) SetDurability(d Durability) { s.durability = d }
+
+// SetRenameNew makes a run's first record, written durable, renamed in
+// before its flush (durable.RenameNew): one journal commit for its data
+// and its name, where synced-then-renamed takes two. Only for a file
+// system that commits the data of a new file no later than its name
+// (procfs.OrdersNewData), so that no crash leaves a record half-written;
+// elsewhere a crash could, which recovery takes for a record never
+// written while its run has not passed its gate (package watcher).
+func (s *Store) SetRenameNew(on bool) { s.renameNew = on }
 
 // ErrNotFound means there is no run with the ID asked for.
 var ErrNotFound = errors.New("no such run")
@@ -177,7 +187,7 @@ func (s *Store) replace(paths []string, data [][]byte, perms []durable.Perm) []e
 	s.mu.Lock()
 	made, synced := s.dirsMade, s.dirsSynced
 	s.mu.Unlock()
-	record := durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir}
+	record := durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir, RenameNew: s.renameNew}
 	if made == synced {
 		return durable.ReplaceAll(paths, data, perms, record)
 	}
@@ -311,7 +321,7 @@ const maxRecord = 16 << 20
 func ParseState(path string, b []byte) (*State, error) {
 	var st State
 	if err := jsonv2.Unmarshal(b, &st); err != nil {
-		return nil, fmt.Errorf("%s: not a valid state file: %v", path, err)
+		return nil, fmt.Errorf("%s: %w: %v", path, ErrTorn, err)
 	}
 	if st.ID == "" || st.State == "" || st.Rev < 1 {
 		return nil, fmt.Errorf("%s: not a valid state file: missing id, state or rev", path)
@@ -335,6 +345,11 @@ func (s *Store) parseSealed(path string, b []byte) (*State, error) {
 	}
 	return st, nil
 }
+
+// ErrTorn means a state file is not JSON at all: empty, cut short, or
+// zeros, as a crash can leave a run's first record (durable.RenameNew),
+// or as anything may write it.
+var ErrTorn = errors.New("not a valid state file")
 
 // ErrEdited means a state file was changed by something other than tend.
 // ParseState returns the record it holds with it, for fsck to show.

@@ -298,6 +298,7 @@ func TestHelperWriter(t *testing.T) {
 		t.Skip("a helper process for TestDurabilityFsyncs")
 	}
 	s := NewStore(root)
+	s.SetRenameNew(true)
 	if durability != "" {
 		d, err := ParseDurability(durability)
 		if err != nil {
@@ -334,6 +335,12 @@ var syncCall = regexp.MustCompile(`\bf?(data)?sync(fs)?\(`)
 // ReplaceAll starts before its fsyncs, which syncs nothing by itself.
 var writeBackCall = regexp.MustCompile(`\bsync_file_range\(`)
 
+// renameNewCall is a rename's start that replaces nothing: each record
+// written power_loss is tried so before its fsync, and a run's first is
+// renamed in then (durable.RenameNew; its result may be on a line of its
+// own, which TestReplaceAllRenameNew checks instead).
+var renameNewCall = regexp.MustCompile(`\brenameat2\(.*RENAME_NOREPLACE`)
+
 // TestDurabilityFsyncs counts, with strace, the fsyncs of one record
 // written alone, two in a batch, and two of a run whose directory is new:
 // each written power_loss is fsynced with its directory, and the first
@@ -347,13 +354,14 @@ func TestDurabilityFsyncs(t *testing.T) {
 	for _, tt := range []struct {
 		durability      string
 		want, writeBack int
-	}{{"", 11, 5}, {"power_loss", 11, 5}, {"watcher_crash", 0, 0}} {
+		renameNew       int // records first tried by a rename that replaces nothing
+	}{{"", 11, 5, 5}, {"power_loss", 11, 5, 5}, {"watcher_crash", 0, 0, 0}} {
 		s, root := newStore(t)
 		for _, id := range []string{"a", "b"} {
 			os.Mkdir(s.RunDir(id), 0o755)
 		}
 		trace := filepath.Join(root, "trace")
-		cmd := exec.Command(strace, "-f", "-qq", "-o", trace, "-e", "trace=fsync,fdatasync,sync,syncfs,sync_file_range",
+		cmd := exec.Command(strace, "-f", "-qq", "-o", trace, "-e", "trace=fsync,fdatasync,sync,syncfs,sync_file_range,renameat2",
 			os.Args[0], "-test.run=^TestHelperWriter$", "-test.count=1")
 		cmd.Env = append(os.Environ(), "TEND_TEST_WRITE="+root+":"+tt.durability)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -371,6 +379,9 @@ func TestDurabilityFsyncs(t *testing.T) {
 		}
 		if got := len(writeBackCall.FindAll(b, -1)); got != tt.writeBack {
 			t.Errorf("durability %q: %d write-backs started, want %d:\n%s", tt.durability, got, tt.writeBack, b)
+		}
+		if got := len(renameNewCall.FindAll(b, -1)); got != tt.renameNew {
+			t.Errorf("durability %q: %d records tried by a rename that replaces nothing, want %d:\n%s", tt.durability, got, tt.renameNew, b)
 		}
 		for _, id := range []string{"a", "b"} {
 			if st, err := s.Read(id); err != nil || st.State != Running {

@@ -23,6 +23,8 @@ import (
 // before any new request is taken. The start gate (see launch) makes every
 // case decidable:
 //   - a request that was claimed but has no state yet is started, once;
+//     so is one whose record a crash cut short (empty, or not JSON) while
+//     its process had not passed its gate;
 //   - a run recorded as starting never passed its gate: it is started now;
 //   - a run whose process ended while no watcher ran has its end in an exit
 //     record written by the keeper: it is recorded with its true status;
@@ -51,6 +53,8 @@ func (w *watcher) recoverRuns() {
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
 			w.recoverClaimed(id)
+		case errors.Is(err, tracker.ErrTorn) && !w.hasStarted(id):
+			w.recoverTorn(id, err)
 		case err != nil:
 			w.log.Printf("recover: %v", err)
 		case st.Job != nil && !tracker.Final(st.State) && st.State != tracker.Backoff:
@@ -98,6 +102,22 @@ func (w *watcher) recoverClaimed(id string) {
 	w.accepted(n)
 }
 
+// recoverTorn takes run id's record, which is not JSON at all (err), for
+// one never written: a crash can leave a run's first record so, renamed
+// in before its flush (durable.RenameNew), and a record not synced
+// (watcher_crash). The caller checked that its process never passed its
+// gate, so nothing was done that depended on the record: it is removed,
+// and the run recovered as claimed but not started (a queued run, whose
+// request is still in the spool, is taken anew from there).
+func (w *watcher) recoverTorn(id string, err error) {
+	w.log.Printf("recover: %v: cut short by a crash before its run started: taken as never written", err)
+	if err := os.Remove(w.store.Run(id).State()); err != nil {
+		w.log.Printf("recover: run %s: %v", id, err)
+		return
+	}
+	w.recoverClaimed(id)
+}
+
 // removeEmpty removes the run directory dir of a claim that did not
 // survive (a crash before the rename, a power loss after it), and the
 // files a launch makes there before the run's first record (its output
@@ -127,7 +147,7 @@ func closedGate(dir, name string) bool {
 	if name != "gate" {
 		return false
 	}
-	return !gateSays(filepath.Join(dir, name)) // removeEmpty saw it is there, and not empty
+	return !tracker.GateSays(filepath.Join(dir, name)) // removeEmpty saw it is there, and not empty
 }
 
 // readRequest reads run id's claimed request, and its stat: a regular

@@ -213,26 +213,7 @@ func setLimits(pid int, st *tracker.State) error {
 // hasStarted reports whether run id's process passed its gate: it made
 // started (which a power loss may take back), or wrote to its gate file
 // (which it may not). A run an earlier tend started has no gate file.
-func (w *watcher) hasStarted(id string) bool {
-	if _, err := os.Lstat(w.store.Run(id).Started()); err == nil {
-		return true
-	}
-	return gateSays(w.store.Run(id).Gate())
-}
-
-// gateSays reports whether the gate file at path says its run may have
-// passed its gate: anything there but gateClosed or an empty file (an
-// earlier tend made it empty, and its process appended its line), so that
-// a run that may have run is never taken for one that did not.
-func gateSays(path string) bool {
-	fd, _, err := durable.OpenRegular(path)
-	if err != nil {
-		return !errors.Is(err, unix.ENOENT)
-	}
-	defer unix.Close(fd)
-	b, err := durable.ReadUpTo(fd, int64(len(gateClosed)), int64(len(gateClosed))+1)
-	return err != nil || (len(b) > 0 && string(b) != gateClosed)
-}
+func (w *watcher) hasStarted(id string) bool { return w.store.MayHaveStarted(id) }
 
 // supervise watches r's process: its exit, and its timeout.
 func (w *watcher) supervise(r *run) {
@@ -392,13 +373,12 @@ func (w *watcher) openGateFile(st *tracker.State) (int, error) {
 	return synced, nil
 }
 
-// A gate file holds gateClosed until its run's process overwrites it with
-// gatePassed (echo gateWord): the same length, so that the write changes
-// no size.
+// The gate file's words (tracker.GateClosed, GatePassed), in the
+// watcher's own names.
 const (
-	gateClosed = "closed\n"
-	gateWord   = "passed"
-	gatePassed = gateWord + "\n"
+	gateClosed = tracker.GateClosed
+	gateWord   = tracker.GateWord
+	gatePassed = tracker.GatePassed
 )
 
 // runAs returns the account run st's process runs as where that is not

@@ -72,6 +72,11 @@ type Config struct {
 	// which a watcher kills itself with SIGKILL, each the first time a
 	// watcher on the root reaches it.
 	CrashAt []string
+	// RenameNewAnywhere is for the power-loss trial: a run's first record
+	// is renamed in before its flush on any file system, not only on one
+	// that orders a new file's data before its name (see
+	// tracker.Store.SetRenameNew), so that a cut can leave it torn.
+	RenameNewAnywhere bool
 	// Engine runs the runs that go to a cluster (see jobs.go); nil:
 	// Slurm, through its commands in the PATH.
 	Engine cluster.Engine
@@ -223,6 +228,7 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.store.Make(); err != nil {
 		return err
 	}
+	w.store.SetRenameNew(cfg.RenameNewAnywhere || procfs.OrdersNewData(w.store.Dir()))
 	if err := os.MkdirAll(layout.Root(cfg.Root).Exits(), 0o755); err != nil {
 		return err
 	}

@@ -75,11 +75,12 @@ func (f Flush) String() string {
 
 // cutPlan is a cut to make at a flush.
 type cutPlan struct {
-	at        int  // the flush's number, from 1; 0: after a mark
-	after     bool // after it is durable, else before
-	afterMark int  // for at 0: before the afterMark-th flush after the mark (0: at it)
-	marked    bool // a mark came (for at 0)
-	seen      int  // flushes since
+	at        int              // the flush's number, from 1; 0: after a mark
+	after     bool             // after it is durable, else before
+	afterMark int              // for at 0: before the afterMark-th flush after the mark (0: at it)
+	match     func(Flush) bool // if set (and at 0): before the first flush it matches
+	marked    bool             // a mark came (for at 0)
+	seen      int              // flushes since
 	done      chan struct{}
 }
 
@@ -196,6 +197,16 @@ func (f *FS) CutAtFlush(n int, after bool) <-chan struct{} {
 	return f.plan.done
 }
 
+// CutAtFlushOf arranges a cut before the first flush that match reports
+// true for (called with the file system's lock held) is made durable. The
+// returned channel is closed at the cut.
+func (f *FS) CutAtFlushOf(match func(Flush) bool) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.plan = &cutPlan{match: match, done: make(chan struct{})}
+	return f.plan.done
+}
+
 // OnFlush has seen called at the start of every flush from now on (nil:
 // none), before it is made durable, with the file system's lock held: it
 // must not call the file system's methods, but may call Freeze from
@@ -270,7 +281,9 @@ func (f *FS) Image(dst string, m Model, rng *rand.Rand) (ImageStats, error) {
 		keep = keepSome(rng, []float64{0.1, 0.5, 0.9}[rng.IntN(3)])
 	case AfterMark:
 		last := f.markSeq
-		keep = func(seq uint64) bool { return seq > last }
+		keep = func(o *op) bool { return o.seq > last }
+	case NamesFirst:
+		keep = keepNames
 	}
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return ImageStats{}, err
@@ -349,7 +362,9 @@ func (f *FS) flush(p string, id uint64, dir bool) syscall.Errno {
 	}
 	planned := false
 	if pl := f.plan; pl != nil {
-		if pl.at == 0 && pl.marked {
+		if pl.match != nil {
+			planned = pl.match(f.flushes[len(f.flushes)-1])
+		} else if pl.at == 0 && pl.marked {
 			pl.seen++
 			planned = pl.seen >= pl.afterMark
 		} else {
@@ -702,7 +717,7 @@ func (f *FS) mark() {
 	}
 	f.marks++
 	f.markSeq = f.m.tick()
-	if f.plan != nil && f.plan.at == 0 && !f.plan.marked {
+	if f.plan != nil && f.plan.at == 0 && f.plan.match == nil && !f.plan.marked {
 		f.plan.marked = true
 		if f.plan.afterMark == 0 {
 			f.freezeLocked()

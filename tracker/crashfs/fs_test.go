@@ -281,6 +281,32 @@ func TestReordered(t *testing.T) {
 	}
 }
 
+// TestNamesFirst: a file renamed in before its flush, cut at that flush
+// (CutAtFlushOf), keeps its name and loses its data; a file synced before
+// keeps both.
+func TestNamesFirst(t *testing.T) {
+	f, _, mnt := mount(t, nil)
+	write(t, filepath.Join(mnt, "old"), "old", true)
+	cut := f.CutAtFlushOf(func(fl Flush) bool { return fl.Path == "new" })
+	write(t, filepath.Join(mnt, "new.tmp"), "new", false)
+	must(t, os.Rename(filepath.Join(mnt, "new.tmp"), filepath.Join(mnt, "new")))
+	fd, err := unix.Open(filepath.Join(mnt, "new"), unix.O_RDONLY, 0)
+	must(t, err)
+	err = unix.Fsync(fd)
+	unix.Close(fd)
+	if !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the flush of new: %v, want EIO (the cut before it)", err)
+	}
+	select {
+	case <-cut:
+	default:
+		t.Fatal("no cut at new's flush")
+	}
+	if got, want := describe(image(t, f, NamesFirst, 1)), "new= old=old"; got != want {
+		t.Errorf("image %q, want %q", got, want)
+	}
+}
+
 // TestAfterMark cuts at the first flush after a mark, and keeps what
 // came after the mark, not what came before.
 func TestAfterMark(t *testing.T) {

@@ -36,6 +36,11 @@ const (
 	// flush left out at the mark, which would have made the earlier
 	// changes durable before the later ones.
 	AfterMark
+	// NamesFirst keeps every name and mode changed (creates, links,
+	// renames, removals) and no data that was not synced: a file system
+	// that commits its metadata before the data (ext4 in data=writeback),
+	// the worst case for a file renamed in before its flush.
+	NamesFirst
 )
 
 func (m Model) String() string {
@@ -44,6 +49,8 @@ func (m Model) String() string {
 		return "reordered"
 	case AfterMark:
 		return "after the mark"
+	case NamesFirst:
+		return "names first"
 	}
 	return "strict"
 }
@@ -183,21 +190,25 @@ func (m *model) syncAll() {
 	}
 }
 
-// A keeper decides whether a cut keeps the operations of one system call.
-type keeper func(seq uint64) bool
+// A keeper decides whether a cut keeps an operation; those of one system
+// call (the same seq) share the answer.
+type keeper func(o *op) bool
 
 // keepNone is Strict's.
-func keepNone(uint64) bool { return false }
+func keepNone(*op) bool { return false }
+
+// keepNames is NamesFirst's: every name and mode, no data.
+func keepNames(o *op) bool { return o.kind != opWrite && o.kind != opTruncate }
 
 // keepSome keeps each system call with probability p, the same answer
 // for all its halves.
 func keepSome(rng *rand.Rand, p float64) keeper {
 	decided := make(map[uint64]bool)
-	return func(seq uint64) bool {
-		k, ok := decided[seq]
+	return func(o *op) bool {
+		k, ok := decided[o.seq]
 		if !ok {
 			k = rng.Float64() < p
-			decided[seq] = k
+			decided[o.seq] = k
 		}
 		return k
 	}
@@ -209,7 +220,7 @@ func (m *model) after(id uint64, keep keeper) *content {
 	n := m.nodes[id]
 	c := n.durable.clone()
 	for i := range n.pending {
-		if keep(n.pending[i].seq) {
+		if keep(&n.pending[i]) {
 			n.pending[i].apply(c)
 		}
 	}
@@ -235,7 +246,7 @@ func (m *model) write(dst string, keep keeper) (ImageStats, error) {
 			if !seqs[o.seq] {
 				seqs[o.seq] = true
 				stats.Pending++
-				if keep(o.seq) {
+				if keep(&o) {
 					stats.Kept++
 				}
 			}

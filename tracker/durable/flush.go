@@ -120,4 +120,16 @@ func (f Flush) SyncDir(dir string) error {
 // Durable names the two flushes of a durable replace (Replace,
 // ReplaceAll): the new file's, before it has its name, and its
 // directory's, after.
-type Durable struct{ File, Dir Flush }
+type Durable struct {
+	File, Dir Flush
+	// RenameNew, in ReplaceAll, gives a file that does not exist yet its
+	// name before its flush, so that one journal commit makes both its
+	// data and its name durable, where a file's flush and then its
+	// directory's take two on a journaled ext4. Until ReplaceAll returns
+	// without an error, a crash may then leave such a file empty or torn
+	// on a file system that does not commit a new file's data (its blocks
+	// allocated by the write-back started before the rename) before its
+	// name: set it only where one does (procfs.OrdersNewData), or for
+	// files whose readers take an unreadable one for a missing one.
+	RenameNew bool
+}

@@ -69,9 +69,11 @@ func ReplaceUnsynced(path string, data []byte, perm Perm) error {
 // of fsyncs: every new file is written first, then synced and renamed,
 // then each directory synced, with up to syncsInFlight fsyncs at once (a
 // disk serves several nearly as fast as one), the files' as d.File and the
-// directories' as d.Dir. errs[i] is paths[i]'s error; a file whose error
-// is nil is replaced and durable. perms, if not nil, holds each file's
-// Perm.
+// directories' as d.Dir. With d.RenameNew, a file whose path does not
+// exist yet is renamed in as soon as it is written (renameat2's
+// RENAME_NOREPLACE decides it, atomically), and synced after. errs[i] is
+// paths[i]'s error; a file whose error is nil is replaced and durable.
+// perms, if not nil, holds each file's Perm.
 func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []error) {
 	errs = make([]error, len(paths))
 	fds := make([]int, len(paths))
@@ -102,10 +104,14 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 			continue
 		}
 		StartWriteBack(fds[i])
-		if perm.Mode != 0 {
-			continue
-		} else if err := keepMode(fds[i], path); err != nil {
-			fail(i, err)
+		if perm.Mode == 0 {
+			if err := keepMode(fds[i], path); err != nil {
+				fail(i, err)
+				continue
+			}
+		}
+		if d.RenameNew && unix.Renameat2(unix.AT_FDCWD, tmps[i], unix.AT_FDCWD, path, unix.RENAME_NOREPLACE) == nil {
+			tmps[i] = ""
 		}
 	}
 	inParallel(len(paths), func(i int) {
@@ -117,7 +123,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 			err = cerr
 		}
 		fds[i] = -1
-		if err == nil {
+		if err == nil && tmps[i] != "" {
 			err = unix.Rename(tmps[i], paths[i])
 		}
 		if err != nil {

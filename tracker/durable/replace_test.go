@@ -92,38 +92,43 @@ func TestReadUpTo(t *testing.T) {
 
 // ReplaceAll replaces each file as Replace does, and a failure of one
 // leaves the others replaced and nothing behind.
+// ReplaceAll replaces what exists and makes what does not, in several
+// directories, keeps a replaced file's mode, names the file it could not
+// write, and leaves no temporary file; with RenameNew as without.
 func TestReplaceAll(t *testing.T) {
-	dir := t.TempDir()
-	for _, d := range []string{"a", "b"} {
-		os.Mkdir(filepath.Join(dir, d), 0o755)
-	}
-	os.WriteFile(filepath.Join(dir, "b", "f"), []byte("old\n"), 0o644)
-	paths := []string{
-		filepath.Join(dir, "a", "f"),
-		filepath.Join(dir, "b", "f"),
-		filepath.Join(dir, "missing", "f"),
-		filepath.Join(dir, "a", "g"),
-	}
-	errs := ReplaceAll(paths, [][]byte{[]byte("1\n"), []byte("2\n"), []byte("3\n"), []byte("4\n")}, nil, testDurable)
-	for i, want := range []string{"1\n", "2\n", "", "4\n"} {
-		b, err := os.ReadFile(paths[i])
-		if want == "" {
-			if errs[i] == nil || !strings.Contains(errs[i].Error(), paths[i]) || err == nil {
-				t.Errorf("%s: error %v, read %v; want an error naming it", paths[i], errs[i], err)
+	for _, d := range []Durable{testDurable, {File: FlushRecord, Dir: FlushRecordDir, RenameNew: true}} {
+		dir := t.TempDir()
+		for _, d := range []string{"a", "b"} {
+			os.Mkdir(filepath.Join(dir, d), 0o755)
+		}
+		os.WriteFile(filepath.Join(dir, "b", "f"), []byte("old\n"), 0o644)
+		paths := []string{
+			filepath.Join(dir, "a", "f"),
+			filepath.Join(dir, "b", "f"),
+			filepath.Join(dir, "missing", "f"),
+			filepath.Join(dir, "a", "g"),
+		}
+		errs := ReplaceAll(paths, [][]byte{[]byte("1\n"), []byte("2\n"), []byte("3\n"), []byte("4\n")}, nil, d)
+		for i, want := range []string{"1\n", "2\n", "", "4\n"} {
+			b, err := os.ReadFile(paths[i])
+			if want == "" {
+				if errs[i] == nil || !strings.Contains(errs[i].Error(), paths[i]) || err == nil {
+					t.Errorf("%+v: %s: error %v, read %v; want an error naming it", d, paths[i], errs[i], err)
+				}
+				continue
 			}
-			continue
+			if errs[i] != nil || string(b) != want {
+				t.Errorf("%+v: %s: %q, %v; want %q", d, paths[i], b, errs[i], want)
+			}
 		}
-		if errs[i] != nil || string(b) != want {
-			t.Errorf("%s: %q, %v; want %q", paths[i], b, errs[i], want)
+		if fi, _ := os.Stat(paths[1]); fi.Mode().Perm() != 0o644 {
+			t.Errorf("%+v: b/f mode %v, want the replaced file's 0644", d, fi.Mode())
 		}
-	}
-	if fi, _ := os.Stat(paths[1]); fi.Mode().Perm() != 0o644 {
-		t.Errorf("b/f mode %v, want the replaced file's 0644", fi.Mode())
-	}
-	for _, d := range []string{"a", "b"} {
-		ents, _ := os.ReadDir(filepath.Join(dir, d))
-		if len(ents) != map[string]int{"a": 2, "b": 1}[d] {
-			t.Errorf("%s holds %v", d, ents)
+		for _, sub := range []string{"a", "b"} {
+			ents, _ := os.ReadDir(filepath.Join(dir, sub))
+			if len(ents) != map[string]int{"a": 2, "b": 1}[sub] {
+				t.Errorf("%+v: %s holds %v", d, sub, ents)
+			}
 		}
 	}
 }

@@ -100,6 +100,7 @@ func (c *watcherCmd) Run(e *env) error {
 	if steps := os.Getenv("TEND_TEST_CRASH_AT"); steps != "" {
 		cfg.CrashAt = strings.Split(steps, ",")
 	}
+	cfg.RenameNewAnywhere = os.Getenv("TEND_TEST_RENAME_NEW") == "1"
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")
 	}
