@@ -39,4 +39,3 @@ func TestGateSays(t *testing.T) {
 		}
 	}
 }
-

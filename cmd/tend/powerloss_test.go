@@ -71,7 +71,7 @@ func cmdPowerLoss(ts *testscript.TestScript, neg bool, args []string) {
 	defer t.close()
 	t.progress("powerloss: %d cuts, TEND_POWERLOSS_SEED=%d", cuts, seed)
 	t.cuts(cuts)
-	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations", t.cutNo, t.checks, t.violations)
+	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations (%d torn first records recovered)", t.cutNo, t.checks, t.violations, t.torn)
 	report(line)
 	t.progress("%s", line)
 	if t.violations > 0 {
@@ -92,8 +92,9 @@ func report(line string) {
 const freshEvery = 20
 
 // cuts cuts the power n times, each followed by a recovery and the
-// checks; every other cut is at one of the scripted sequence's flushes,
-// and two of every four use the reordered model. A mutant's trial (a
+// checks; every other cut is at one of the scripted sequence's flushes
+// (one in eight of all at a gate, gateCut, and one in eight at a first
+// record's, tornCut), and two of every four use the reordered model. A mutant's trial (a
 // flush left out) makes every third cut at the place of that flush
 // instead (see crashfs.CutAfterMark), and starts a root every five cuts.
 // It stops early if a watcher cannot start on what a cut left, or, for a
@@ -144,6 +145,8 @@ func (t *trial) cuts(n int) {
 			t.powerCut(crashfs.Strict, "at the end of the scripted sequence")
 		case t.mutant == "" && i%8 == 1: // strict: what was not synced is lost
 			t.gateCut(model)
+		case t.mutant == "" && i%8 == 5:
+			t.tornCut()
 		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
@@ -204,6 +207,11 @@ type trial struct {
 	cutNo, next              int
 	scriptFlushes            int
 	checks, violations       int
+	// torn counts the first records that recovery found cut short by a
+	// cut (renamed in before their flush: TEND_TEST_RENAME_NEW) and took
+	// for never written: the report says so, as a trial that never made
+	// one did not try that recovery.
+	torn int
 	clients                  sync.WaitGroup
 	mu                       sync.Mutex // guards runs and what client goroutines record
 	starting                 sync.RWMutex
@@ -517,6 +525,25 @@ func (t *trial) tail(name string) string {
 		b = b[len(b)-4000:]
 	}
 	return string(b)
+}
+
+// logSize returns the size of the root's watcher.log, if any.
+func (t *trial) logSize() int64 {
+	fi, err := os.Stat(filepath.Join(t.root, "watcher.log"))
+	if err != nil {
+		return 0
+	}
+	return fi.Size()
+}
+
+// logCount counts the lines of the root's watcher.log after its first
+// from bytes that hold phrase.
+func (t *trial) logCount(from int64, phrase string) int {
+	b, _ := os.ReadFile(filepath.Join(t.root, "watcher.log"))
+	if from > int64(len(b)) {
+		from = 0 // a new log
+	}
+	return strings.Count(string(b[from:]), phrase)
 }
 
 // newID returns the ID of a new run.
@@ -1070,6 +1097,27 @@ func (t *trial) gateCut(model crashfs.Model) {
 	t.powerCut(model, where)
 }
 
+// tornCut runs the scripted sequence and cuts the power as a run's first
+// record, renamed in before its flush (TEND_TEST_RENAME_NEW), is about to
+// be flushed, keeping every name and no data that was not synced
+// (crashfs.NamesFirst): its name without its data, which recovery must
+// take for a record never written. A cut at a random moment rarely comes
+// in that millisecond, and keeps the name and not the data more rarely.
+func (t *trial) tornCut() {
+	cut := t.fs.CutAtFlushOf(func(f crashfs.Flush) bool {
+		return !f.Dir && filepath.Base(f.Path) == "state.json" // synced under its own name: renamed in first
+	})
+	t.script(t.fs.Frozen)
+	where := "as a run's first record, renamed in, was to be flushed"
+	select {
+	case <-cut:
+	default:
+		t.fs.Freeze()
+		where += ", which did not come: at the end of the scripted sequence"
+	}
+	t.powerCut(crashfs.NamesFirst, where)
+}
+
 // gateCutDelay is how long each flush takes in gateCut: long enough that
 // a dependency's end, a file's fsync and then its directory's, would
 // still be on its way when a gate opened with it wrote its line and its
@@ -1161,6 +1209,7 @@ func (t *trial) verifyWait(r *plRun, dep *tracker.State, events []tracker.Event)
 // settled every run, stops it, and checks.
 func (t *trial) recover() bool {
 	t0 := time.Now()
+	logged := t.logSize()
 	if !t.up() {
 		return false
 	}
@@ -1169,6 +1218,7 @@ func (t *trial) recover() bool {
 	t2 := time.Now()
 	t.down()
 	t3 := time.Now()
+	t.torn += t.logCount(logged, "cut short by a crash before its run started")
 	t.verify()
 	t.progress("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
 	if t.downRun == nil {
