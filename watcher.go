@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -181,6 +182,13 @@ func (c *Client) spawnKeeper(ctx context.Context, opts WatcherOptions) error {
 			return err
 		}
 		argv0 = os.Args[0]
+		if strings.Contains(argv0, "/") {
+			// The keeper starts in /, and finds the programs installed
+			// with it beside the name it was run by.
+			if abs, err := filepath.Abs(argv0); err == nil {
+				argv0 = abs
+			}
+		}
 	}
 	cmd := exec.Command(exe)
 	cmd.Args = append([]string{argv0, "--root", c.root, "watch", "--ready-fd", "3"}, opts.Args...)
