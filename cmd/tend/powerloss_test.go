@@ -211,29 +211,29 @@ type trial struct {
 	// cut (renamed in before their flush: TEND_TEST_RENAME_NEW) and took
 	// for never written: the report says so, as a trial that never made
 	// one did not try that recovery.
-	torn int
-	clients                  sync.WaitGroup
-	mu                       sync.Mutex // guards runs and what client goroutines record
-	starting                 sync.RWMutex
-	cutting                  bool            // a cut is under way: no process is started (guarded by starting)
-	shared                   bool            // tend up --shared root has returned
-	ups                      int             // tend ups on this root
-	slow                     bool            // the next short run takes a while
-	careful                  bool            // the next request dropped as a file is synced
-	waitFor                  string          // the next run submitted waits for this one's end
-	waiters                  sync.Map        // IDs of the runs that wait for another (read by gateCut's matcher, inside crashfs)
-	downRun                  *plRun          // a request dropped while no watcher ran
-	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
-	cutsOnRoot               int             // cuts made on this root
-	mark                     <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
-	rejectedSeen             []string        // requests whose rejection was read
-	runs                     map[string]*plRun
-	order                    []string        // run IDs, in the order submitted
-	gated                    map[string]bool // runs whose started file a cut kept
-	pendingFiles             []string        // start requests dropped as files, outcome not read yet
-	cancelFiles              []string        // cancel requests dropped as files, outcome not read yet
-	busy                     int             // clients running
-	reported                 map[string]bool // violations reported
+	torn         int
+	clients      sync.WaitGroup
+	mu           sync.Mutex // guards runs and what client goroutines record
+	starting     sync.RWMutex
+	cutting      bool            // a cut is under way: no process is started (guarded by starting)
+	shared       bool            // tend up --shared root has returned
+	ups          int             // tend ups on this root
+	slow         bool            // the next short run takes a while
+	careful      bool            // the next request dropped as a file is synced
+	waitFor      string          // the next run submitted waits for this one's end
+	waiters      sync.Map        // IDs of the runs that wait for another (read by gateCut's matcher, inside crashfs)
+	downRun      *plRun          // a request dropped while no watcher ran
+	sharedDaemon bool            // tend up --shared daemon, while a watcher ran, has returned
+	cutsOnRoot   int             // cuts made on this root
+	mark         <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
+	rejectedSeen []string        // requests whose rejection was read
+	runs         map[string]*plRun
+	order        []string        // run IDs, in the order submitted
+	gated        map[string]bool // runs whose started file a cut kept
+	pendingFiles []string        // start requests dropped as files, outcome not read yet
+	cancelFiles  []string        // cancel requests dropped as files, outcome not read yet
+	busy         int             // clients running
+	reported     map[string]bool // violations reported
 }
 
 // plRun is a run of the trial, and what clients saw acknowledged of it.
