@@ -15,9 +15,9 @@ import (
 // new file's data no later than a rename that names it, once its blocks
 // are allocated (its write-back started): ext4 (or ext3, by the ext4
 // driver) with a journal, in data=ordered mode (the default) or
-// data=journal. There the journal commits the blocks' data before the
-// transaction that allocated them, and any later one that renames the
-// file, as ext4's own auto_da_alloc relies on. Anything else (another file
+// data=journal. There the journal writes the blocks' data before it
+// commits the transaction that allocated them, and so before any later
+// one that renames the file, as ext4's own auto_da_alloc relies on. Anything else (another file
 // system, ext4 without a journal or with data=writeback, a mount it
 // cannot find in /proc/self/mountinfo) is false.
 func OrdersNewData(dir string) bool {

@@ -335,10 +335,11 @@ var syncCall = regexp.MustCompile(`\bf?(data)?sync(fs)?\(`)
 // ReplaceAll starts before its fsyncs, which syncs nothing by itself.
 var writeBackCall = regexp.MustCompile(`\bsync_file_range\(`)
 
-// renameNewCall is a rename's start that replaces nothing: each record
-// written power_loss is tried so before its fsync, and a run's first is
-// renamed in then (durable.RenameNew; its result may be on a line of its
-// own, which TestReplaceAllRenameNew checks instead).
+// renameNewCall is a rename that replaces nothing (durable.RenameNew):
+// each record written power_loss is tried so before its fsync, which
+// renames a run's first in and fails, with EEXIST, for one that replaces
+// another. Its result may be on a line of its own (strace -f), so only
+// the calls are counted; TestReplaceAll checks what they leave.
 var renameNewCall = regexp.MustCompile(`\brenameat2\(.*RENAME_NOREPLACE`)
 
 // TestDurabilityFsyncs counts, with strace, the fsyncs of one record

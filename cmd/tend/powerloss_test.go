@@ -93,9 +93,10 @@ const freshEvery = 20
 
 // cuts cuts the power n times, each followed by a recovery and the
 // checks; every other cut is at one of the scripted sequence's flushes
-// (one in eight of all at a gate, gateCut, and one in eight at a first
-// record's, tornCut), and two of every four use the reordered model. A mutant's trial (a
-// flush left out) makes every third cut at the place of that flush
+// (one in eight of all at a gate, gateCut, and one in sixteen at a first
+// record's, tornCut), two of every four use the reordered model, and two
+// of every three have their watchers rename first records in before their
+// flush (TEND_TEST_RENAME_NEW). A mutant's trial (a flush left out) makes every third cut at the place of that flush
 // instead (see crashfs.CutAfterMark), and starts a root every five cuts.
 // It stops early if a watcher cannot start on what a cut left, or, for a
 // mutant, at the first violation.
@@ -115,6 +116,7 @@ func (t *trial) cuts(n int) {
 			t.fresh()
 		}
 		t.cutNo = i + 1
+		t.renameNew = i%3 != 2 || i%16 == 13 // (tornCut's)
 		model := crashfs.Strict
 		if i%4 >= 2 {
 			model = crashfs.Reordered
@@ -145,7 +147,7 @@ func (t *trial) cuts(n int) {
 			t.powerCut(crashfs.Strict, "at the end of the scripted sequence")
 		case t.mutant == "" && i%8 == 1: // strict: what was not synced is lost
 			t.gateCut(model)
-		case t.mutant == "" && i%8 == 5:
+		case t.mutant == "" && i%16 == 13:
 			t.tornCut()
 		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
@@ -207,33 +209,30 @@ type trial struct {
 	cutNo, next              int
 	scriptFlushes            int
 	checks, violations       int
-	// torn counts the first records that recovery found cut short by a
-	// cut (renamed in before their flush: TEND_TEST_RENAME_NEW) and took
-	// for never written: the report says so, as a trial that never made
-	// one did not try that recovery.
-	torn         int
-	clients      sync.WaitGroup
-	mu           sync.Mutex // guards runs and what client goroutines record
-	starting     sync.RWMutex
-	cutting      bool            // a cut is under way: no process is started (guarded by starting)
-	shared       bool            // tend up --shared root has returned
-	ups          int             // tend ups on this root
-	slow         bool            // the next short run takes a while
-	careful      bool            // the next request dropped as a file is synced
-	waitFor      string          // the next run submitted waits for this one's end
-	waiters      sync.Map        // IDs of the runs that wait for another (read by gateCut's matcher, inside crashfs)
-	downRun      *plRun          // a request dropped while no watcher ran
-	sharedDaemon bool            // tend up --shared daemon, while a watcher ran, has returned
-	cutsOnRoot   int             // cuts made on this root
-	mark         <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
-	rejectedSeen []string        // requests whose rejection was read
-	runs         map[string]*plRun
-	order        []string        // run IDs, in the order submitted
-	gated        map[string]bool // runs whose started file a cut kept
-	pendingFiles []string        // start requests dropped as files, outcome not read yet
-	cancelFiles  []string        // cancel requests dropped as files, outcome not read yet
-	busy         int             // clients running
-	reported     map[string]bool // violations reported
+	torn                     int  // first records recovery took for never written (tornCut), for the report
+	renameNew                bool // this cut's watchers rename first records in before their flush
+	clients                  sync.WaitGroup
+	mu                       sync.Mutex // guards runs and what client goroutines record
+	starting                 sync.RWMutex
+	cutting                  bool            // a cut is under way: no process is started (guarded by starting)
+	shared                   bool            // tend up --shared root has returned
+	ups                      int             // tend ups on this root
+	slow                     bool            // the next short run takes a while
+	careful                  bool            // the next request dropped as a file is synced
+	waitFor                  string          // the next run submitted waits for this one's end
+	waiters                  sync.Map        // IDs of the runs that wait for another (read by gateCut's matcher, inside crashfs)
+	downRun                  *plRun          // a request dropped while no watcher ran
+	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
+	cutsOnRoot               int             // cuts made on this root
+	mark                     <-chan struct{} // a cut at the flush after a mark, armed, in a mutant trial
+	rejectedSeen             []string        // requests whose rejection was read
+	runs                     map[string]*plRun
+	order                    []string        // run IDs, in the order submitted
+	gated                    map[string]bool // runs whose started file a cut kept
+	pendingFiles             []string        // start requests dropped as files, outcome not read yet
+	cancelFiles              []string        // cancel requests dropped as files, outcome not read yet
+	busy                     int             // clients running
+	reported                 map[string]bool // violations reported
 }
 
 // plRun is a run of the trial, and what clients saw acknowledged of it.
@@ -415,10 +414,10 @@ func (t *trial) command(ctx context.Context, args ...string) *exec.Cmd {
 	cmd.Env = append(os.Environ(), "PATH="+t.ts.Getenv("PATH"), "TEND_ROOT="+t.root, "TEND_NO_START=1", "TEND_SESSION=",
 		"TEND_MUTANT_NOFLUSH="+t.mutant,
 		// A run's first record renamed in before its flush, as on ext4
-		// (the mount is FUSE): a cut can then leave it torn, as on a file
-		// system that does not order a new file's data before its name,
-		// and recovery must take it for one never written.
-		"TEND_TEST_RENAME_NEW=1")
+		// (the mount is FUSE), in two cuts of three: a cut can then leave
+		// it torn, and recovery must take it for one never written; in
+		// the others it is synced, then renamed, as everywhere else.
+		"TEND_TEST_RENAME_NEW="+map[bool]string{true: "1"}[t.renameNew])
 	cmd.SysProcAttr = t.group.SysProcAttr()
 	return cmd
 }

@@ -90,8 +90,6 @@ func TestReadUpTo(t *testing.T) {
 	}
 }
 
-// ReplaceAll replaces each file as Replace does, and a failure of one
-// leaves the others replaced and nothing behind.
 // ReplaceAll replaces what exists and makes what does not, in several
 // directories, keeps a replaced file's mode, names the file it could not
 // write, and leaves no temporary file; with RenameNew as without.
