@@ -57,6 +57,21 @@ type FS struct {
 	markSeq uint64 // the sequence number of the last mark
 	delay   time.Duration
 	onFlush func(Flush)
+	// replacesKeepData: see SetReplacesKeepData.
+	replacesKeepData bool
+}
+
+// SetReplacesKeepData has the next Image keep, whatever its model, the
+// data of a file that a kept rename put in place of another file, as it
+// was at that rename: what ext4 in data=ordered (auto_da_alloc) writes
+// before it commits such a rename. A watcher that finds such a file
+// system (procfs.OrdersNewData) relies on it for the records of ends,
+// which it does not flush; off, a cut may keep the name without the data,
+// as POSIX allows.
+func (f *FS) SetReplacesKeepData(on bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.replacesKeepData = on
 }
 
 // A Flush is one fsync, fdatasync or directory fsync the file system
@@ -284,6 +299,9 @@ func (f *FS) Image(dst string, m Model, rng *rand.Rand) (ImageStats, error) {
 		keep = func(o *op) bool { return o.seq > last }
 	case NamesFirst:
 		keep = keepNames
+	}
+	if f.replacesKeepData {
+		keep = f.m.replacesKeepData(keep)
 	}
 	if err := os.Mkdir(dst, 0o700); err != nil {
 		return ImageStats{}, err
@@ -564,6 +582,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 				return fs.ToErrno(err)
 			}
 		}
+		var before unix.Stat_t
+		replaces := unix.Lstat(dst, &before) == nil
 		if errno := n.LoopbackNode.Rename(ctx, name, newParent, newName, flags); errno != 0 {
 			return errno
 		}
@@ -578,7 +598,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		} else {
 			f.m.push(fromDir, op{seq: seq, kind: opRemove, name: name})
 		}
-		f.m.push(toDir, op{seq: seq, kind: opAdd, name: newName, id: srcID})
+		f.m.push(toDir, op{seq: seq, kind: opAdd, name: newName, id: srcID, replaces: replaces})
 		return 0
 	})
 }

@@ -307,6 +307,32 @@ func TestNamesFirst(t *testing.T) {
 	}
 }
 
+// TestReplacesKeepData: with SetReplacesKeepData, a kept rename that
+// puts a file in place of another keeps that file's data, as ext4 in
+// data=ordered commits it, in every model; a rename to a new name does
+// not; and without it, a replace keeps its name alone, as POSIX allows.
+func TestReplacesKeepData(t *testing.T) {
+	for _, tc := range []struct {
+		on   bool
+		want string
+	}{
+		{true, "fresh= old=new"},
+		{false, "fresh= old="},
+	} {
+		f, _, mnt := mount(t, nil)
+		f.SetReplacesKeepData(tc.on)
+		write(t, filepath.Join(mnt, "old"), "old", true)
+		syncDir(t, mnt)
+		write(t, filepath.Join(mnt, "old.tmp"), "new", false)
+		must(t, os.Rename(filepath.Join(mnt, "old.tmp"), filepath.Join(mnt, "old")))
+		write(t, filepath.Join(mnt, "fresh.tmp"), "fresh", false)
+		must(t, os.Rename(filepath.Join(mnt, "fresh.tmp"), filepath.Join(mnt, "fresh")))
+		if got := describe(image(t, f, NamesFirst, 1)); got != tc.want {
+			t.Errorf("replaces keep data %v: image %q, want %q", tc.on, got, tc.want)
+		}
+	}
+}
+
 // TestAfterMark cuts at the first flush after a mark, and keeps what
 // came after the mark, not what came before.
 func TestAfterMark(t *testing.T) {

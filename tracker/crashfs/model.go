@@ -101,6 +101,9 @@ type op struct {
 	meta [3]uint32
 	name string
 	id   uint64
+	// replaces is set on the opAdd of a rename that put id in place of
+	// another file of that name (see FS.SetReplacesKeepData).
+	replaces bool
 }
 
 func (o *op) apply(c *content) {
@@ -212,6 +215,27 @@ func keepSome(rng *rand.Rand, p float64) keeper {
 		}
 		return k
 	}
+}
+
+// replacesKeepData returns keep, made to keep too every write of a file,
+// before a rename that keep keeps put it in place of another file (see
+// FS.SetReplacesKeepData).
+func (m *model) replacesKeepData(keep keeper) keeper {
+	forced := make(map[uint64]bool) // the seqs of the writes kept so
+	for _, n := range m.nodes {
+		for i := range n.pending {
+			o := &n.pending[i]
+			if o.kind != opAdd || !o.replaces || !keep(o) || m.nodes[o.id] == nil {
+				continue
+			}
+			for _, w := range m.nodes[o.id].pending {
+				if (w.kind == opWrite || w.kind == opTruncate) && w.seq < o.seq {
+					forced[w.seq] = true
+				}
+			}
+		}
+	}
+	return func(o *op) bool { return forced[o.seq] || keep(o) }
 }
 
 // after returns what a disk holds of inode id after a cut that kept what
