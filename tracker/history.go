@@ -32,6 +32,14 @@ type Event struct {
 	// that its record holds (see Repair).
 	Labels map[string]*string `json:"labels,omitempty"`
 	Note   string             `json:"note,omitempty"`
+	// EndedAt, DurationSeconds and CPUSeconds are, on the event of a run's
+	// end, what its record says of the end besides the fields above: with
+	// the record the run had before, the event says all that its ended
+	// record holds (see ApplyEnd), so that an end whose record was written
+	// without a flush of its own can be brought back from the history.
+	EndedAt         *time.Time `json:"ended_at,omitempty"`
+	DurationSeconds float64    `json:"duration_seconds,omitempty"`
+	CPUSeconds      float64    `json:"cpu_seconds,omitempty"`
 }
 
 // ApplyChange applies what a label or note event changed (see
@@ -58,8 +66,25 @@ func ApplyChange(st *State, ev Event) {
 
 // EventOf returns the history event for st's current state.
 func EventOf(st *State, at time.Time) Event {
-	return Event{Time: at, ID: st.ID, Rev: st.Rev, State: st.State, Session: st.Session, PID: st.PID,
+	ev := Event{Time: at, ID: st.ID, Rev: st.Rev, State: st.State, Session: st.Session, PID: st.PID,
 		ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason}
+	if Final(st.State) {
+		ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds = st.EndedAt, st.DurationSeconds, st.CPUSeconds
+	}
+	return ev
+}
+
+// ApplyEnd makes st, a run's record as it was before it ended, the record
+// of the end that ev (its end's event, see EventOf) says. It is what the
+// watcher wrote then if the end changed nothing else of the record, as
+// only such ends are written without a flush (see Store.WriteCovered).
+func ApplyEnd(st *State, ev Event) {
+	st.Rev, st.State, st.ExitCode, st.Signal, st.Reason = ev.Rev, ev.State, ev.ExitCode, ev.Signal, ev.Reason
+	st.EndedAt, st.DurationSeconds, st.CPUSeconds = ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds
+	if st.EndedAt == nil { // an event of a tend that wrote no ended_at
+		t := ev.Time
+		st.EndedAt = &t
+	}
 }
 
 // History appends to a root's history.jsonl. Every append holds an

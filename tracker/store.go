@@ -172,6 +172,38 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 	return errs
 }
 
+// WriteCovered writes the records of states as WriteAll does, atomically,
+// but with no flush of its own: for ends (a run's last record) whose
+// history line is synced, from which recovery brings the end back if a
+// power loss takes the record back (EndsInHistory, ApplyEnd). Each file's
+// write-back is started before its rename, so that a file system that
+// orders new data before names (ext4 with a journal, data=ordered:
+// procfs.OrdersNewData) commits the record whole with its name, at its
+// next journal commit; anywhere else a power loss could leave the record
+// torn, which recovery rebuilds from the history (RebuildEnded), losing
+// what only the record held: so a watcher covers ends only where the
+// file system orders them.
+func (s *Store) WriteCovered(states []*State) []error {
+	errs := make([]error, len(states))
+	eachInParallel(min(len(states), coveredInFlight), len(states), func(i int, _ []byte) {
+		st := states[i]
+		b, err := st.encode(s.key)
+		if err == nil {
+			err = durable.ReplaceStarted(s.Run(st.ID).State(), b, RunPerm(st.OwnerUID))
+		}
+		if err != nil {
+			errs[i] = fmt.Errorf("run %s: %w", st.ID, err)
+		}
+	})
+	return errs
+}
+
+// coveredInFlight is how many records WriteCovered writes at once: a
+// file's creation, its write-back's start and its rename each wait for
+// the journal or the disk's queue now and then, and the others go on
+// meanwhile.
+const coveredInFlight = 16
+
 // replace replaces the files at paths as the store's Durability asks.
 // Durable, they are not written until runs/ is synced too if a run
 // directory was made since it last was (beside the records' own fsyncs:

@@ -44,11 +44,26 @@ type Perm struct {
 // change (or leave the file empty). For files that are rebuilt or answered
 // again after a restart.
 func ReplaceUnsynced(path string, data []byte, perm Perm) error {
+	return replaceUnsynced(path, data, perm, false)
+}
+
+// ReplaceStarted is ReplaceUnsynced with the new file's write-back started
+// before its rename (StartWriteBack): where a file system commits a new
+// file's data before its name (procfs.OrdersNewData), a power loss then
+// leaves the old file or the new one, whole.
+func ReplaceStarted(path string, data []byte, perm Perm) error {
+	return replaceUnsynced(path, data, perm, true)
+}
+
+func replaceUnsynced(path string, data []byte, perm Perm, startWriteBack bool) error {
 	fd, tmp, err := createTemp(path, perm)
 	if err != nil {
 		return err
 	}
 	err = WriteAll(fd, data)
+	if err == nil && startWriteBack {
+		StartWriteBack(fd)
+	}
 	if err == nil && perm.Mode == 0 {
 		err = keepMode(fd, path)
 	}
