@@ -19,8 +19,11 @@ import (
 // order they were named; one whose run's record could not be written
 // waits on until it is (see follow).
 type batch struct {
-	active  bool
-	states  []*tracker.State // in the order of their first save in the batch
+	active bool
+	states []*tracker.State // in the order of their first save in the batch
+	// covered are the states whose one save in the batch is an end that
+	// the history covers (see saveEnd).
+	covered map[*tracker.State]bool
 	events  []tracker.Event
 	effects []effect
 	gates   int // how many of effects are gates: they come first
@@ -110,11 +113,20 @@ func (w *watcher) runEffect(e effect) {
 	e.do()
 }
 
-// hold takes a save into the batch.
-func (w *watcher) hold(st *tracker.State, events []tracker.Event) {
+// hold takes a save into the batch; covered says it is an end that the
+// history may cover, if it is the run's only save in the batch.
+func (w *watcher) hold(st *tracker.State, events []tracker.Event, covered bool) {
 	w.batch.events = append(w.batch.events, events...)
-	if !slices.Contains(w.batch.states, st) {
-		w.batch.states = append(w.batch.states, st)
+	if slices.Contains(w.batch.states, st) {
+		delete(w.batch.covered, st) // its record holds another change too
+		return
+	}
+	w.batch.states = append(w.batch.states, st)
+	if covered {
+		if w.batch.covered == nil {
+			w.batch.covered = make(map[*tracker.State]bool)
+		}
+		w.batch.covered[st] = true
 	}
 }
 
@@ -131,8 +143,10 @@ func (w *watcher) flush() {
 	b := w.batch
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
-	w.appendHistory(b.events)
-	for i, err := range w.writeRecords(b.states) {
+	if !w.appendHistory(b.events) {
+		b.covered = nil // their lines are not in the history, to be synced
+	}
+	for i, err := range w.writeRecords(b.states, b.covered) {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
@@ -167,9 +181,10 @@ func (w *watcher) heldState(id string) *tracker.State {
 }
 
 // appendHistory appends events to the history, or keeps them to retry.
-func (w *watcher) appendHistory(events []tracker.Event) {
+// It reports whether they are in history.jsonl, for its next sync.
+func (w *watcher) appendHistory(events []tracker.Event) bool {
 	if len(events) == 0 {
-		return
+		return true
 	}
 	if len(w.unsaved.events) > 0 {
 		w.unsaved.events = append(w.unsaved.events, events...) // keep the history in order
@@ -181,7 +196,9 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 		w.unsaved.events = append(w.unsaved.events, events...)
 	} else {
 		w.histUnsynced = true
+		return true
 	}
+	return false
 }
 
 // writeRecords writes the records of states (Store.WriteAll) and, beside
@@ -196,14 +213,37 @@ func (w *watcher) appendHistory(events []tracker.Event) {
 // bringing back a request its run has taken, into the spool, to be taken
 // again once its run is deleted. So are the requests queued runs left
 // there (keep).
-func (w *watcher) writeRecords(states []*tracker.State) []error {
-	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced {
+//
+// The records of the ends in covered (see saveEnd), whose lines the
+// history has, are written once it is synced, with no flush of their
+// own (Store.WriteCovered): a client that reads one finds its end in the
+// synced history after a power loss, where recovery takes it from
+// (recoverEnd).
+func (w *watcher) writeRecords(states []*tracker.State, covered map[*tracker.State]bool) []error {
+	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced && len(covered) == 0 {
 		return w.store.WriteAll(states)
+	}
+	var rest, ends []*tracker.State
+	for _, st := range states {
+		if covered[st] {
+			ends = append(ends, st)
+		} else {
+			rest = append(rest, st)
+		}
 	}
 	var wg sync.WaitGroup
 	var histErr, spoolErr error
-	if w.histUnsynced {
-		wg.Go(func() { histErr = w.hist.Sync() })
+	var endErrs []error
+	histSync := w.histUnsynced
+	if histSync || len(ends) > 0 {
+		wg.Go(func() {
+			if histSync {
+				histErr = w.hist.Sync()
+			}
+			if histErr == nil {
+				endErrs = w.store.WriteCovered(ends)
+			}
+		})
 	}
 	spoolSync := w.spoolUnsynced
 	if spoolSync {
@@ -217,10 +257,21 @@ func (w *watcher) writeRecords(states []*tracker.State) []error {
 		})
 	}
 	w.unkept = nil
-	errs := w.store.WriteAll(states)
+	restErrs := w.store.WriteAll(rest)
 	wg.Wait()
-	if w.histUnsynced {
+	if histSync {
 		w.historySynced(histErr)
+	}
+	if histErr != nil {
+		endErrs = w.store.WriteAll(ends) // as if not covered
+	}
+	errs := make([]error, 0, len(states))
+	for _, st := range states {
+		if covered[st] {
+			errs, endErrs = append(errs, endErrs[0]), endErrs[1:]
+		} else {
+			errs, restErrs = append(errs, restErrs[0]), restErrs[1:]
+		}
 	}
 	if spoolSync {
 		if spoolErr != nil {
@@ -243,7 +294,7 @@ func (w *watcher) keep(f spool.File) {
 	w.unkept = append(w.unkept, f)
 	w.spoolUnsynced = true
 	if !w.batch.active {
-		w.writeRecords(nil) // a request examined on a timer: its answer comes next
+		w.writeRecords(nil, nil) // a request examined on a timer: its answer comes next
 	}
 }
 

@@ -279,7 +279,7 @@ func (w *watcher) endQueued(q *queuedRun, state tracker.StateName, reason string
 	w.writeQueue()
 	now := time.Now()
 	q.st.State, q.st.Reason, q.st.EndedAt = state, reason, &now
-	w.save(q.st)
+	w.saveEnd(q.st)
 	w.log.Printf("run %s: %s (%s)", q.st.ID, state, reason)
 }
 

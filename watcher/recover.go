@@ -34,19 +34,39 @@ import (
 //   - a run whose process passed no gate (no runs/ID/started) never ran,
 //     and is started now;
 //   - a run whose process is gone without a record is recorded failed, as
-//     lost: only the loss of the keeper too can cause that.
+//     lost: only the loss of the keeper too can cause that;
+//   - a run whose end is in the history and not in its record (a power
+//     loss took back a record written without a flush: see saveEnd) is
+//     recorded as the history says, first.
 func (w *watcher) recoverRuns() {
 	ents, err := os.ReadDir(w.store.Dir())
 	if err != nil {
 		w.log.Printf("recover: %v", err)
 		return
 	}
+	type found struct {
+		id  string
+		st  *tracker.State
+		err error
+	}
+	var runs []found
+	open := make(map[string]bool) // the runs whose end the history may have
 	for _, e := range ents {
 		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
 			continue
 		}
-		id := e.Name()
-		st, err := w.store.Read(id)
+		st, err := w.store.Read(e.Name())
+		runs = append(runs, found{e.Name(), st, err})
+		if err == nil && !tracker.Final(st.State) || errors.Is(err, tracker.ErrTorn) {
+			open[e.Name()] = true
+		}
+	}
+	ends := w.endsInHistory(open)
+	for _, f := range runs {
+		id, st, err := f.id, f.st, f.err
+		if end, ok := ends[id]; ok {
+			st, err = w.recoverEnd(id, st, err, end)
+		}
 		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
 			w.settleCuts(st)
 		}
@@ -69,6 +89,41 @@ func (w *watcher) recoverRuns() {
 		}
 	}
 	slices.SortStableFunc(w.queue, func(a, b *queuedRun) int { return a.st.CreatedAt.Compare(b.st.CreatedAt) })
+}
+
+// endsInHistory returns the ends the history has of the runs open names
+// (tracker.EndsInHistory), or none if it cannot be read.
+func (w *watcher) endsInHistory(open map[string]bool) map[string]tracker.Event {
+	if len(open) == 0 {
+		return nil
+	}
+	ends, err := tracker.EndsInHistory(w.cfg.Root, open)
+	if err != nil {
+		w.log.Printf("recover: reading the history for ends its records lack: %v", err)
+	}
+	return ends
+}
+
+// recoverEnd records the end of run id that its last history event, end,
+// says, if its record (st, or err if it could not be read) is older, or
+// torn: a power loss took back, or tore, a record written without a flush
+// of its own after that event was synced (see saveEnd). It returns the
+// record as it is then.
+func (w *watcher) recoverEnd(id string, st *tracker.State, err error, end tracker.Event) (*tracker.State, error) {
+	switch {
+	case err == nil && st.Rev < end.Rev:
+		tracker.ApplyEnd(st, end)
+	case errors.Is(err, tracker.ErrTorn):
+		st = tracker.RebuildEnded(w.store, w.cfg.Root, id, end)
+	default:
+		return st, err
+	}
+	if werr := w.store.Write(st); werr != nil {
+		w.log.Printf("recover: run %s: recording its end (%s, rev %d) from the history: %v", id, end.State, end.Rev, werr)
+		return st, werr
+	}
+	w.log.Printf("recover: run %s: its end (%s, rev %d) was in the history, not in its record: recorded", id, end.State, end.Rev)
+	return st, nil
 }
 
 func (w *watcher) recoverClaimed(id string) {

@@ -878,7 +878,7 @@ func (w *watcher) finish(r *run) {
 	default:
 		st.State, st.Reason = tracker.Failed, how
 	}
-	w.save(st)
+	w.saveEnd(st)
 	w.log.Printf("run %s: %s (%s)", st.ID, st.State, how)
 	w.answerStop(st, string(st.State))
 	w.startSoon() // in its slot, passing its gate once this end is written

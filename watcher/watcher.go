@@ -228,7 +228,8 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.store.Make(); err != nil {
 		return err
 	}
-	w.store.SetRenameNew(cfg.RenameNewAnywhere || procfs.OrdersNewData(w.store.Dir()))
+	w.ordersData = cfg.RenameNewAnywhere || procfs.OrdersNewData(w.store.Dir())
+	w.store.SetRenameNew(w.ordersData)
 	if err := os.MkdirAll(layout.Root(cfg.Root).Exits(), 0o755); err != nil {
 		return err
 	}
@@ -317,6 +318,11 @@ type watcher struct {
 	// yet synced, spoolUnsynced while a claim from the spool is not (see
 	// writeRecords).
 	histUnsynced, spoolUnsynced bool
+	// ordersData is set where the root's file system commits a new file's
+	// data before its name (procfs.OrdersNewData): a run's first record is
+	// renamed in before its flush there, and an end's is not flushed at
+	// all (see saveEnd).
+	ordersData bool
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
@@ -682,11 +688,11 @@ func (w *watcher) guard(st *tracker.State) {
 // save records a change of st: rev grows, the change is appended to the
 // history, then state.json is replaced. History first, so that whoever sees
 // a state in state.json finds its event in history.jsonl.
-func (w *watcher) save(st *tracker.State) { w.saveChange(st, tracker.Event{}) }
+func (w *watcher) save(st *tracker.State) { w.saveChange(st, tracker.Event{}, false) }
 
 // saveChange is save, with what a label or note request changed (its
 // Labels and Note) on the change's history event.
-func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
+func (w *watcher) saveChange(st *tracker.State, change tracker.Event, covered bool) {
 	w.guard(st)
 	st.Rev++
 	ev := tracker.EventOf(st, time.Now())
@@ -705,12 +711,29 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event) {
 		w.startSoon() // once what it waits for is recorded
 	}
 	if w.batch.active {
-		w.hold(st, events)
+		w.hold(st, events, covered)
 		return
 	}
-	w.appendHistory(events)
-	w.recorded(st, w.writeRecords([]*tracker.State{st})[0])
+	var ends map[*tracker.State]bool
+	if w.appendHistory(events) && covered {
+		ends = map[*tracker.State]bool{st: true}
+	}
+	w.recorded(st, w.writeRecords([]*tracker.State{st}, ends)[0])
 	w.retryUnsaved()
+}
+
+// saveEnd is save for the end of run st (finish, endQueued): its record
+// is written without a flush of its own where the file system orders new
+// data before names, once the history line of the end is synced, if the
+// end is the only change of the run that the record holds (its earlier
+// record on disk, with that line, then says all it does: see
+// tracker.ApplyEnd). A batch of ends then costs the disk one flush, not
+// two for each run. A run whose last record could not be written (a full
+// disk) has its end synced as before: the record on disk is older than
+// the one before the end, and the changes between would be lost.
+func (w *watcher) saveEnd(st *tracker.State) {
+	_, behind := w.unsaved.states[st.ID]
+	w.saveChange(st, tracker.Event{}, w.ordersData && w.settings.Durability == tracker.PowerLoss && !behind)
 }
 
 // stamp notes the stamp of the state.json just written for st, while the

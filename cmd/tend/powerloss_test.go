@@ -71,7 +71,7 @@ func cmdPowerLoss(ts *testscript.TestScript, neg bool, args []string) {
 	defer t.close()
 	t.progress("powerloss: %d cuts, TEND_POWERLOSS_SEED=%d", cuts, seed)
 	t.cuts(cuts)
-	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations (%d torn first records recovered)", t.cutNo, t.checks, t.violations, t.torn)
+	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations (%d torn first records recovered, %d ends brought back from the history)", t.cutNo, t.checks, t.violations, t.torn, t.ends)
 	report(line)
 	t.progress("%s", line)
 	if t.violations > 0 {
@@ -125,6 +125,8 @@ func (t *trial) cuts(n int) {
 		if t.fs == nil {
 			t.mount()
 		}
+		// As the file system the watcher takes it for keeps a replace.
+		t.fs.SetReplacesKeepData(t.renameNew)
 		if t.mutant != "" && t.mark == nil && t.markHere(i) {
 			t.mark = t.fs.CutAfterMark([]int{0, 0, 1, 2, 3}[t.rng.IntN(5)])
 		}
@@ -210,7 +212,8 @@ type trial struct {
 	scriptFlushes            int
 	checks, violations       int
 	torn                     int  // first records recovery took for never written (tornCut), for the report
-	renameNew                bool // this cut's watchers rename first records in before their flush
+	ends                     int  // ends recovery took from the history, their records taken back or torn, for the report
+	renameNew                bool // this cut's watchers rename first records in before their flush, and flush no end's record
 	clients                  sync.WaitGroup
 	mu                       sync.Mutex // guards runs and what client goroutines record
 	starting                 sync.RWMutex
@@ -1218,6 +1221,7 @@ func (t *trial) recover() bool {
 	t.down()
 	t3 := time.Now()
 	t.torn += t.logCount(logged, "cut short by a crash before its run started")
+	t.ends += t.logCount(logged, "was in the history, not in its record")
 	t.verify()
 	t.progress("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
 	if t.downRun == nil {
