@@ -96,8 +96,10 @@ const freshEvery = 20
 // (one in eight of all at a gate, gateCut, and one in sixteen at a first
 // record's, tornCut), two of every four use the reordered model, and two
 // of every three have their watchers rename first records in before their
-// flush (TEND_TEST_RENAME_NEW). A mutant's trial (a flush left out) makes every third cut at the place of that flush
-// instead (see crashfs.CutAfterMark), and starts a root every five cuts.
+// flush and leave ends unflushed (TEND_TEST_RENAME_NEW). A mutant's trial
+// (a flush left out) makes every third cut at the place of that flush
+// instead (see crashfs.CutAfterMark), those in each way by turns, and
+// starts a root every five cuts.
 // It stops early if a watcher cannot start on what a cut left, or, for a
 // mutant, at the first violation.
 func (t *trial) cuts(n int) {
@@ -117,6 +119,17 @@ func (t *trial) cuts(n int) {
 		}
 		t.cutNo = i + 1
 		t.renameNew = i%3 != 2 || i%16 == 13 // (tornCut's)
+		switch {
+		case t.mutant == string(durable.FlushSeen):
+			// tend wait's flush keeps an end it read, renamed in and not
+			// yet flushed by the watcher; where ends are not flushed at
+			// all, their synced history lines keep them, and it has
+			// nothing left to do for one.
+			t.renameNew = false
+		case t.mutant != "":
+			// The cuts at the mark (markHere) take each path in turn.
+			t.renameNew = i/3%2 == 1
+		}
 		model := crashfs.Strict
 		if i%4 >= 2 {
 			model = crashfs.Reordered
