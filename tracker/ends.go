@@ -12,46 +12,70 @@ import (
 
 // A run's end may be recorded without a flush of its record (see
 // Store.WriteCovered): its history line is synced first, and a power loss
-// that takes back the record, or leaves it torn on a file system that
-// keeps a name without its data, leaves that line for recovery to bring
-// the end back from (EndsInHistory, then ApplyEnd or RebuildEnded).
+// that takes back the record leaves that line for recovery to write the
+// record again from (LastEvents, EndAfter, ApplyEnd).
 
-// EndsInHistory returns, of the runs that ids names, those whose last
-// event in root's history ends them: that event, by run ID. It reads
-// history.jsonl, where the newest events are, then history.1.jsonl for
-// the runs with no event in it: an end recorded just before a rotation.
-// An older end's record is long on disk (see Store.WriteCovered). Lines
-// it cannot parse are skipped: it looks for lines that were synced, and
-// tend fsck reports bad ones.
-func EndsInHistory(root string, ids map[string]bool) (map[string]Event, error) {
+// EndAfter reports whether ev is the end of the very run that st records,
+// and the change right after st: its rev is st's plus one, and it names
+// the run's creation time as st does, which a run made anew with a
+// deleted run's ID does not share. Only such an end is ever recorded
+// without a flush (see ApplyEnd), and events of a tend that did not record
+// ends so (no created_at) are never taken for one.
+func EndAfter(st *State, ev Event) bool {
+	return Final(ev.State) && ev.ID == st.ID && ev.Rev == st.Rev+1 &&
+		ev.CreatedAt != nil && ev.CreatedAt.Equal(st.CreatedAt)
+}
+
+// EndWindow is how much of the end of root's history LastEvents reads: an
+// end recorded without a flush is committed with the file system's next
+// journal commit (every 5 s by default on ext4, the one file system tend
+// does so on, and at any fsync before), long before the history grows by
+// that much (a burst of short runs appends about 0.4 MiB a second).
+const EndWindow = 8 << 20
+
+// LastEvents returns the last event but a deletion of each run that ids
+// names in the last EndWindow bytes of root's history (history.jsonl, and
+// the end of history.1.jsonl if history.jsonl is shorter), by run ID. A
+// deletion is passed over: a power loss can take one back, with the run's
+// directory (EndAfter tells a run made anew from the one deleted). Only
+// the lines of the runs asked for are parsed; lines that do not parse are
+// skipped: tend fsck reports them.
+func LastEvents(root string, ids map[string]bool) (map[string]Event, error) {
 	last := make(map[string]Event)
+	if len(ids) == 0 {
+		return last, nil
+	}
+	type tail struct {
+		path string
+		n    int64 // how many bytes of its end to read
+	}
+	var tails []tail // newest first
+	left := int64(EndWindow)
 	for _, path := range []string{layout.Root(root).History(), layout.Root(root).RotatedHistory(1)} {
-		left := make(map[string]bool)
-		for id := range ids {
-			if _, found := last[id]; !found {
-				left[id] = true
-			}
-		}
-		if len(left) == 0 {
+		if left <= 0 {
 			break
 		}
-		if err := lastEvents(path, left, last); err != nil {
+		fi, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		tails = append(tails, tail{path, min(left, fi.Size())})
+		left -= fi.Size()
+	}
+	for i := len(tails) - 1; i >= 0; i-- { // oldest first, so that the last event wins
+		if err := scanTail(tails[i].path, tails[i].n, ids, last); err != nil {
 			return nil, err
 		}
 	}
-	ends := make(map[string]Event)
-	for id, ev := range last {
-		if Final(ev.State) {
-			ends[id] = ev
-		}
-	}
-	return ends, nil
+	return last, nil
 }
 
-// lastEvents notes in last the last event but a deletion in the history
-// file at path of each run that ids names. Only the lines of those runs
-// are parsed.
-func lastEvents(path string, ids map[string]bool, last map[string]Event) error {
+// scanTail notes in last the events of the runs ids names in the last n
+// bytes of the history file at path (less the line n cuts).
+func scanTail(path string, n int64, ids map[string]bool, last map[string]Event) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -60,14 +84,23 @@ func lastEvents(path string, ids map[string]bool, last map[string]Event) error {
 		return err
 	}
 	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	start := max(0, fi.Size()-n)
+	if _, err := f.Seek(start, io.SeekStart); err != nil {
+		return err
+	}
 	r := bufio.NewReaderSize(f, 1<<16)
+	if start > 0 {
+		if _, err := r.ReadBytes('\n'); err != nil { // a line cut by the window
+			return nil
+		}
+	}
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' && ids[eventID(line)] {
-			// A deletion is passed over: a run whose directory is there
-			// was not deleted after all (a power loss took the deletion
-			// back before it was answered), and a run made anew with its
-			// ID has its events after it.
 			if ev, perr := parseEvent(line); perr == nil && ev.State != Deleted {
 				last[ev.ID] = ev
 			}
@@ -95,18 +128,4 @@ func eventID(line []byte) string {
 		return ""
 	}
 	return string(rest[:j])
-}
-
-// RebuildEnded makes the record of run id, whose state.json is torn,
-// from its history and its request as tend fsck --repair does (see
-// Repair), and ends it as its last event, end, says.
-func RebuildEnded(s *Store, root, id string, end Event) *State {
-	events, _ := scanHistory(root)
-	evs := events[id]
-	if len(evs) == 0 {
-		evs = []Event{end}
-	}
-	st := rebuild(s, id, evs, func(int, string) (uint64, bool) { return 0, false })
-	ApplyEnd(st, end)
-	return st
 }

@@ -72,11 +72,10 @@ func roundTrip(t *testing.T, st *State) *State {
 	return &c
 }
 
-// TestEndsInHistory: the last event of each run asked for, if it ends the
-// run, from history.jsonl or else history.1.jsonl; a deletion is passed
-// over, a run made anew after one has its own events, and bad lines are
-// skipped.
-func TestEndsInHistory(t *testing.T) {
+// TestLastEvents: the last event but a deletion of each run asked for,
+// in the end of history.jsonl, and before it of history.1.jsonl; bad
+// lines are skipped, and nothing before EndWindow is read.
+func TestLastEvents(t *testing.T) {
 	root := t.TempDir()
 	line := func(id string, rev int, state string) string {
 		return `{"time":"2026-11-27T01:00:00Z","id":"` + id + `","rev":` + strconv.Itoa(rev) + `,"state":"` + state + `"}` + "\n"
@@ -96,16 +95,57 @@ func TestEndsInHistory(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := map[string]bool{"ended": true, "live": true, "kept": true, "anew": true, "torn": true, "rotated": true, "both": true, "none": true}
-	ends, err := EndsInHistory(root, ids)
+	want := "anew:queued@1 both:running@4 ended:completed@3 kept:completed@3 live:running@2 rotated:failed@3"
+	if got := describeLast(t, root, ids); got != want {
+		t.Errorf("last events %q, want %q", got, want)
+	}
+
+	// Past the window: history.1.jsonl is not read at all, and only the
+	// end of history.jsonl is.
+	pad := strings.Repeat(line("pad", 1, "running"), EndWindow/len(line("pad", 1, "running"))+1)
+	if err := os.WriteFile(layout.Root(root).History(), []byte(line("early", 3, "completed")+pad+line("late", 3, "completed")), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := describeLast(t, root, map[string]bool{"early": true, "late": true, "rotated": true}), "late:completed@3"; got != want {
+		t.Errorf("past the window: last events %q, want %q", got, want)
+	}
+}
+
+func describeLast(t *testing.T, root string, ids map[string]bool) string {
+	t.Helper()
+	last, err := LastEvents(root, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for id, ev := range ends {
+	for id, ev := range last {
 		got = append(got, id+":"+string(ev.State)+"@"+strconv.FormatInt(ev.Rev, 10))
 	}
 	slices.Sort(got)
-	if want := "ended:completed@3 kept:completed@3 rotated:failed@3"; strings.Join(got, " ") != want {
-		t.Errorf("ends %q, want %q", strings.Join(got, " "), want)
+	return strings.Join(got, " ")
+}
+
+// TestEndAfter: an end is taken for a record's only if it is the change
+// right after it, of the same run, as its creation time says.
+func TestEndAfter(t *testing.T) {
+	created := time.Date(2026, 11, 27, 1, 0, 0, 123, time.UTC)
+	other := created.Add(time.Hour)
+	st := &State{ID: "x", State: Running, Rev: 2, CreatedAt: created}
+	for _, tc := range []struct {
+		name string
+		ev   Event
+		want bool
+	}{
+		{"the end after it", Event{ID: "x", Rev: 3, State: Failed, CreatedAt: &created}, true},
+		{"not an end", Event{ID: "x", Rev: 3, State: Stopping, CreatedAt: &created}, false},
+		{"a change between", Event{ID: "x", Rev: 4, State: Failed, CreatedAt: &created}, false},
+		{"the record's own", Event{ID: "x", Rev: 2, State: Failed, CreatedAt: &created}, false},
+		{"a run deleted before it, with its ID", Event{ID: "x", Rev: 3, State: Failed, CreatedAt: &other}, false},
+		{"an earlier tend's end", Event{ID: "x", Rev: 3, State: Failed}, false},
+		{"another run", Event{ID: "y", Rev: 3, State: Failed, CreatedAt: &created}, false},
+	} {
+		if got := EndAfter(st, tc.ev); got != tc.want {
+			t.Errorf("%s: EndAfter = %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -40,6 +40,10 @@ type Event struct {
 	EndedAt         *time.Time `json:"ended_at,omitempty"`
 	DurationSeconds float64    `json:"duration_seconds,omitempty"`
 	CPUSeconds      float64    `json:"cpu_seconds,omitempty"`
+	// CreatedAt is, on the same events, when the run was created: it
+	// tells the run from one made anew with its ID once it was deleted
+	// (see EndAfter).
+	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
 // ApplyChange applies what a label or note event changed (see
@@ -69,15 +73,17 @@ func EventOf(st *State, at time.Time) Event {
 	ev := Event{Time: at, ID: st.ID, Rev: st.Rev, State: st.State, Session: st.Session, PID: st.PID,
 		ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason}
 	if Final(st.State) {
-		ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds = st.EndedAt, st.DurationSeconds, st.CPUSeconds
+		created := st.CreatedAt
+		ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds, ev.CreatedAt = st.EndedAt, st.DurationSeconds, st.CPUSeconds, &created
 	}
 	return ev
 }
 
 // ApplyEnd makes st, a run's record as it was before it ended, the record
-// of the end that ev (its end's event, see EventOf) says. It is what the
-// watcher wrote then if the end changed nothing else of the record, as
-// only such ends are written without a flush (see Store.WriteCovered).
+// of the end that ev (its end's event, see EventOf and EndAfter) says. It
+// is what the watcher wrote then if the end changed nothing else of the
+// record, as only such ends are written without a flush (see
+// Store.WriteCovered).
 func ApplyEnd(st *State, ev Event) {
 	st.Rev, st.State, st.ExitCode, st.Signal, st.Reason = ev.Rev, ev.State, ev.ExitCode, ev.Signal, ev.Reason
 	st.EndedAt, st.DurationSeconds, st.CPUSeconds = ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds

@@ -37,12 +37,15 @@ import (
 //     lost: only the loss of the keeper too can cause that;
 //   - a run whose end is in the history and not in its record (a power
 //     loss took back a record written without a flush: see saveEnd) is
-//     recorded as the history says, first.
-func (w *watcher) recoverRuns() {
+//     recorded as the history says, before it is looked at.
+//
+// It fails only if the history cannot be read for such ends: going on
+// without them could record a run that ended as lost.
+func (w *watcher) recoverRuns() error {
 	ents, err := os.ReadDir(w.store.Dir())
 	if err != nil {
 		w.log.Printf("recover: %v", err)
-		return
+		return nil
 	}
 	type found struct {
 		id  string
@@ -57,15 +60,18 @@ func (w *watcher) recoverRuns() {
 		}
 		st, err := w.store.Read(e.Name())
 		runs = append(runs, found{e.Name(), st, err})
-		if err == nil && !tracker.Final(st.State) || errors.Is(err, tracker.ErrTorn) {
+		if err == nil && !tracker.Final(st.State) {
 			open[e.Name()] = true
 		}
 	}
-	ends := w.endsInHistory(open)
+	last, err := tracker.LastEvents(w.cfg.Root, open)
+	if err != nil {
+		return fmt.Errorf("recover: reading the history for ends the records lack: %w", err)
+	}
 	for _, f := range runs {
 		id, st, err := f.id, f.st, f.err
-		if end, ok := ends[id]; ok {
-			st, err = w.recoverEnd(id, st, err, end)
+		if end, ok := last[id]; ok && err == nil && tracker.EndAfter(st, end) {
+			err = w.recoverEnd(st, end)
 		}
 		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
 			w.settleCuts(st)
@@ -89,41 +95,20 @@ func (w *watcher) recoverRuns() {
 		}
 	}
 	slices.SortStableFunc(w.queue, func(a, b *queuedRun) int { return a.st.CreatedAt.Compare(b.st.CreatedAt) })
+	return nil
 }
 
-// endsInHistory returns the ends the history has of the runs open names
-// (tracker.EndsInHistory), or none if it cannot be read.
-func (w *watcher) endsInHistory(open map[string]bool) map[string]tracker.Event {
-	if len(open) == 0 {
-		return nil
+// recoverEnd records run st's end as its history event end says (see
+// tracker.EndAfter): a power loss took back its record, written without a
+// flush once that event was synced (see saveEnd).
+func (w *watcher) recoverEnd(st *tracker.State, end tracker.Event) error {
+	tracker.ApplyEnd(st, end)
+	if err := w.store.Write(st); err != nil {
+		w.log.Printf("recover: run %s: recording its end (%s, rev %d) from the history: %v", st.ID, end.State, end.Rev, err)
+		return err
 	}
-	ends, err := tracker.EndsInHistory(w.cfg.Root, open)
-	if err != nil {
-		w.log.Printf("recover: reading the history for ends its records lack: %v", err)
-	}
-	return ends
-}
-
-// recoverEnd records the end of run id that its last history event, end,
-// says, if its record (st, or err if it could not be read) is older, or
-// torn: a power loss took back, or tore, a record written without a flush
-// of its own after that event was synced (see saveEnd). It returns the
-// record as it is then.
-func (w *watcher) recoverEnd(id string, st *tracker.State, err error, end tracker.Event) (*tracker.State, error) {
-	switch {
-	case err == nil && st.Rev < end.Rev:
-		tracker.ApplyEnd(st, end)
-	case errors.Is(err, tracker.ErrTorn):
-		st = tracker.RebuildEnded(w.store, w.cfg.Root, id, end)
-	default:
-		return st, err
-	}
-	if werr := w.store.Write(st); werr != nil {
-		w.log.Printf("recover: run %s: recording its end (%s, rev %d) from the history: %v", id, end.State, end.Rev, werr)
-		return st, werr
-	}
-	w.log.Printf("recover: run %s: its end (%s, rev %d) was in the history, not in its record: recorded", id, end.State, end.Rev)
-	return st, nil
+	w.log.Printf("recover: run %s: its end (%s, rev %d) was in the history, not in its record: recorded", st.ID, end.State, end.Rev)
+	return nil
 }
 
 func (w *watcher) recoverClaimed(id string) {

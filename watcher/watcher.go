@@ -281,7 +281,10 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	w.fsw = fsw
 	w.takePassed()
-	w.recoverRuns()
+	if err := w.recoverRuns(); err != nil {
+		w.closePassed()
+		return err
+	}
 	w.closePassed()
 	w.lookForEscapes()
 	w.writeQueue()
