@@ -280,6 +280,11 @@ func runWatcher(cfg Config, started *bool) error {
 		}
 	}
 	w.fsw = fsw
+	if did, err := tracker.MendTornEnd(cfg.Root); err != nil {
+		w.log.Printf("history: %v", err)
+	} else if did != "" {
+		w.log.Printf("%s", did)
+	}
 	w.takePassed()
 	if err := w.recoverRuns(); err != nil {
 		w.closePassed()
