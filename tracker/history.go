@@ -87,10 +87,6 @@ func EventOf(st *State, at time.Time) Event {
 func ApplyEnd(st *State, ev Event) {
 	st.Rev, st.State, st.ExitCode, st.Signal, st.Reason = ev.Rev, ev.State, ev.ExitCode, ev.Signal, ev.Reason
 	st.EndedAt, st.DurationSeconds, st.CPUSeconds = ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds
-	if st.EndedAt == nil { // an event of a tend that wrote no ended_at
-		t := ev.Time
-		st.EndedAt = &t
-	}
 }
 
 // History appends to a root's history.jsonl. Every append holds an

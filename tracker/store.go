@@ -173,16 +173,15 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 }
 
 // WriteCovered writes the records of states as WriteAll does, atomically,
-// but with no flush of its own: for ends (a run's last record) whose
-// history line is synced, from which recovery brings the end back if a
-// power loss takes the record back (EndsInHistory, ApplyEnd). Each file's
-// write-back is started before its rename, so that a file system that
-// orders new data before names (ext4 with a journal, data=ordered:
-// procfs.OrdersNewData) commits the record whole with its name, at its
-// next journal commit; anywhere else a power loss could leave the record
-// torn, which recovery rebuilds from the history (RebuildEnded), losing
-// what only the record held: so a watcher covers ends only where the
-// file system orders them.
+// but with no flush of its own: for ends whose history lines are synced,
+// from which recovery writes the record again if a power loss takes it
+// back (LastEvents, EndAfter, ApplyEnd). Each file's write-back is started
+// before its rename, so that a file system that orders new data before
+// names (ext4 with a journal, data=ordered: procfs.OrdersNewData) commits
+// the record whole with its name, at its next journal commit; anywhere
+// else a power loss could leave the record torn, for tend fsck --repair
+// to rebuild without what only the record held: so a watcher writes ends
+// so only where the file system orders them.
 func (s *Store) WriteCovered(states []*State) []error {
 	errs := make([]error, len(states))
 	eachInParallel(min(len(states), coveredInFlight), len(states), func(i int, _ []byte) {

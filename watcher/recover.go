@@ -104,8 +104,7 @@ func (w *watcher) recoverRuns() error {
 func (w *watcher) recoverEnd(st *tracker.State, end tracker.Event) error {
 	tracker.ApplyEnd(st, end)
 	if err := w.store.Write(st); err != nil {
-		w.log.Printf("recover: run %s: recording its end (%s, rev %d) from the history: %v", st.ID, end.State, end.Rev, err)
-		return err
+		return fmt.Errorf("run %s: recording its end (%s, rev %d) from the history: %w", st.ID, end.State, end.Rev, err)
 	}
 	w.log.Printf("recover: run %s: its end (%s, rev %d) was in the history, not in its record: recorded", st.ID, end.State, end.Rev)
 	return nil
