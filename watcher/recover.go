@@ -71,7 +71,14 @@ func (w *watcher) recoverRuns() error {
 	for _, f := range runs {
 		id, st, err := f.id, f.st, f.err
 		if end, ok := last[id]; ok && err == nil && tracker.EndAfter(st, end) {
-			err = w.recoverEnd(st, end)
+			if ended, werr := w.recoverEnd(st, end); werr != nil {
+				// Recovered as if the end were not in the history: the
+				// keeper's exit record has it too, and it is recorded
+				// once the record can be written.
+				w.log.Printf("recover: %v", werr)
+			} else {
+				st = ended
+			}
 		}
 		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
 			w.settleCuts(st)
@@ -98,16 +105,19 @@ func (w *watcher) recoverRuns() error {
 	return nil
 }
 
-// recoverEnd records run st's end as its history event end says (see
-// tracker.EndAfter): a power loss took back its record, written without a
-// flush once that event was synced (see saveEnd).
-func (w *watcher) recoverEnd(st *tracker.State, end tracker.Event) error {
-	tracker.ApplyEnd(st, end)
-	if err := w.store.Write(st); err != nil {
-		return fmt.Errorf("run %s: recording its end (%s, rev %d) from the history: %w", st.ID, end.State, end.Rev, err)
+// recoverEnd records the end of run st as its history event end says
+// (see tracker.EndAfter), and returns its record then: a power loss took
+// back its record, written without a flush once that event was synced
+// (see saveEnd), or the record could not be written (a full disk) before
+// the watcher died. st is left as it was if the record cannot be written.
+func (w *watcher) recoverEnd(st *tracker.State, end tracker.Event) (*tracker.State, error) {
+	ended := *st
+	tracker.ApplyEnd(&ended, end)
+	if err := w.store.Write(&ended); err != nil {
+		return nil, fmt.Errorf("run %s: recording its end (%s, rev %d) from the history: %w", st.ID, end.State, end.Rev, err)
 	}
 	w.log.Printf("recover: run %s: its end (%s, rev %d) was in the history, not in its record: recorded", st.ID, end.State, end.Rev)
-	return nil
+	return &ended, nil
 }
 
 func (w *watcher) recoverClaimed(id string) {
