@@ -20,6 +20,10 @@ import (
 // starts, so that its own crash does not keep the history from growing
 // until an operator repairs it; a torn line of any other kind (a hand
 // edit) is left for tend fsck --repair. It returns what it did, or "".
+//
+// Nothing is synced: a power loss that takes the mend back leaves the
+// torn line again, for the next watcher to mend, and the copy in .bad is
+// of a line nothing acted on.
 func MendTornEnd(root string) (string, error) {
 	lockFD := -1
 	if err := lockHistory(root, &lockFD, unix.LOCK_EX); errors.Is(err, os.ErrNotExist) {
@@ -29,37 +33,67 @@ func MendTornEnd(root string) (string, error) {
 	}
 	defer closeLock(&lockFD)
 	path := layout.Root(root).History()
-	if _, err := checkEnd(path); !errors.Is(err, ErrTornEnd) {
-		return "", err
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return "", nil
 	}
-	b, _, err := durable.ReadRegular(path, DefaultMaxHistorySize*4)
 	if err != nil {
+		return "", &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size == 0 {
 		return "", err
 	}
-	cut := bytes.LastIndexByte(b, '\n') + 1
-	torn := b[cut:]
+	cut, err := lastLineStart(fd, st.Size)
+	if err != nil || cut == st.Size {
+		return "", err // whole (or unreadable: an append reports it)
+	}
+	torn := make([]byte, st.Size-cut)
+	if _, err := unix.Pread(fd, torn, cut); err != nil {
+		return "", &os.PathError{Op: "read", Path: path, Err: err}
+	}
 	if !bytes.HasPrefix(torn, []byte(`{"time":"`)) {
 		return "", nil
 	}
-	side, err := os.OpenFile(path+".bad", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	side, err := unix.Open(path+".bad", unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
-		return "", err
+		return "", &os.PathError{Op: "open", Path: path + ".bad", Err: err}
 	}
-	_, err = side.Write(append(torn, '\n'))
-	if err == nil {
-		err = side.Sync()
-	}
-	if cerr := side.Close(); err == nil {
-		err = cerr
-	}
+	err = durable.WriteAll(side, append(torn, '\n'))
+	unix.Close(side)
 	if err != nil {
 		return "", fmt.Errorf("%s.bad: %w", path, err)
 	}
-	if err := os.Truncate(path, int64(cut)); err != nil {
-		return "", err
-	}
-	if err := syncData(path, durable.FlushRepair); err != nil {
-		return "", err
+	if err := unix.Ftruncate(fd, cut); err != nil {
+		return "", &os.PathError{Op: "truncate", Path: path, Err: err}
 	}
 	return fmt.Sprintf("%s: its last line was torn by a crash in the middle of an append: moved to %s.bad", path, path), nil
+}
+
+// lastLineStart returns where the last line of the file fd (size bytes)
+// starts: size if it ends with a newline, else just after the newline
+// before its torn last line (0 if it has none), read backwards from the
+// end, a block at a time.
+func lastLineStart(fd int, size int64) (int64, error) {
+	buf := make([]byte, 64<<10)
+	for end := size; end > 0; {
+		start := max(0, end-int64(len(buf)))
+		n, err := unix.Pread(fd, buf[:end-start], start)
+		if err != nil {
+			return 0, err
+		}
+		if n < int(end-start) {
+			return 0, fmt.Errorf("read %d bytes at %d, wanted %d: the file shrank", n, start, end-start)
+		}
+		b := buf[:n]
+		if end == size && b[len(b)-1] == '\n' {
+			return size, nil
+		}
+		if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+			return start + int64(i) + 1, nil
+		}
+		end = start
+	}
+	return 0, nil
 }
