@@ -94,7 +94,8 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 		return nil, fmt.Errorf("cannot submit %s: %w", n, err)
 	}
 	var runs []spool.RunOutcome
-	err = watchUntil(ctx, c.dir.Outcomes(), func() (bool, error) {
+	watcher := checkWatcher(c.root)
+	err = watchUntil(ctx, c.dir.Outcomes(), answerEvery, func() (bool, error) {
 		b, _, err := durable.ReadRegular(c.dir.OutcomePath(n), 64<<20)
 		if err == nil {
 			if runs, err = spool.ParseSelectOutcome(b); err != nil {
@@ -103,7 +104,7 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 			os.Remove(c.dir.OutcomePath(n)) // read: nobody else needs it
 			return true, nil
 		}
-		if running, _, perr := tracker.ProbeWatcher(c.root); perr == nil && !running {
+		if watcher.gone() {
 			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
 				c.root, c.spoolPath(n))
 		}

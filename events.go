@@ -100,7 +100,7 @@ func (c *Client) followHistory(ctx context.Context, emit func(Event) error) erro
 		return err
 	}
 	var partial []byte
-	return watchUntil(ctx, c.root, func() (bool, error) {
+	return watchUntil(ctx, c.root, spinEvery, func() (bool, error) {
 		if f == nil || rotated(f, path) {
 			if f != nil {
 				f.Close()

@@ -124,7 +124,7 @@ func (c *Client) FollowLog(ctx context.Context, id, stream string, offset int64,
 		return nil, err
 	}
 	var final *Record
-	err := watchUntil(ctx, c.store.RunDir(id), func() (bool, error) {
+	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		cur, err := c.store.Read(id)
 		if err != nil {
 			return false, err
@@ -167,7 +167,7 @@ func (c *Client) FollowLines(ctx context.Context, id string, offset int64, emit 
 	}
 	it := c.store.Interleave(id, offset)
 	var final *Record
-	err := watchUntil(ctx, c.store.RunDir(id), func() (bool, error) {
+	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		cur, err := c.store.Read(id)
 		if err != nil {
 			return false, err

@@ -9,7 +9,6 @@ import (
 	"os"
 
 	"github.com/tendhq/tend/spool"
-	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
 
@@ -111,7 +110,8 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	}
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
-	err := watchUntil(ctx, c.dir.Outcomes(), func() (bool, error) {
+	watcher := checkWatcher(c.root)
+	err := watchUntil(ctx, c.dir.Outcomes(), answerEvery, func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name
 			if ino, ok := stale[n]; ok {
@@ -133,7 +133,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		if done == len(reqs) {
 			return true, nil
 		}
-		if running, _, perr := tracker.ProbeWatcher(c.root); perr == nil && !running {
+		if watcher.gone() {
 			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
 				c.root, c.spoolPath(reqs[done].name))
 		}

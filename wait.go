@@ -13,6 +13,7 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/durable"
+	"golang.org/x/sys/unix"
 )
 
 // Most waits end within a few milliseconds (a start is answered in about
@@ -20,19 +21,25 @@ import (
 // one waits for an SRCU grace period in the kernel (the marks' reaper),
 // 8-20 ms measured, and a process's exit waits for that close. So a wait
 // first checks on a timer, and sets up inotify only if it lasts longer.
+//
+// A wait for an answer checks more often (answerEvery): its check is an
+// open that fails until the answer is there, a few microseconds, and a
+// start is answered in a few milliseconds, of which a check every
+// millisecond would add half a millisecond on average.
 const (
 	spinFor      = 20 * time.Millisecond
 	spinEvery    = time.Millisecond
+	answerEvery  = 250 * time.Microsecond
 	recheckEvery = time.Second
 )
 
 // watchUntil calls check until it reports done or fails, or ctx ends
-// (then it returns ctx.Err()): every spinEvery for the first spinFor, then
+// (then it returns ctx.Err()): every every for the first spinFor, then
 // whenever something changes in dir, and once every recheckEvery. Past the
 // first checks it blocks on inotify, not on a timer; the regular check
 // notices a watcher that died.
-func watchUntil(ctx context.Context, dir string, check func() (done bool, err error)) error {
-	if done, err := spin(ctx, check); done || err != nil {
+func watchUntil(ctx context.Context, dir string, every time.Duration, check func() (done bool, err error)) error {
+	if done, err := spin(ctx, every, check); done || err != nil {
 		return err
 	}
 	fsw, err := fsnotify.NewWatcher()
@@ -63,25 +70,71 @@ func watchUntil(ctx context.Context, dir string, check func() (done bool, err er
 	}
 }
 
-// spin calls check every spinEvery for spinFor, until it reports done or
+// spin calls check every every for spinFor, until it reports done or
 // fails, or ctx ends.
-func spin(ctx context.Context, check func() (bool, error)) (bool, error) {
-	t := time.NewTimer(spinEvery)
-	defer t.Stop()
-	for end := time.Now().Add(spinFor); time.Now().Before(end); t.Reset(spinEvery) {
+func spin(ctx context.Context, every time.Duration, check func() (bool, error)) (bool, error) {
+	for end := time.Now().Add(spinFor); time.Now().Before(end); {
 		if err := ctx.Err(); err != nil {
 			return false, err
 		}
 		if done, err := check(); done || err != nil {
 			return done, err
 		}
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			return false, ctx.Err()
+		if err := pause(ctx, every); err != nil {
+			return false, err
 		}
 	}
 	return false, nil
+}
+
+// pause waits d, or until ctx ends. Less than a millisecond is slept by
+// the thread: a Go timer wakes a process that has nothing else to do no
+// sooner than a millisecond later (its poller waits in whole
+// milliseconds: 1.1 ms measured for a timer of 250 µs).
+func pause(ctx context.Context, d time.Duration) error {
+	if d < time.Millisecond {
+		ts := unix.NsecToTimespec(d.Nanoseconds())
+		unix.Nanosleep(&ts, nil)
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// watcherCheck tells a client waiting for an answer whether no watcher
+// runs on its root to give one, asking no more often than once every
+// probeEvery: a probe is six system calls, and the answer's own check,
+// made every answerEvery, is one.
+type watcherCheck struct {
+	root string
+	next time.Time
+}
+
+// checkWatcher returns the watcherCheck of a client that has just
+// submitted a request to root: its first probe is due after probeEvery,
+// since the client made sure of a watcher before it submitted (autoStart),
+// and most answers come sooner.
+func checkWatcher(root string) watcherCheck {
+	return watcherCheck{root: root, next: time.Now().Add(probeEvery)}
+}
+
+const probeEvery = 5 * time.Millisecond
+
+// gone reports whether no watcher runs on the root, as last probed.
+func (w *watcherCheck) gone() bool {
+	now := time.Now()
+	if now.Before(w.next) {
+		return false
+	}
+	w.next = now.Add(probeEvery)
+	running, _, err := tracker.ProbeWatcher(w.root)
+	return err == nil && !running
 }
 
 // Wait blocks until run id has ended, and returns its record. If ctx ends
@@ -111,7 +164,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		return nil, err
 	}
 	if c.startWaiting(id) {
-		if err := watchUntil(ctx, c.dir.Spool(), func() (bool, error) { return !c.startWaiting(id), nil }); err != nil {
+		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) { return !c.startWaiting(id), nil }); err != nil {
 			return nil, err
 		}
 	}
@@ -122,7 +175,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		return nil, c.notFound(id)
 	}
 	var st *Record
-	err := watchUntil(ctx, c.store.RunDir(id), func() (bool, error) {
+	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		read, err := c.store.Read(id)
 		if errors.Is(err, tracker.ErrNotFound) {
 			return false, nil // claimed, its first state not written yet

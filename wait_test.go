@@ -24,16 +24,18 @@ func TestWaitUntilChecks(t *testing.T) {
 		{"error", func(int) (bool, error) { return false, boom }, boom, 1},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			calls := 0
-			err := watchUntil(context.Background(), t.TempDir(), func() (bool, error) {
-				calls++
-				return tt.done(calls)
+		for _, every := range []time.Duration{spinEvery, answerEvery} {
+			t.Run(tt.name+"/"+every.String(), func(t *testing.T) {
+				calls := 0
+				err := watchUntil(context.Background(), t.TempDir(), every, func() (bool, error) {
+					calls++
+					return tt.done(calls)
+				})
+				if !errors.Is(err, tt.wantErr) || calls != tt.wantCalls {
+					t.Fatalf("watchUntil = %v after %d checks, want %v after %d", err, calls, tt.wantErr, tt.wantCalls)
+				}
 			})
-			if !errors.Is(err, tt.wantErr) || calls != tt.wantCalls {
-				t.Fatalf("watchUntil = %v after %d checks, want %v after %d", err, calls, tt.wantErr, tt.wantCalls)
-			}
-		})
+		}
 	}
 }
 
@@ -44,7 +46,7 @@ func TestWaitUntilWakesOnAChange(t *testing.T) {
 	answer := filepath.Join(dir, "answer")
 	start := time.Now()
 	var wrote time.Time
-	err := watchUntil(context.Background(), dir, func() (bool, error) {
+	err := watchUntil(context.Background(), dir, spinEvery, func() (bool, error) {
 		if _, err := os.Stat(answer); err == nil {
 			return true, nil
 		}
@@ -69,14 +71,37 @@ func TestWaitUntilWakesOnAChange(t *testing.T) {
 // watchUntil ends when its context does, during its timed checks or on
 // inotify, with the context's error.
 func TestWatchUntilEndsWithItsContext(t *testing.T) {
-	for _, after := range []time.Duration{0, spinFor / 2, 2 * spinFor} {
+	for _, tc := range []struct{ after, every time.Duration }{
+		{0, spinEvery}, {spinFor / 2, spinEvery}, {2 * spinFor, spinEvery}, {spinFor / 2, answerEvery},
+	} {
+		after, every := tc.after, tc.every
 		ctx, cancel := context.WithCancel(context.Background())
 		timer := time.AfterFunc(after, cancel)
-		err := watchUntil(ctx, t.TempDir(), func() (bool, error) { return false, nil })
+		err := watchUntil(ctx, t.TempDir(), every, func() (bool, error) { return false, nil })
 		timer.Stop()
 		cancel()
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("canceled after %v: watchUntil = %v, want context.Canceled", after, err)
 		}
+	}
+}
+
+// A client waiting for an answer learns that no watcher runs at its next
+// probe, and probes no more often than probeEvery.
+func TestWatcherCheckProbesAtItsPace(t *testing.T) {
+	w := watcherCheck{root: t.TempDir()} // no watcher has ever run there
+	if !w.gone() {
+		t.Fatal("gone() = false for a root no watcher runs on")
+	}
+	if !w.next.After(time.Now()) {
+		t.Fatalf("after a probe, the next is due at %v, not later than now", w.next)
+	}
+	w.next = time.Now().Add(time.Hour)
+	if w.gone() {
+		t.Error("gone() probed before its time")
+	}
+	w.next = time.Time{}
+	if !w.gone() {
+		t.Error("gone() = false once its probe was due")
 	}
 }
