@@ -10,40 +10,62 @@ import (
 	"github.com/tendhq/tend/tracker/layout"
 )
 
-// A run's end may be recorded without a flush of its record (see
-// Store.WriteCovered): its history line is synced first, and a power loss
-// that takes back the record leaves that line for recovery to write the
-// record again from (LastEvents, EndAfter, ApplyEnd).
+// A run's end, and its stop, may be recorded without a flush of its
+// record (see Store.WriteCovered): its history line is synced first, and a
+// power loss that takes back the record leaves that line for recovery to
+// write the record again from (RecentEvents, CoveredAfter, ApplyCovered).
 
-// EndAfter reports whether ev is the end of the very run that st records,
-// and the change right after st: its rev is st's plus one, and it names
-// the run's creation time as st does, which a run made anew with a
-// deleted run's ID does not share. Only such an end is ever recorded
-// without a flush (see ApplyEnd), and events of a tend that did not record
-// ends so (no created_at) are never taken for one.
-func EndAfter(st *State, ev Event) bool {
-	return Final(ev.State) && ev.ID == st.ID && ev.Rev == st.Rev+1 &&
-		ev.CreatedAt != nil && ev.CreatedAt.Equal(st.CreatedAt)
+// CoveredAfter returns the changes in evs (a run's events, oldest first)
+// that the record st may lack because a power loss took them back: those
+// right after it, each of a kind recorded without a flush (a stop that
+// cancels or times out the run, then an end), of the very run that st
+// records. The first one's rev is st's plus one, and each names the run's
+// creation time as st does, which a run made anew with a deleted run's ID
+// does not share; events of a tend that did not record them so (no
+// created_at) are never taken for them.
+func CoveredAfter(st *State, evs []Event) []Event {
+	for i, ev := range evs {
+		if ev.Rev != st.Rev+1 || !coveredOf(st, ev) {
+			continue
+		}
+		chain := []Event{ev}
+		for _, next := range evs[i+1:] {
+			last := chain[len(chain)-1]
+			if Final(last.State) || next.Rev != last.Rev+1 || !coveredOf(st, next) {
+				break
+			}
+			chain = append(chain, next)
+		}
+		return chain
+	}
+	return nil
 }
 
-// EndWindow is how much of the end of root's history LastEvents reads: an
-// end recorded without a flush is committed with the file system's next
+// coveredOf reports whether ev is a change of st's run of a kind that may
+// be recorded without a flush.
+func coveredOf(st *State, ev Event) bool {
+	kind := Final(ev.State) || ev.State == Stopping && ev.Stop != nil && ev.Stop.Cause != CauseRestart
+	return kind && ev.ID == st.ID && ev.CreatedAt != nil && ev.CreatedAt.Equal(st.CreatedAt)
+}
+
+// EndWindow is how much of the end of root's history RecentEvents reads:
+// a change recorded without a flush is committed with the file system's next
 // journal commit (every 5 s by default on ext4, the one file system tend
 // does so on, and at any fsync before), long before the history grows by
 // that much (a burst of short runs appends about 0.4 MiB a second).
 const EndWindow = 8 << 20
 
-// LastEvents returns the last event but a deletion of each run that ids
+// RecentEvents returns the events but deletions of each run that ids
 // names in the last EndWindow bytes of root's history (history.jsonl, and
-// the end of history.1.jsonl if history.jsonl is shorter), by run ID. A
-// deletion is passed over: a power loss can take one back, with the run's
-// directory (EndAfter tells a run made anew from the one deleted). Only
-// the lines of the runs asked for are parsed; lines that do not parse are
-// skipped: tend fsck reports them.
-func LastEvents(root string, ids map[string]bool) (map[string]Event, error) {
-	last := make(map[string]Event)
+// the end of history.1.jsonl if history.jsonl is shorter), by run ID,
+// oldest first. A deletion is passed over: a power loss can take one back,
+// with the run's directory (CoveredAfter tells a run made anew from the
+// one deleted). Only the lines of the runs asked for are parsed; lines
+// that do not parse are skipped: tend fsck reports them.
+func RecentEvents(root string, ids map[string]bool) (map[string][]Event, error) {
+	recent := make(map[string][]Event)
 	if len(ids) == 0 {
-		return last, nil
+		return recent, nil
 	}
 	type tail struct {
 		path string
@@ -65,17 +87,17 @@ func LastEvents(root string, ids map[string]bool) (map[string]Event, error) {
 		tails = append(tails, tail{path, min(left, fi.Size())})
 		left -= fi.Size()
 	}
-	for i := len(tails) - 1; i >= 0; i-- { // oldest first, so that the last event wins
-		if err := scanTail(tails[i].path, tails[i].n, ids, last); err != nil {
+	for i := len(tails) - 1; i >= 0; i-- { // oldest first
+		if err := scanTail(tails[i].path, tails[i].n, ids, recent); err != nil {
 			return nil, err
 		}
 	}
-	return last, nil
+	return recent, nil
 }
 
-// scanTail notes in last the events of the runs ids names in the last n
+// scanTail adds to recent the events of the runs ids names in the last n
 // bytes of the history file at path (less the line n cuts).
-func scanTail(path string, n int64, ids map[string]bool, last map[string]Event) error {
+func scanTail(path string, n int64, ids map[string]bool, recent map[string][]Event) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -102,7 +124,7 @@ func scanTail(path string, n int64, ids map[string]bool, last map[string]Event) 
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' && ids[eventID(line)] {
 			if ev, perr := parseEvent(line); perr == nil && ev.State != Deleted {
-				last[ev.ID] = ev
+				recent[ev.ID] = append(recent[ev.ID], ev)
 			}
 		}
 		if err == io.EOF {

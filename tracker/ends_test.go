@@ -51,7 +51,7 @@ func TestEndFromEvent(t *testing.T) {
 				t.Fatal(err)
 			}
 			got := roundTrip(t, before)
-			ApplyEnd(got, ev)
+			ApplyCovered(got, ev)
 			if got, want := roundTrip(t, got), roundTrip(t, after); !reflect.DeepEqual(got, want) {
 				t.Errorf("made again from the line:\n%+v\nwant\n%+v", got, want)
 			}
@@ -72,10 +72,52 @@ func roundTrip(t *testing.T, st *State) *State {
 	return &c
 }
 
-// TestLastEvents: the last event but a deletion of each run asked for,
-// in the end of history.jsonl, and before it of history.1.jsonl; bad
-// lines are skipped, and nothing before EndWindow is read.
-func TestLastEvents(t *testing.T) {
+// TestStopFromEvent: the record of a stop, made again from the record
+// before it and the stop's history line, is the record that was written;
+// and the end after it, from that one and the end's line.
+func TestStopFromEvent(t *testing.T) {
+	started := time.Date(2026, 11, 27, 1, 2, 3, 456789000, time.UTC)
+	before := &State{ID: "r", State: Running, Rev: 3, Session: "s", Command: []string{"/bin/sh", "-c", "x"}, PID: 42, PGID: 42,
+		ProcStart: 7, CreatedAt: started, StartedAt: &started, Labels: map[string]string{"k": "v"}, Attempt: 1}
+	stopping := roundTrip(t, before)
+	stopping.Rev, stopping.State, stopping.Reason = 4, Stopping, "canceled"
+	stopping.Stop = &Stop{Cause: CauseCanceled, Requests: []string{"r.cancel", "r@c1.cancel"}, RequestedAt: started.Add(time.Second), KillAt: started.Add(11 * time.Second)}
+	ended := roundTrip(t, stopping)
+	at := started.Add(1500 * time.Millisecond)
+	ended.Rev, ended.State, ended.Signal, ended.Reason = 5, Canceled, "SIGTERM", "canceled; killed by SIGTERM"
+	ended.EndedAt, ended.DurationSeconds, ended.CPUSeconds = &at, 1.5, 0.25
+	var events []Event
+	for _, st := range []*State{stopping, ended} {
+		b, err := json.Marshal(EventOf(st, at))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ev, err := parseEvent(append(b, '\n'))
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = append(events, ev)
+	}
+	chain := CoveredAfter(before, events)
+	if len(chain) != 2 {
+		t.Fatalf("CoveredAfter the running record: %d changes, want 2", len(chain))
+	}
+	got := roundTrip(t, before)
+	ApplyCovered(got, chain[0])
+	if got, want := roundTrip(t, got), roundTrip(t, stopping); !reflect.DeepEqual(got, want) {
+		t.Errorf("the stop made again from its line:\n%+v\nwant\n%+v", got, want)
+	}
+	ApplyCovered(got, chain[1])
+	if got, want := roundTrip(t, got), roundTrip(t, ended); !reflect.DeepEqual(got, want) {
+		t.Errorf("the end after it made again from its line:\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+// TestRecentEvents: the events but deletions of each run asked for,
+// oldest first, in the end of history.jsonl, and before it of
+// history.1.jsonl; bad lines are skipped, and nothing before EndWindow is
+// read.
+func TestRecentEvents(t *testing.T) {
 	root := t.TempDir()
 	line := func(id string, rev int, state string) string {
 		return `{"time":"2026-11-27T01:00:00Z","id":"` + id + `","rev":` + strconv.Itoa(rev) + `,"state":"` + state + `"}` + "\n"
@@ -95,8 +137,8 @@ func TestLastEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := map[string]bool{"ended": true, "live": true, "kept": true, "anew": true, "torn": true, "rotated": true, "both": true, "none": true}
-	want := "anew:queued@1 both:running@4 ended:completed@3 kept:completed@3 live:running@2 rotated:failed@3"
-	if got := describeLast(t, root, ids); got != want {
+	want := "anew:completed@5,queued@1 both:completed@3,running@4 ended:running@2,completed@3 kept:completed@3 live:running@2 rotated:running@2,failed@3"
+	if got := describeRecent(t, root, ids); got != want {
 		t.Errorf("last events %q, want %q", got, want)
 	}
 
@@ -106,46 +148,65 @@ func TestLastEvents(t *testing.T) {
 	if err := os.WriteFile(layout.Root(root).History(), []byte(line("early", 3, "completed")+pad+line("late", 3, "completed")), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := describeLast(t, root, map[string]bool{"early": true, "late": true, "rotated": true}), "late:completed@3"; got != want {
+	if got, want := describeRecent(t, root, map[string]bool{"early": true, "late": true, "rotated": true}), "late:completed@3"; got != want {
 		t.Errorf("past the window: last events %q, want %q", got, want)
 	}
 }
 
-func describeLast(t *testing.T, root string, ids map[string]bool) string {
+func describeRecent(t *testing.T, root string, ids map[string]bool) string {
 	t.Helper()
-	last, err := LastEvents(root, ids)
+	recent, err := RecentEvents(root, ids)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for id, ev := range last {
-		got = append(got, id+":"+string(ev.State)+"@"+strconv.FormatInt(ev.Rev, 10))
+	for id, evs := range recent {
+		var each []string
+		for _, ev := range evs {
+			each = append(each, string(ev.State)+"@"+strconv.FormatInt(ev.Rev, 10))
+		}
+		got = append(got, id+":"+strings.Join(each, ","))
 	}
 	slices.Sort(got)
 	return strings.Join(got, " ")
 }
 
-// TestEndAfter: an end is taken for a record's only if it is the change
-// right after it, of the same run, as its creation time says.
-func TestEndAfter(t *testing.T) {
+// TestCoveredAfter: the changes taken for those a record lacks are the
+// ends and stops right after it, in a row, of the same run, as its
+// creation time says.
+func TestCoveredAfter(t *testing.T) {
 	created := time.Date(2026, 11, 27, 1, 0, 0, 123, time.UTC)
 	other := created.Add(time.Hour)
 	st := &State{ID: "x", State: Running, Rev: 2, CreatedAt: created}
+	stop := &Stop{Cause: CauseCanceled}
+	restart := &Stop{Cause: CauseRestart}
+	ev := func(rev int64, state StateName, stop *Stop, created *time.Time) Event {
+		return Event{ID: "x", Rev: rev, State: state, Stop: stop, CreatedAt: created}
+	}
 	for _, tc := range []struct {
 		name string
-		ev   Event
-		want bool
+		evs  []Event
+		want string // the revs taken
 	}{
-		{"the end after it", Event{ID: "x", Rev: 3, State: Failed, CreatedAt: &created}, true},
-		{"not an end", Event{ID: "x", Rev: 3, State: Stopping, CreatedAt: &created}, false},
-		{"a change between", Event{ID: "x", Rev: 4, State: Failed, CreatedAt: &created}, false},
-		{"the record's own", Event{ID: "x", Rev: 2, State: Failed, CreatedAt: &created}, false},
-		{"a run deleted before it, with its ID", Event{ID: "x", Rev: 3, State: Failed, CreatedAt: &other}, false},
-		{"an earlier tend's end", Event{ID: "x", Rev: 3, State: Failed}, false},
-		{"another run", Event{ID: "y", Rev: 3, State: Failed, CreatedAt: &created}, false},
+		{"the end after it", []Event{ev(2, Running, nil, nil), ev(3, Failed, nil, &created)}, "3"},
+		{"a stop, then its end", []Event{ev(3, Stopping, stop, &created), ev(4, Canceled, nil, &created)}, "3 4"},
+		{"a stop, then another change", []Event{ev(3, Stopping, stop, &created), ev(4, Running, nil, nil)}, "3"},
+		{"a stop to restart it", []Event{ev(3, Stopping, restart, &created), ev(4, Failed, nil, &created)}, ""},
+		{"nothing after an end", []Event{ev(3, Failed, nil, &created), ev(4, Stopping, stop, &created)}, "3"},
+		{"a gap", []Event{ev(3, Stopping, stop, &created), ev(5, Canceled, nil, &created)}, "3"},
+		{"not an end or a stop", []Event{ev(3, Running, nil, &created)}, ""},
+		{"a change between", []Event{ev(4, Failed, nil, &created)}, ""},
+		{"the record's own", []Event{ev(2, Failed, nil, &created)}, ""},
+		{"a run deleted before it, with its ID", []Event{ev(3, Failed, nil, &other)}, ""},
+		{"an earlier tend's end", []Event{ev(3, Failed, nil, nil)}, ""},
+		{"another run", []Event{{ID: "y", Rev: 3, State: Failed, CreatedAt: &created}}, ""},
 	} {
-		if got := EndAfter(st, tc.ev); got != tc.want {
-			t.Errorf("%s: EndAfter = %v, want %v", tc.name, got, tc.want)
+		var got []string
+		for _, ev := range CoveredAfter(st, tc.evs) {
+			got = append(got, strconv.FormatInt(ev.Rev, 10))
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("%s: CoveredAfter took revs %q, want %q", tc.name, strings.Join(got, " "), tc.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -40,9 +41,12 @@ type Event struct {
 	EndedAt         *time.Time `json:"ended_at,omitempty"`
 	DurationSeconds float64    `json:"duration_seconds,omitempty"`
 	CPUSeconds      float64    `json:"cpu_seconds,omitempty"`
-	// CreatedAt is, on the same events, when the run was created: it
-	// tells the run from one made anew with its ID once it was deleted
-	// (see EndAfter).
+	// Stop is, on the event of a run's stop (state stopping), what its
+	// record says of the stop besides the fields above (see ApplyCovered).
+	Stop *Stop `json:"stop,omitempty"`
+	// CreatedAt is, on the same events (an end, a stop), when the run was
+	// created: it tells the run from one made anew with its ID once it was
+	// deleted (see CoveredAfter).
 	CreatedAt *time.Time `json:"created_at,omitempty"`
 }
 
@@ -72,20 +76,33 @@ func ApplyChange(st *State, ev Event) {
 func EventOf(st *State, at time.Time) Event {
 	ev := Event{Time: at, ID: st.ID, Rev: st.Rev, State: st.State, Session: st.Session, PID: st.PID,
 		ExitCode: st.ExitCode, Signal: st.Signal, Reason: st.Reason}
-	if Final(st.State) {
+	switch {
+	case Final(st.State):
 		created := st.CreatedAt
 		ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds, ev.CreatedAt = st.EndedAt, st.DurationSeconds, st.CPUSeconds, &created
+	case st.State == Stopping && st.Stop != nil:
+		created, stop := st.CreatedAt, *st.Stop
+		stop.Requests = slices.Clone(stop.Requests) // the event is written later; the stop may grow meanwhile
+		ev.Stop, ev.CreatedAt = &stop, &created
 	}
 	return ev
 }
 
-// ApplyEnd makes st, a run's record as it was before it ended, the record
-// of the end that ev (its end's event, see EventOf and EndAfter) says. It
-// is what the watcher wrote then if the end changed nothing else of the
-// record, as only such ends are written without a flush (see
+// ApplyCovered makes st, a run's record as it was before a change that
+// may be recorded without a flush (an end or a stop: see CoveredAfter),
+// the record of the change that ev (its event, see EventOf) says. It is
+// what the watcher wrote then if the change changed nothing else of the
+// record, as only such changes are written without a flush (see
 // Store.WriteCovered).
-func ApplyEnd(st *State, ev Event) {
-	st.Rev, st.State, st.ExitCode, st.Signal, st.Reason = ev.Rev, ev.State, ev.ExitCode, ev.Signal, ev.Reason
+func ApplyCovered(st *State, ev Event) {
+	st.Rev, st.State, st.Reason = ev.Rev, ev.State, ev.Reason
+	if ev.State == Stopping {
+		stop := *ev.Stop
+		stop.Requests = slices.Clone(stop.Requests)
+		st.Stop = &stop
+		return
+	}
+	st.ExitCode, st.Signal = ev.ExitCode, ev.Signal
 	st.EndedAt, st.DurationSeconds, st.CPUSeconds = ev.EndedAt, ev.DurationSeconds, ev.CPUSeconds
 }
 

@@ -173,14 +173,14 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 }
 
 // WriteCovered writes the records of states as WriteAll does, atomically,
-// but with no flush of its own: for ends whose history lines are synced,
-// from which recovery writes the record again if a power loss takes it
-// back (LastEvents, EndAfter, ApplyEnd). Each file's write-back is started
+// but with no flush of its own: for ends and stops whose history lines
+// are synced, from which recovery writes the record again if a power loss
+// takes it back (RecentEvents, CoveredAfter, ApplyCovered). Each file's write-back is started
 // before its rename, so that a file system that orders new data before
 // names (ext4 with a journal, data=ordered: procfs.OrdersNewData) commits
 // the record whole with its name, at its next journal commit; anywhere
 // else a power loss could leave the record torn, for tend fsck --repair
-// to rebuild without what only the record held: so a watcher writes ends
+// to rebuild without what only the record held: so a watcher writes them
 // so only where the file system orders them.
 func (s *Store) WriteCovered(states []*State) []error {
 	errs := make([]error, len(states))

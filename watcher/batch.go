@@ -21,8 +21,8 @@ import (
 type batch struct {
 	active bool
 	states []*tracker.State // in the order of their first save in the batch
-	// covered are the states whose one save in the batch is an end that
-	// the history covers (see saveEnd).
+	// covered are the states whose one save in the batch is an end or a
+	// stop that the history covers (see coverable).
 	covered map[*tracker.State]bool
 	events  []tracker.Event
 	effects []effect
@@ -113,8 +113,8 @@ func (w *watcher) runEffect(e effect) {
 	e.do()
 }
 
-// hold takes a save into the batch; covered says it is an end that the
-// history may cover, if it is the run's only save in the batch.
+// hold takes a save into the batch; covered says it is an end or a stop
+// that the history may cover, if it is the run's only save in the batch.
 func (w *watcher) hold(st *tracker.State, events []tracker.Event, covered bool) {
 	w.batch.events = append(w.batch.events, events...)
 	if slices.Contains(w.batch.states, st) {
@@ -214,11 +214,11 @@ func (w *watcher) appendHistory(events []tracker.Event) bool {
 // again once its run is deleted. So are the requests queued runs left
 // there (keep).
 //
-// The records of the ends in covered (see saveEnd), whose lines the
-// history has, are written once it is synced, with no flush of their
-// own (Store.WriteCovered): a client that reads one finds its end in the
-// synced history after a power loss, where recovery takes it from
-// (recoverEnd).
+// The records of the ends and stops in covered (see coverable), whose
+// lines the history has, are written once it is synced, with no flush of
+// their own (Store.WriteCovered): a client that reads one finds its
+// change in the synced history after a power loss, where recovery takes
+// it from (recoverCovered).
 func (w *watcher) writeRecords(states []*tracker.State, covered map[*tracker.State]bool) []error {
 	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced && len(covered) == 0 {
 		return w.store.WriteAll(states)

@@ -35,12 +35,13 @@ import (
 //     and is started now;
 //   - a run whose process is gone without a record is recorded failed, as
 //     lost: only the loss of the keeper too can cause that;
-//   - a run whose end is in the history and not in its record (a power
-//     loss took back a record written without a flush: see saveEnd) is
-//     recorded as the history says, before it is looked at.
+//   - a run whose end or stop is in the history and not in its record (a
+//     power loss took back a record written without a flush: see
+//     coverable) is recorded as the history says, before it is looked at.
 //
-// It fails only if the history cannot be read for such ends: going on
-// without them could record a run that ended as lost.
+// It fails only if the history cannot be read for such changes: going on
+// without them could record a run that ended as lost, or one canceled as
+// failed.
 func (w *watcher) recoverRuns() error {
 	ents, err := os.ReadDir(w.store.Dir())
 	if err != nil {
@@ -53,7 +54,7 @@ func (w *watcher) recoverRuns() error {
 		err error
 	}
 	var runs []found
-	open := make(map[string]bool) // the runs whose end the history may have
+	open := make(map[string]bool) // the runs whose end or stop the history may have
 	for _, e := range ents {
 		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
 			continue
@@ -64,20 +65,22 @@ func (w *watcher) recoverRuns() error {
 			open[e.Name()] = true
 		}
 	}
-	last, err := tracker.LastEvents(w.cfg.Root, open)
+	recent, err := tracker.RecentEvents(w.cfg.Root, open)
 	if err != nil {
-		return fmt.Errorf("recover: reading the history for ends the records lack: %w", err)
+		return fmt.Errorf("recover: reading the history for ends and stops the records lack: %w", err)
 	}
 	for _, f := range runs {
 		id, st, err := f.id, f.st, f.err
-		if end, ok := last[id]; ok && err == nil && tracker.EndAfter(st, end) {
-			if ended, werr := w.recoverEnd(st, end); werr != nil {
-				// Recovered as if the end were not in the history: the
-				// keeper's exit record has it too, and it is recorded
-				// once the record can be written.
-				w.log.Printf("recover: %v", werr)
-			} else {
-				st = ended
+		if err == nil {
+			if changes := tracker.CoveredAfter(st, recent[id]); len(changes) > 0 {
+				if now, werr := w.recoverCovered(st, changes); werr != nil {
+					// Recovered as if they were not in the history: the
+					// keeper's exit record has the end too, and it is
+					// recorded once the record can be written.
+					w.log.Printf("recover: %v", werr)
+				} else {
+					st = now
+				}
 			}
 		}
 		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
@@ -105,19 +108,24 @@ func (w *watcher) recoverRuns() error {
 	return nil
 }
 
-// recoverEnd records the end of run st as its history event end says
-// (see tracker.EndAfter), and returns its record then: a power loss took
-// back its record, written without a flush once that event was synced
-// (see saveEnd), or the record could not be written (a full disk) before
-// the watcher died. st is left as it was if the record cannot be written.
-func (w *watcher) recoverEnd(st *tracker.State, end tracker.Event) (*tracker.State, error) {
-	ended := *st
-	tracker.ApplyEnd(&ended, end)
-	if err := w.store.Write(&ended); err != nil {
-		return nil, fmt.Errorf("run %s: recording its end (%s, rev %d) from the history: %w", st.ID, end.State, end.Rev, err)
+// recoverCovered records the changes of run st that its history events
+// say (see tracker.CoveredAfter), and returns its record then: a power
+// loss took back its record, written without a flush once those events
+// were synced (see coverable), or the record could not be written (a full
+// disk) before the watcher died. st is left as it was if the record cannot
+// be written.
+func (w *watcher) recoverCovered(st *tracker.State, changes []tracker.Event) (*tracker.State, error) {
+	now := *st
+	var said []string
+	for _, ev := range changes {
+		tracker.ApplyCovered(&now, ev)
+		said = append(said, fmt.Sprintf("%s, rev %d", ev.State, ev.Rev))
 	}
-	w.log.Printf("recover: run %s: its end (%s, rev %d) was in the history, not in its record: recorded", st.ID, end.State, end.Rev)
-	return &ended, nil
+	if err := w.store.Write(&now); err != nil {
+		return nil, fmt.Errorf("run %s: recording its %s from the history: %w", st.ID, strings.Join(said, "; "), err)
+	}
+	w.log.Printf("recover: run %s: its changes (%s) were in the history, not in its record: recorded", st.ID, strings.Join(said, "; "))
+	return &now, nil
 }
 
 func (w *watcher) recoverClaimed(id string) {

@@ -581,7 +581,9 @@ func (w *watcher) stop(r *run, cause tracker.StopCause, reason string, grace tim
 	}
 	r.st.Reason = reason
 	r.killAt = killAt
-	w.save(r.st)
+	// A stop to start the run again is synced: its record may hold more
+	// than the stop (a failed health check's status).
+	w.saveChange(r.st, tracker.Event{}, cause != tracker.CauseRestart && w.coverable(r.st))
 	r.termSent = true
 	r.timers = append(r.timers, w.after(grace, func() { w.killGroup(r) }))
 	// Runs stopped together in a batch get SIGTERM once all their stopping

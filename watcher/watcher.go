@@ -328,8 +328,8 @@ type watcher struct {
 	histUnsynced, spoolUnsynced bool
 	// ordersData is set where the root's file system commits a new file's
 	// data before its name (procfs.OrdersNewData): a run's first record is
-	// renamed in before its flush there, and an end's is not flushed at
-	// all (see saveEnd).
+	// renamed in before its flush there, and an end's or a stop's is not
+	// flushed at all (see coverable).
 	ordersData bool
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
@@ -665,23 +665,27 @@ func (w *watcher) shutdown(sig os.Signal) {
 // guard checks that the state file the watcher is about to replace is the
 // one it wrote last. One changed by hand is not trusted: it is kept aside
 // as state.json.edited, reported, and replaced by the watcher's record.
-func (w *watcher) guard(st *tracker.State) {
+// It reports whether the file is the one it wrote last (or is behind on
+// purpose): only then may the record be written without a flush (see
+// coverable), the file on disk standing for it until its history line is
+// applied to it.
+func (w *watcher) guard(st *tracker.State) bool {
 	if st.Rev == 0 || w.unsaved.states[st.ID] != nil || w.held(st) {
-		return // nothing written yet, the last write failed or is held back: the file is behind
+		return true // nothing written yet, the last write failed or is held back: the file is behind
 	}
 	if stamp, ok := w.written[st.ID]; ok {
 		if now, err := w.store.Stamp(st.ID); err == nil && now == stamp {
-			return
+			return true
 		}
 	}
 	path := w.store.Run(st.ID).State()
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return // removed: it is written anew
+		return false // removed: it is written anew
 	}
 	disk, err := tracker.ParseState(path, b)
 	if err == nil && disk.Rev == st.Rev {
-		return // (st itself may have changed already: it is about to be saved)
+		return true // (st itself may have changed already: it is about to be saved)
 	}
 	if err == nil {
 		err = fmt.Errorf("%s: its revision is %d, not %d as written", path, disk.Rev, st.Rev)
@@ -691,6 +695,7 @@ func (w *watcher) guard(st *tracker.State) {
 	if disk != nil {
 		st.Rev = max(st.Rev, disk.Rev) // revisions never go back
 	}
+	return false
 }
 
 // save records a change of st: rev grows, the change is appended to the
@@ -701,7 +706,9 @@ func (w *watcher) save(st *tracker.State) { w.saveChange(st, tracker.Event{}, fa
 // saveChange is save, with what a label or note request changed (its
 // Labels and Note) on the change's history event.
 func (w *watcher) saveChange(st *tracker.State, change tracker.Event, covered bool) {
-	w.guard(st)
+	if !w.guard(st) {
+		covered = false // the file on disk is not the record before the change
+	}
 	st.Rev++
 	ev := tracker.EventOf(st, time.Now())
 	if !change.Time.IsZero() {
@@ -730,18 +737,23 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, covered bo
 	w.retryUnsaved()
 }
 
-// saveEnd is save for the end of run st (finish, endQueued): its record
-// is written without a flush of its own where the file system orders new
-// data before names, once the history line of the end is synced, if the
-// end is the only change of the run that the record holds (its earlier
-// record on disk, with that line, then says all it does: see
-// tracker.ApplyEnd). A batch of ends then costs the disk one flush, not
-// two for each run. A run whose last record could not be written (a full
-// disk) has its end synced as before: the record on disk is older than
-// the one before the end, and the changes between would be lost.
-func (w *watcher) saveEnd(st *tracker.State) {
+// saveEnd is save for the end of run st (finish, endQueued), written
+// without a flush of its own where it may be (coverable).
+func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{}, w.coverable(st)) }
+
+// coverable reports whether the next change of run st, an end or a stop
+// that cancels or times it out, may be written without a flush of its
+// record: where the file system orders new data before names, once the
+// history line of the change is synced, if the change is the only one of
+// the run that the record holds (its earlier record on disk, with that
+// line, then says all it does: see tracker.ApplyCovered). A batch of ends
+// or stops then costs the disk one flush, not two for each run. A run
+// whose last record could not be written (a full disk) has the change
+// synced as before: the record on disk is older than the one before the
+// change, and the changes between would be lost.
+func (w *watcher) coverable(st *tracker.State) bool {
 	_, behind := w.unsaved.states[st.ID]
-	w.saveChange(st, tracker.Event{}, w.ordersData && w.settings.Durability == tracker.PowerLoss && !behind)
+	return w.ordersData && w.settings.Durability == tracker.PowerLoss && !behind
 }
 
 // stamp notes the stamp of the state.json just written for st, while the

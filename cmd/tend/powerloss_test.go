@@ -71,7 +71,7 @@ func cmdPowerLoss(ts *testscript.TestScript, neg bool, args []string) {
 	defer t.close()
 	t.progress("powerloss: %d cuts, TEND_POWERLOSS_SEED=%d", cuts, seed)
 	t.cuts(cuts)
-	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations (%d torn first records recovered, %d ends brought back from the history)", t.cutNo, t.checks, t.violations, t.torn, t.ends)
+	line := fmt.Sprintf("powerloss: %d cuts, %d checks, %d violations (%d torn first records recovered, %d ends and stops brought back from the history)", t.cutNo, t.checks, t.violations, t.torn, t.ends)
 	report(line)
 	t.progress("%s", line)
 	if t.violations > 0 {
@@ -1234,7 +1234,7 @@ func (t *trial) recover() bool {
 	t.down()
 	t3 := time.Now()
 	t.torn += t.logCount(logged, "cut short by a crash before its run started")
-	t.ends += t.logCount(logged, "was in the history, not in its record")
+	t.ends += t.logCount(logged, "were in the history, not in its record")
 	t.verify()
 	t.progress("recovery: up %v, settle %v, down %v, checks %v", t1.Sub(t0), t2.Sub(t1), t3.Sub(t2), time.Since(t3))
 	if t.downRun == nil {
