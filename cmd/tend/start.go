@@ -94,6 +94,10 @@ func (c *startCmd) Run(e *env) error {
 	st, err := client.Start(e.context(), id, req)
 	var oe *tend.OutcomeError
 	switch {
+	case errors.Is(err, tend.ErrInvalid):
+		// Checked by Start before anything is written, by the parser
+		// the watcher uses (once: it costs a marshal and a parse).
+		return exitf(exitUsage, "start: %v", err)
 	case errors.Is(err, tend.ErrNoWatcher):
 		fmt.Fprintln(e.stdout, id) // submitted: it waits for a watcher
 		return err
@@ -113,8 +117,7 @@ func (c *startCmd) Run(e *env) error {
 	return nil
 }
 
-// request builds the start request, checked by the same parser the
-// watcher uses before anything is written.
+// request builds the start request from the flags; Start checks it.
 func (c *startCmd) request(args []string) (tend.Request, error) {
 	req := tend.Request{Session: c.Session, Timeout: spool.Duration(c.Timeout)}
 	if len(args) == 1 {
@@ -169,8 +172,7 @@ func (c *startCmd) request(args []string) (tend.Request, error) {
 	case c.In > 0:
 		req.NotBefore = &spool.NotBefore{In: c.In}
 	}
-	_, err = tend.Body(req)
-	return req, err
+	return req, nil
 }
 
 // parseAt reads --at: an RFC 3339 time, or a time of day (HH:MM or
