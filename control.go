@@ -94,7 +94,7 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 		return nil, fmt.Errorf("cannot submit %s: %w", n, err)
 	}
 	var runs []spool.RunOutcome
-	watcher := checkWatcher(c.root)
+	watcher := c.checkWatcher()
 	err = watchUntil(ctx, c.dir.Outcomes(), answerEvery, func() (bool, error) {
 		b, _, err := durable.ReadRegular(c.dir.OutcomePath(n), 64<<20)
 		if err == nil {

@@ -110,7 +110,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	}
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
-	watcher := checkWatcher(c.root)
+	watcher := c.checkWatcher()
 	err := watchUntil(ctx, c.dir.Outcomes(), answerEvery, func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name

@@ -116,12 +116,17 @@ type watcherCheck struct {
 	next time.Time
 }
 
-// checkWatcher returns the watcherCheck of a client that has just
-// submitted a request to root: its first probe is due after probeEvery,
-// since the client made sure of a watcher before it submitted (autoStart),
-// and most answers come sooner.
-func checkWatcher(root string) watcherCheck {
-	return watcherCheck{root: root, next: time.Now().Add(probeEvery)}
+// checkWatcher returns the watcherCheck of c, which has just submitted a
+// request. If c starts watchers, it made sure of one before it submitted
+// (autoStart): the first probe is due after probeEvery, and most answers
+// come sooner. If not, it is due at once: a request submitted for a
+// watcher that is not there is said so without waiting.
+func (c *Client) checkWatcher() watcherCheck {
+	w := watcherCheck{root: c.root}
+	if c.watch != nil {
+		w.next = time.Now().Add(probeEvery)
+	}
+	return w
 }
 
 const probeEvery = 5 * time.Millisecond
