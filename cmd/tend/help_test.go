@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"reflect"
 	"regexp"
@@ -97,35 +98,99 @@ func TestHelpExamplesParse(t *testing.T) {
 				}
 				// Parsed by the whole model, and by the one command's
 				// that tend builds (onlyCommand): the same.
-				var whole, only cli
-				var cmds [2]string
-				var targets [2]any
-				for i, opts := range [][]kong.Option{nil, {onlyCommand(words[1:])}} {
-					c := &whole
-					if i == 1 {
-						c = &only
-					}
-					p, err := kong.New(c, append(opts, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))...)
-					if err != nil {
-						t.Fatal(err)
-					}
-					ctx, err := p.Parse(words[1:])
-					if err != nil {
-						t.Errorf("tend %s --help: example %q: %v", n.Name, strings.Join(words, " "), err)
-						continue
-					}
-					cmds[i] = ctx.Command()
-					if sel := ctx.Selected(); sel != nil {
-						targets[i] = sel.Target.Interface()
-					}
+				whole, only := parseBoth(t, words[1:])
+				if whole.err != "" {
+					t.Errorf("tend %s --help: example %q: %v", n.Name, strings.Join(words, " "), whole.err)
+					continue
 				}
-				globals := func(c cli) [4]any { return [4]any{c.Root, c.Version, c.NoStart, c.Color} }
-				if cmds[0] != cmds[1] || !reflect.DeepEqual(targets[0], targets[1]) || globals(whole) != globals(only) {
-					t.Errorf("example %q: the whole model parses %q %+v, the one command's %q %+v", strings.Join(words, " "), cmds[0], targets[0], cmds[1], targets[1])
+				if !reflect.DeepEqual(whole, only) {
+					t.Errorf("example %q: the whole model parses %+v, the one command's %+v", strings.Join(words, " "), whole, only)
 				}
 			}
 		}
 	}
+}
+
+// TestOnlyCommandParsesAsWhole: the model onlyCommand has kong build (the
+// one command, without the flag groups args name no flag of) parses what
+// the whole model does, to the same request, or fails with the same
+// error and suggestion.
+func TestOnlyCommandParsesAsWhole(t *testing.T) {
+	for _, line := range []string{
+		"start -- true",
+		"start --id x --json -e A=1 -l k=v --timeout 2s --grace 1s -- sleep 1",
+		"start --restart always -- ./serve",
+		"start --restart=on-failure --restart-limit 3 -- ./serve",
+		"start --restart-limit 3 -- ./serve",
+		"start --health-tcp localhost:80 --health-retries 2 -- ./serve",
+		"start --ready-file -- ./serve",
+		"start --slurm -- ./job",
+		"start --cpus=4 --mem 8G -- ./job",
+		"start --local -- ./job",
+		"start --restart always --cpus 2 -- ./job",
+		"start --restrat always -- ./serve",
+		"start --restart-limt 3 -- ./serve",
+		"start --cpu 3 -- ./job",
+		"start --bogus -- x",
+		"start -- grep --restart-limit file",
+		"start ls -l --cpus",
+		"start --at 10:00 --in 1m -- x",
+		"start --timeout nope -- x",
+		"--root /tmp/r --no-start start --session s -- x",
+		"--color=never start --json -- x",
+		"cancel --all --session s",
+		"ls --all --json",
+	} {
+		whole, only := parseBoth(t, strings.Fields(line))
+		if !reflect.DeepEqual(whole, only) {
+			t.Errorf("tend %s: the whole model parses\n%+v\nthe one command's\n%+v", line, whole, only)
+		}
+	}
+}
+
+// parsed is what tend does with a command line: the command, tend's own
+// flags, and the command's fields, or for start (whose flag groups that
+// no word names onlyCommand leaves at their zero values, see
+// unnamedGroups) the request it builds; or the error.
+type parsed struct {
+	cmd     string
+	globals [4]any
+	target  any
+	err     string
+}
+
+// parseBoth parses args with the whole model and with onlyCommand's.
+func parseBoth(t *testing.T, args []string) (whole, only parsed) {
+	t.Helper()
+	for i, opts := range [][]kong.Option{nil, {onlyCommand(args)}} {
+		var c cli
+		p, err := kong.New(&c, append(opts, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got parsed
+		ctx, err := p.Parse(args)
+		if err != nil {
+			got.err = err.Error()
+		} else {
+			got.cmd = ctx.Command()
+			got.globals = [4]any{c.Root, c.Version, c.NoStart, c.Color}
+			if sel := ctx.Selected(); sel != nil {
+				got.target = sel.Target.Interface()
+			}
+			if s, ok := got.target.(startCmd); ok {
+				req, err := s.request(strings.Fields(strings.TrimPrefix(strings.Join(s.Command, " "), "-- ")))
+				body, _ := req.MarshalJSON()
+				got.target = fmt.Sprintf("id %q, json %v: %s, %v", s.ID, s.JSON, body, err)
+			}
+		}
+		if i == 0 {
+			whole = got
+		} else {
+			only = got
+		}
+	}
+	return whole, only
 }
 
 // simpleCommands splits a shell line into its simple commands' words,
@@ -200,6 +265,59 @@ func TestParseAt(t *testing.T) {
 		}
 		if err != nil || got.Format(time.RFC3339) != tt.want {
 			t.Errorf("parseAt(%q) = %v, %v; want %s", tt.in, got.Format(time.RFC3339), err, tt.want)
+		}
+	}
+}
+
+// TestFlagNamesAreKongs: flagName names every flag of tend and of its
+// commands as kong does, which unnamedGroups relies on.
+func TestFlagNamesAreKongs(t *testing.T) {
+	var c cli
+	parser, err := kong.New(&c, kong.Name("tend"), kong.Vars{"version": "test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range append([]*kong.Node{parser.Model.Node}, parser.Model.Node.Children...) {
+		flags := map[string]bool{}
+		for _, f := range n.Flags {
+			flags[f.Name] = true
+		}
+		eachField(n.Target.Type(), func(f reflect.StructField) {
+			_, cmd := f.Tag.Lookup("cmd")
+			_, arg := f.Tag.Lookup("arg")
+			if !cmd && !arg && f.IsExported() && !flags[flagName(f)] {
+				t.Errorf("%s: field %s: flagName says --%s, which kong does not have", n.Name, f.Name, flagName(f))
+			}
+		})
+	}
+}
+
+// TestUnnamedGroups: start's service and Slurm flags are left out of its
+// model unless a word names one of their group; an unknown flag leaves
+// them all in.
+func TestUnnamedGroups(t *testing.T) {
+	start := reflect.TypeFor[startCmd]()
+	groups := func(args string) string {
+		var got []string
+		for _, f := range unnamedGroups(reflect.TypeFor[cli](), start, strings.Fields(args)) {
+			got = append(got, f)
+		}
+		return strings.Join(got, " ")
+	}
+	services := "Restart RestartLimit RestartWindow RestartDelay HealthTCP HealthHTTP HealthExec HealthInterval HealthRetries HealthStartPeriod ReadyFile"
+	slurm := "Slurm SlurmPartition CPUs Mem GPUs Nodes SlurmTime Account QOS Constraint SbatchArg Local"
+	for _, tc := range []struct{ args, want string }{
+		{"start -- true", services + " " + slurm},
+		{"--root r start --id x --json -e A=1 -- true", services + " " + slurm},
+		{"start --restart-limit=3 -- x", slurm},
+		{"start --health-http http://x -- x", slurm},
+		{"start --gpus 1 -- x", services},
+		{"start --restart always --local -- x", ""},
+		{"start --restrat always -- x", ""},
+		{"start -- x --bogus", ""},
+	} {
+		if got := groups(tc.args); got != tc.want {
+			t.Errorf("tend %s: left out %q, want %q", tc.args, got, tc.want)
 		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"unicode"
 
 	"github.com/alecthomas/kong"
 	"github.com/tendhq/tend"
@@ -203,9 +204,10 @@ func run(args []string, stdout, stderr io.Writer) int {
 // onlyCommand returns the option that makes kong build the one command
 // args name (its flags' tags parsed, its help interpolated), and leave out
 // the thirty others: building them all was most of what every tend call
-// spent before doing anything. Help, completion, and a word that names no
-// command get the whole model, which their output lists (or suggests from);
-// --version alone gets none.
+// spent before doing anything. Of that command's flag groups, those args
+// name no flag of are left out too (unnamedGroups). Help, completion, and a
+// word that names no command get the whole model, which their output
+// lists (or suggests from); --version alone gets none.
 func onlyCommand(args []string) kong.Option {
 	word, ok := commandWord(args)
 	if !ok {
@@ -213,22 +215,144 @@ func onlyCommand(args []string) kong.Option {
 	}
 	t := reflect.TypeFor[cli]()
 	var others []string
-	found := false
+	var command reflect.Type
 	for i := range t.NumField() {
 		f := t.Field(i)
 		if _, cmd := f.Tag.Lookup("cmd"); !cmd {
 			continue
 		}
 		if name := cmp.Or(f.Tag.Get("name"), strings.ToLower(f.Name)); name == word && !slices.Contains(needWholeModel, word) {
-			found = true
+			command = f.Type
 			continue
 		}
 		others = append(others, f.Name)
 	}
-	if !found && word != "" {
+	if command == nil && word != "" {
 		return kong.OptionFunc(func(*kong.Kong) error { return nil })
 	}
-	return kong.IgnoreFields(`^cli\.(` + strings.Join(others, "|") + `)$`)
+	ignore := []string{`^cli\.(` + strings.Join(others, "|") + `)$`}
+	if command != nil {
+		if fields := unnamedGroups(t, command, args); len(fields) > 0 {
+			ignore = append(ignore, `^`+command.Name()+`\.(`+strings.Join(fields, "|")+`)$`)
+		}
+	}
+	return kong.IgnoreFields(ignore...)
+}
+
+// unnamedGroups returns the fields of command's flag groups (group: tags)
+// that no word of args names a flag of: tend start's service and Slurm
+// flags, unless one of them is given, which is most of what building
+// start's model costs. Those fields keep their zero values, not their
+// defaults, which nothing reads unless a flag of their group is given
+// (startCmd.service, startCmd.slurm). A word that looks like a long flag
+// of neither the command nor tend itself leaves every group in, so that
+// kong suggests from them all; so does a group with a short flag, an
+// environment variable or a negatable flag, which a word could name
+// otherwise than as --name.
+func unnamedGroups(root, command reflect.Type, args []string) []string {
+	known := map[string]bool{"help": true}
+	for _, t := range []reflect.Type{root, command} {
+		eachField(t, func(f reflect.StructField) { known[flagName(f)] = true })
+	}
+	named := map[string]bool{} // by group
+	var groups []string
+	fields := map[string][]string{}
+	for i := range command.NumField() {
+		f := command.Field(i)
+		g := f.Tag.Get("group")
+		if g == "" {
+			continue
+		}
+		if fields[g] == nil {
+			groups = append(groups, g)
+		}
+		fields[g] = append(fields[g], f.Name)
+		_, negatable := f.Tag.Lookup("negatable")
+		if f.Tag.Get("short") != "" || f.Tag.Get("env") != "" || negatable || namesFlag(args, flagName(f)) {
+			named[g] = true
+		}
+	}
+	for _, a := range args {
+		if name, ok := strings.CutPrefix(a, "--"); ok && name != "" {
+			if name, _, _ = strings.Cut(name, "="); !known[name] {
+				return nil // an unknown flag: kong says so, from the whole command
+			}
+		}
+	}
+	var out []string
+	for _, g := range groups {
+		if !named[g] {
+			out = append(out, fields[g]...)
+		}
+	}
+	return out
+}
+
+// eachField calls do with each field of struct type t, and of the
+// structs it embeds, as kong flattens them.
+func eachField(t reflect.Type, do func(reflect.StructField)) {
+	for i := range t.NumField() {
+		if f := t.Field(i); f.Anonymous && f.Type.Kind() == reflect.Struct {
+			eachField(f.Type, do)
+		} else {
+			do(f)
+		}
+	}
+}
+
+// flagName is the long flag of field f, as kong names it: its name tag, or
+// its name's words, as kong splits them, in lower case and joined by
+// dashes (RestartLimit: restart-limit; JSON: json).
+func flagName(f reflect.StructField) string {
+	if name := f.Tag.Get("name"); name != "" {
+		return name
+	}
+	// Runs of lower case letters, of upper case, of digits, of the rest;
+	// an upper case run's last letter begins the lower case run after it.
+	var words [][]rune
+	last := -1
+	for _, r := range f.Name {
+		class := 3
+		switch {
+		case unicode.IsLower(r):
+			class = 0
+		case unicode.IsUpper(r):
+			class = 1
+		case unicode.IsDigit(r):
+			class = 2
+		}
+		if class == last {
+			words[len(words)-1] = append(words[len(words)-1], r)
+		} else {
+			words = append(words, []rune{r})
+		}
+		last = class
+	}
+	for i := 0; i+1 < len(words); i++ {
+		if unicode.IsUpper(words[i][0]) && unicode.IsLower(words[i+1][0]) {
+			n := len(words[i]) - 1
+			words[i+1] = append([]rune{words[i][n]}, words[i+1]...)
+			words[i] = words[i][:n]
+		}
+	}
+	var parts []string
+	for _, w := range words {
+		if len(w) > 0 {
+			parts = append(parts, strings.ToLower(string(w)))
+		}
+	}
+	return strings.Join(parts, "-")
+}
+
+// namesFlag reports whether a word of args is the long flag name, alone
+// (its value next) or with its value (--name=value).
+func namesFlag(args []string, name string) bool {
+	for _, a := range args {
+		if a == "--"+name || strings.HasPrefix(a, "--"+name+"=") {
+			return true
+		}
+	}
+	return false
 }
 
 // needWholeModel are the commands that read the whole command line model:
