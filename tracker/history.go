@@ -36,7 +36,7 @@ type Event struct {
 	// EndedAt, DurationSeconds and CPUSeconds are, on the event of a run's
 	// end, what its record says of the end besides the fields above: with
 	// the record the run had before, the event says all that its ended
-	// record holds (see ApplyEnd), so that an end whose record was written
+	// record holds (see ApplyCovered), so that an end whose record was written
 	// without a flush of its own can be brought back from the history.
 	EndedAt         *time.Time `json:"ended_at,omitempty"`
 	DurationSeconds float64    `json:"duration_seconds,omitempty"`

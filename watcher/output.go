@@ -171,15 +171,20 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 		}
 		return "", false
 	}
+	failed := func(err error) (string, bool) {
+		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
+		if uncapped {
+			st.Output = nil // nothing was cut: the record, saved or not, says so
+		}
+		return "", false
+	}
 	f, err := w.openOutput(st, name)
 	if err != nil {
-		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
-		return "", false
+		return failed(err)
 	}
 	defer f.Close()
 	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, s.Dropped-s.Base, n); err != nil {
-		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
-		return "", false
+		return failed(err)
 	}
 	w.crash("cut-punched")
 	if s.Base == s.Dropped {

@@ -73,14 +73,7 @@ func (w *watcher) recoverRuns() error {
 		id, st, err := f.id, f.st, f.err
 		if err == nil {
 			if changes := tracker.CoveredAfter(st, recent[id]); len(changes) > 0 {
-				if now, werr := w.recoverCovered(st, changes); werr != nil {
-					// Recovered as if they were not in the history: the
-					// keeper's exit record has the end too, and it is
-					// recorded once the record can be written.
-					w.log.Printf("recover: %v", werr)
-				} else {
-					st = now
-				}
+				st = w.recoverCovered(st, changes)
 			}
 		}
 		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
@@ -105,6 +98,7 @@ func (w *watcher) recoverRuns() error {
 		}
 	}
 	slices.SortStableFunc(w.queue, func(a, b *queuedRun) int { return a.st.CreatedAt.Compare(b.st.CreatedAt) })
+	w.retryUnsaved() // records recoverCovered could not write
 	return nil
 }
 
@@ -112,20 +106,24 @@ func (w *watcher) recoverRuns() error {
 // say (see tracker.CoveredAfter), and returns its record then: a power
 // loss took back its record, written without a flush once those events
 // were synced (see coverable), or the record could not be written (a full
-// disk) before the watcher died. st is left as it was if the record cannot
-// be written.
-func (w *watcher) recoverCovered(st *tracker.State, changes []tracker.Event) (*tracker.State, error) {
+// disk) before the watcher died. A record that cannot be written now
+// either is the run's all the same, and written once it can be, as any
+// record whose write failed (unsaved): recovered from the older one, a
+// run canceled before a power loss would be taken for lost, and its next
+// change would reuse a rev the history has.
+func (w *watcher) recoverCovered(st *tracker.State, changes []tracker.Event) *tracker.State {
 	now := *st
 	var said []string
 	for _, ev := range changes {
 		tracker.ApplyCovered(&now, ev)
 		said = append(said, fmt.Sprintf("%s, rev %d", ev.State, ev.Rev))
 	}
-	if err := w.store.Write(&now); err != nil {
-		return nil, fmt.Errorf("run %s: recording its %s from the history: %w", st.ID, strings.Join(said, "; "), err)
+	err := w.store.Write(&now)
+	if err == nil {
+		w.log.Printf("recover: run %s: its changes (%s) were in the history, not in its record: recorded", st.ID, strings.Join(said, "; "))
 	}
-	w.log.Printf("recover: run %s: its changes (%s) were in the history, not in its record: recorded", st.ID, strings.Join(said, "; "))
-	return &now, nil
+	w.recorded(&now, err) // if it failed, retried until written
+	return &now
 }
 
 func (w *watcher) recoverClaimed(id string) {

@@ -751,9 +751,14 @@ func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{},
 // whose last record could not be written (a full disk) has the change
 // synced as before: the record on disk is older than the one before the
 // change, and the changes between would be lost.
+//
+// Nor is a change of a run with a health check: its checks are noted in
+// its record's health status as they come, without a save of their own
+// (see checked), and ride along with the next record written, which the
+// change's line does not say.
 func (w *watcher) coverable(st *tracker.State) bool {
 	_, behind := w.unsaved.states[st.ID]
-	return w.ordersData && w.settings.Durability == tracker.PowerLoss && !behind
+	return w.ordersData && w.settings.Durability == tracker.PowerLoss && !behind && st.Health == nil
 }
 
 // stamp notes the stamp of the state.json just written for st, while the

@@ -1,0 +1,41 @@
+package watcher
+
+import (
+	"testing"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
+)
+
+// TestCoverable: an end or a stop is written without a flush only where
+// the file system orders new data before names, with durability
+// power_loss, for a run whose last record was written and that has no
+// health check (whose checks ride along in its record unsaid).
+func TestCoverable(t *testing.T) {
+	run := func(id string) *tracker.State { return &tracker.State{ID: id} }
+	checked := run("checked")
+	checked.Health = &spool.Health{Exec: "true"}
+	for _, tc := range []struct {
+		name       string
+		ordersData bool
+		durability tracker.Durability
+		st         *tracker.State
+		behind     bool
+		want       bool
+	}{
+		{"a run on ext4", true, tracker.PowerLoss, run("a"), false, true},
+		{"elsewhere", false, tracker.PowerLoss, run("a"), false, false},
+		{"watcher_crash", true, tracker.WatcherCrash, run("a"), false, false},
+		{"its last record not written", true, tracker.PowerLoss, run("a"), true, false},
+		{"with a health check", true, tracker.PowerLoss, checked, false, false},
+	} {
+		w := &watcher{ordersData: tc.ordersData, unsaved: unsaved{states: map[string]*tracker.State{}}}
+		w.settings.Durability = tc.durability
+		if tc.behind {
+			w.unsaved.states[tc.st.ID] = tc.st
+		}
+		if got := w.coverable(tc.st); got != tc.want {
+			t.Errorf("%s: coverable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
