@@ -34,10 +34,10 @@ const (
 )
 
 // watchUntil calls check until it reports done or fails, or ctx ends
-// (then it returns ctx.Err()): every every for the first spinFor, then
-// whenever something changes in dir, and once every recheckEvery. Past the
-// first checks it blocks on inotify, not on a timer; the regular check
-// notices a watcher that died.
+// (then it returns ctx.Err()): each time every has passed, for the first
+// spinFor, then whenever something changes in dir, and once every
+// recheckEvery. Past the first checks it blocks on inotify, not on a
+// timer; the regular check notices a watcher that died.
 func watchUntil(ctx context.Context, dir string, every time.Duration, check func() (done bool, err error)) error {
 	if done, err := spin(ctx, every, check); done || err != nil {
 		return err
@@ -70,8 +70,8 @@ func watchUntil(ctx context.Context, dir string, every time.Duration, check func
 	}
 }
 
-// spin calls check every every for spinFor, until it reports done or
-// fails, or ctx ends.
+// spin calls check each time every has passed, for spinFor, until it
+// reports done or fails, or ctx ends.
 func spin(ctx context.Context, every time.Duration, check func() (bool, error)) (bool, error) {
 	for end := time.Now().Add(spinFor); time.Now().Before(end); {
 		if err := ctx.Err(); err != nil {
