@@ -45,9 +45,11 @@ func MendTornEnd(root string) (string, error) {
 	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size == 0 {
 		return "", err
 	}
-	cut, err := lastLineStart(fd, st.Size)
-	if err != nil || cut == st.Size {
-		return "", err // whole (or unreadable: an append reports it)
+	cut, err := lastLineStart(fd, st.Size, maxTorn)
+	if err != nil || cut == st.Size || cut < 0 {
+		// Whole, or unreadable (an append reports it), or its last line
+		// longer than any append of tend's: a hand edit, for fsck.
+		return "", err
 	}
 	torn := make([]byte, st.Size-cut)
 	if _, err := unix.Pread(fd, torn, cut); err != nil {
@@ -71,13 +73,22 @@ func MendTornEnd(root string) (string, error) {
 	return fmt.Sprintf("%s: its last line was torn by a crash in the middle of an append: moved to %s.bad", path, path), nil
 }
 
+// maxTorn bounds the torn line MendTornEnd reads and moves: far more than
+// a batch's append (500 cancels at once append some 200 KB), far less
+// than would hurt a watcher that starts.
+const maxTorn = 16 << 20
+
 // lastLineStart returns where the last line of the file fd (size bytes)
 // starts: size if it ends with a newline, else just after the newline
 // before its torn last line (0 if it has none), read backwards from the
-// end, a block at a time.
-func lastLineStart(fd int, size int64) (int64, error) {
+// end, a block at a time; or -1 if that line is longer than limit, found
+// having read no more than a block past it.
+func lastLineStart(fd int, size, limit int64) (int64, error) {
 	buf := make([]byte, 64<<10)
 	for end := size; end > 0; {
+		if size-end > limit {
+			return -1, nil
+		}
 		start := max(0, end-int64(len(buf)))
 		n, err := unix.Pread(fd, buf[:end-start], start)
 		if err != nil {

@@ -670,8 +670,11 @@ func (w *watcher) shutdown(sig os.Signal) {
 // coverable), the file on disk standing for it until its history line is
 // applied to it.
 func (w *watcher) guard(st *tracker.State) bool {
-	if st.Rev == 0 || w.unsaved.states[st.ID] != nil || w.held(st) {
-		return true // nothing written yet, the last write failed or is held back: the file is behind
+	if st.Rev == 0 {
+		return false // nothing written yet: no file stands for the record
+	}
+	if w.unsaved.states[st.ID] != nil || w.held(st) {
+		return true // the last write failed or is held back: the file is behind
 	}
 	if stamp, ok := w.written[st.ID]; ok {
 		if now, err := w.store.Stamp(st.ID); err == nil && now == stamp {

@@ -179,7 +179,7 @@ func parseBoth(t *testing.T, args []string) (whole, only parsed) {
 				got.target = sel.Target.Interface()
 			}
 			if s, ok := got.target.(startCmd); ok {
-				req, err := s.request(strings.Fields(strings.TrimPrefix(strings.Join(s.Command, " "), "-- ")))
+				req, err := s.request(s.args())
 				body, _ := req.MarshalJSON()
 				got.target = fmt.Sprintf("id %q, json %v: %s, %v", s.ID, s.JSON, body, err)
 			}

@@ -67,10 +67,7 @@ directory, plus TEND_ROOT, TEND_RUN_ID and TEND_SESSION. Examples:
 }
 
 func (c *startCmd) Run(e *env) error {
-	args := c.Command
-	if len(args) > 0 && args[0] == "--" {
-		args = args[1:]
-	}
+	args := c.args()
 	if len(args) == 0 {
 		return exitf(exitUsage, "start: no command given (tend start -- CMD [ARG...])")
 	}
@@ -115,6 +112,14 @@ func (c *startCmd) Run(e *env) error {
 		return exitf(exitFailed, "run %s: %s", id, st.Reason)
 	}
 	return nil
+}
+
+// args returns the command's words, without the "--" that may come first.
+func (c *startCmd) args() []string {
+	if len(c.Command) > 0 && c.Command[0] == "--" {
+		return c.Command[1:]
+	}
+	return c.Command
 }
 
 // request builds the start request from the flags; Start checks it.
