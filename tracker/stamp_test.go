@@ -41,7 +41,7 @@ func TestWriteAll(t *testing.T) {
 		states = append(states, &State{ID: id, State: Completed, Rev: 2, CreatedAt: time.Now()})
 	}
 	os.RemoveAll(s.RunDir("b")) // b's directory is gone: only b fails
-	errs := s.WriteAll(states)
+	errs := s.WriteAll(states, nil)
 	for i, st := range states {
 		got, err := s.Read(st.ID)
 		if st.ID == "b" {

@@ -143,17 +143,26 @@ func (s *Store) MakeRunDir(id string) error {
 // store's Durability says: by default a crash or a power loss (the file
 // and its directory are fsynced).
 func (s *Store) Write(st *State) error {
-	return s.WriteAll([]*State{st})[0]
+	return s.WriteAll([]*State{st}, nil)[0]
 }
 
 // WriteAll writes the records of several runs as Write does each, with one
 // round of fsyncs for them all (durable.ReplaceAll): what a storm of runs
 // ending at once costs the disk. errs[i] is states[i]'s error.
-func (s *Store) WriteAll(states []*State) (errs []error) {
+//
+// launches, if not nil, says which records are launches: written while
+// their run's process waits at its gate, before anything it does has
+// happened or been answered. Where the store renames new records early
+// (SetRenameNew), a launch is renamed over its run's last record before
+// its flush too, which then commits its data and its name at once; a
+// power loss before WriteAll returns takes back a change that nothing
+// has acted on.
+func (s *Store) WriteAll(states []*State, launches []bool) (errs []error) {
 	errs = make([]error, len(states))
 	var paths []string
 	var data [][]byte
 	var perms []durable.Perm
+	var early []bool
 	var which []int // the index in states of each path
 	for i, st := range states {
 		b, err := st.encode(s.key)
@@ -163,8 +172,9 @@ func (s *Store) WriteAll(states []*State) (errs []error) {
 		}
 		paths, data, which = append(paths, s.Run(st.ID).State()), append(data, b), append(which, i)
 		perms = append(perms, RunPerm(st.OwnerUID))
+		early = append(early, launches != nil && launches[i])
 	}
-	for j, err := range s.replace(paths, data, perms) {
+	for j, err := range s.replace(paths, data, perms, early) {
 		if err != nil {
 			errs[which[j]] = fmt.Errorf("run %s: %w", states[which[j]].ID, err)
 		}
@@ -207,7 +217,7 @@ const coveredInFlight = 16
 // Durable, they are not written until runs/ is synced too if a run
 // directory was made since it last was (beside the records' own fsyncs:
 // the directory was made before them).
-func (s *Store) replace(paths []string, data [][]byte, perms []durable.Perm) []error {
+func (s *Store) replace(paths []string, data [][]byte, perms []durable.Perm, early []bool) []error {
 	if s.durability == WatcherCrash {
 		errs := make([]error, len(paths))
 		for i := range paths {
@@ -220,12 +230,12 @@ func (s *Store) replace(paths []string, data [][]byte, perms []durable.Perm) []e
 	s.mu.Unlock()
 	record := durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir, RenameNew: s.renameNew}
 	if made == synced {
-		return durable.ReplaceAll(paths, data, perms, record)
+		return durable.ReplaceAll(paths, data, perms, early, record)
 	}
 	var wg sync.WaitGroup
 	var syncErr error
 	wg.Go(func() { syncErr = durable.FlushRunsDir.SyncDir(s.dir) })
-	errs := durable.ReplaceAll(paths, data, perms, record)
+	errs := durable.ReplaceAll(paths, data, perms, early, record)
 	wg.Wait()
 	if syncErr != nil {
 		for i := range errs {

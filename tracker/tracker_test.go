@@ -310,7 +310,7 @@ func TestHelperWriter(t *testing.T) {
 	if err := s.Write(states[0]); err != nil {
 		t.Fatal(err)
 	}
-	for _, err := range s.WriteAll(states) {
+	for _, err := range s.WriteAll(states, nil) {
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sync"
 
@@ -21,9 +22,10 @@ import (
 type batch struct {
 	active bool
 	states []*tracker.State // in the order of their first save in the batch
-	// covered are the states whose one save in the batch is an end or a
-	// stop that the history covers (see coverable).
-	covered map[*tracker.State]bool
+	// kinds holds the kind of the states whose one save in the batch is
+	// not of kind changed: an end or a stop that the history covers (see
+	// coverable), or a launch (see launchRecord).
+	kinds   map[*tracker.State]saveKind
 	events  []tracker.Event
 	effects []effect
 	gates   int // how many of effects are gates: they come first
@@ -113,20 +115,23 @@ func (w *watcher) runEffect(e effect) {
 	e.do()
 }
 
-// hold takes a save into the batch; covered says it is an end or a stop
-// that the history may cover, if it is the run's only save in the batch.
-func (w *watcher) hold(st *tracker.State, events []tracker.Event, covered bool) {
+// hold takes a save of the given kind into the batch; the kind holds if
+// it is the run's only save in the batch, or if all its saves there are
+// launches (its record before the fork, and with its PID).
+func (w *watcher) hold(st *tracker.State, events []tracker.Event, kind saveKind) {
 	w.batch.events = append(w.batch.events, events...)
 	if slices.Contains(w.batch.states, st) {
-		delete(w.batch.covered, st) // its record holds another change too
+		if kind != launched || w.batch.kinds[st] != launched {
+			delete(w.batch.kinds, st) // its record holds another change too
+		}
 		return
 	}
 	w.batch.states = append(w.batch.states, st)
-	if covered {
-		if w.batch.covered == nil {
-			w.batch.covered = make(map[*tracker.State]bool)
+	if kind != changed {
+		if w.batch.kinds == nil {
+			w.batch.kinds = make(map[*tracker.State]saveKind)
 		}
-		w.batch.covered[st] = true
+		w.batch.kinds[st] = kind
 	}
 }
 
@@ -144,9 +149,11 @@ func (w *watcher) flush() {
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
 	if !w.appendHistory(b.events) {
-		b.covered = nil // their lines are not in the history, to be synced
+		maps.DeleteFunc(b.kinds, func(_ *tracker.State, k saveKind) bool {
+			return k == covered // their lines are not in the history, to be synced
+		})
 	}
-	for i, err := range w.writeRecords(b.states, b.covered) {
+	for i, err := range w.writeRecords(b.states, b.kinds) {
 		w.recorded(b.states[i], err)
 	}
 	w.retryUnsaved()
@@ -214,22 +221,27 @@ func (w *watcher) appendHistory(events []tracker.Event) bool {
 // again once its run is deleted. So are the requests queued runs left
 // there (keep).
 //
-// The records of the ends and stops in covered (see coverable), whose
+// The records of the ends and stops of kind covered (see coverable), whose
 // lines the history has, are written once it is synced, with no flush of
 // their own (Store.WriteCovered): a client that reads one finds its
 // change in the synced history after a power loss, where recovery takes
-// it from (recoverCovered).
-func (w *watcher) writeRecords(states []*tracker.State, covered map[*tracker.State]bool) []error {
-	if w.settings.Durability == tracker.WatcherCrash || !w.histUnsynced && !w.spoolUnsynced && len(covered) == 0 {
-		return w.store.WriteAll(states)
+// it from (recoverCovered). Those of kind launched are renamed in before
+// their flush (see launchRecord).
+func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State]saveKind) []error {
+	if w.settings.Durability == tracker.WatcherCrash {
+		return w.store.WriteAll(states, nil)
 	}
 	var rest, ends []*tracker.State
+	var launches []bool // of rest
 	for _, st := range states {
-		if covered[st] {
+		if kinds[st] == covered {
 			ends = append(ends, st)
 		} else {
-			rest = append(rest, st)
+			rest, launches = append(rest, st), append(launches, kinds[st] == launched)
 		}
+	}
+	if !w.histUnsynced && !w.spoolUnsynced && len(ends) == 0 {
+		return w.store.WriteAll(rest, launches)
 	}
 	var wg sync.WaitGroup
 	var histErr, spoolErr error
@@ -257,17 +269,17 @@ func (w *watcher) writeRecords(states []*tracker.State, covered map[*tracker.Sta
 		})
 	}
 	w.unkept = nil
-	restErrs := w.store.WriteAll(rest)
+	restErrs := w.store.WriteAll(rest, launches)
 	wg.Wait()
 	if histSync {
 		w.historySynced(histErr)
 	}
 	if histErr != nil {
-		endErrs = w.store.WriteAll(ends) // as if not covered
+		endErrs = w.store.WriteAll(ends, nil) // as if not covered
 	}
 	errs := make([]error, 0, len(states))
 	for _, st := range states {
-		if covered[st] {
+		if kinds[st] == covered {
 			errs, endErrs = append(errs, endErrs[0]), endErrs[1:]
 		} else {
 			errs, restErrs = append(errs, restErrs[0]), restErrs[1:]

@@ -289,7 +289,7 @@ func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *in
 	change.Time = time.Now()
 	tracker.ApplyChange(st, change)
 	markDone(st, n)
-	w.saveChange(st, change, false)
+	w.saveChange(st, change, changed)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
 }
 

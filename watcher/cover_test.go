@@ -34,8 +34,30 @@ func TestCoverable(t *testing.T) {
 		if tc.behind {
 			w.unsaved.states[tc.st.ID] = tc.st
 		}
-		if got := w.coverable(tc.st); got != tc.want {
+		if got := w.coverable(tc.st) == covered; got != tc.want {
 			t.Errorf("%s: coverable = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestLaunchRecord: a run's launch record is renamed in before its flush
+// only where the file system orders new data before names, with
+// durability power_loss.
+func TestLaunchRecord(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		ordersData bool
+		durability tracker.Durability
+		want       saveKind
+	}{
+		{"on ext4", true, tracker.PowerLoss, launched},
+		{"elsewhere", false, tracker.PowerLoss, changed},
+		{"watcher_crash", true, tracker.WatcherCrash, changed},
+	} {
+		w := &watcher{ordersData: tc.ordersData}
+		w.settings.Durability = tc.durability
+		if got := w.launchRecord(); got != tc.want {
+			t.Errorf("%s: launchRecord = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -258,7 +258,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	w.forget(n.String())
 	w.updateQueued(q, claimed, req)
 	q.st.State, q.st.Reason = tracker.Starting, ""
-	w.save(q.st)
+	w.saveChange(q.st, tracker.Event{}, w.launchRecord())
 	w.launch(q.st, q.req.Env)
 	return true
 }

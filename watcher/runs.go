@@ -130,7 +130,7 @@ func (w *watcher) spawned(sp *spawn) {
 	if ps, err := procfs.ReadStat(h.PID()); err == nil {
 		st.ProcStart = ps.StartTime
 	}
-	w.save(st)
+	w.saveChange(st, tracker.Event{}, w.launchRecord())
 	// Watched before it writes, so that the order of its output is seen
 	// from its first byte.
 	w.watchRunDir(r)
@@ -583,7 +583,11 @@ func (w *watcher) stop(r *run, cause tracker.StopCause, reason string, grace tim
 	r.killAt = killAt
 	// A stop to start the run again is synced: its record may hold more
 	// than the stop (a failed health check's status).
-	w.saveChange(r.st, tracker.Event{}, cause != tracker.CauseRestart && w.coverable(r.st))
+	kind := changed
+	if cause != tracker.CauseRestart {
+		kind = w.coverable(r.st)
+	}
+	w.saveChange(r.st, tracker.Event{}, kind)
 	r.termSent = true
 	r.timers = append(r.timers, w.after(grace, func() { w.killGroup(r) }))
 	// Runs stopped together in a batch get SIGTERM once all their stopping

@@ -704,13 +704,23 @@ func (w *watcher) guard(st *tracker.State) bool {
 // save records a change of st: rev grows, the change is appended to the
 // history, then state.json is replaced. History first, so that whoever sees
 // a state in state.json finds its event in history.jsonl.
-func (w *watcher) save(st *tracker.State) { w.saveChange(st, tracker.Event{}, false) }
+func (w *watcher) save(st *tracker.State) { w.saveChange(st, tracker.Event{}, changed) }
+
+// A saveKind says what a save is, for how its record may be written (see
+// writeRecords).
+type saveKind int
+
+const (
+	changed  saveKind = iota // synced, then renamed in
+	covered                  // an end or a stop that the history covers (coverable)
+	launched                 // its run's process waits at its gate (launchRecord)
+)
 
 // saveChange is save, with what a label or note request changed (its
 // Labels and Note) on the change's history event.
-func (w *watcher) saveChange(st *tracker.State, change tracker.Event, covered bool) {
-	if !w.guard(st) {
-		covered = false // the file on disk is not the record before the change
+func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveKind) {
+	if !w.guard(st) && kind == covered {
+		kind = changed // the file on disk is not the record before the change
 	}
 	st.Rev++
 	ev := tracker.EventOf(st, time.Now())
@@ -729,14 +739,13 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, covered bo
 		w.startSoon() // once what it waits for is recorded
 	}
 	if w.batch.active {
-		w.hold(st, events, covered)
+		w.hold(st, events, kind)
 		return
 	}
-	var ends map[*tracker.State]bool
-	if w.appendHistory(events) && covered {
-		ends = map[*tracker.State]bool{st: true}
+	if !w.appendHistory(events) && kind == covered {
+		kind = changed // its line is not in the history, to be synced
 	}
-	w.recorded(st, w.writeRecords([]*tracker.State{st}, ends)[0])
+	w.recorded(st, w.writeRecords([]*tracker.State{st}, map[*tracker.State]saveKind{st: kind})[0])
 	w.retryUnsaved()
 }
 
@@ -744,9 +753,25 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, covered bo
 // without a flush of its own where it may be (coverable).
 func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{}, w.coverable(st)) }
 
-// coverable reports whether the next change of run st, an end or a stop
+// launchRecord is the kind of the save that records run st running (or
+// starting) as its process waits at its gate: nothing the run does has
+// happened, and nothing about it has been answered, until the record is
+// durable. So where the file system orders new data before names, it is
+// renamed over the run's last record before its flush, and one journal
+// commit makes its data and its name durable where a sync, a rename and
+// its directory's sync take two (tracker.Store.WriteAll); a power loss
+// before that commit takes back a change nothing has acted on, as it
+// would a run's first record (durable.Durable.RenameNew).
+func (w *watcher) launchRecord() saveKind {
+	if w.ordersData && w.settings.Durability == tracker.PowerLoss {
+		return launched
+	}
+	return changed
+}
+
+// coverable says whether the next change of run st, an end or a stop
 // that cancels or times it out, may be written without a flush of its
-// record: where the file system orders new data before names, once the
+// record (covered, else changed): where the file system orders new data before names, once the
 // history line of the change is synced, if the change is the only one of
 // the run that the record holds (its earlier record on disk, with that
 // line, then says all it does: see tracker.ApplyCovered). A batch of ends
@@ -759,9 +784,14 @@ func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{},
 // its record's health status as they come, without a save of their own
 // (see checked), and ride along with the next record written, which the
 // change's line does not say.
-func (w *watcher) coverable(st *tracker.State) bool {
-	_, behind := w.unsaved.states[st.ID]
-	return w.ordersData && w.settings.Durability == tracker.PowerLoss && !behind && st.Health == nil
+func (w *watcher) coverable(st *tracker.State) saveKind {
+	if _, behind := w.unsaved.states[st.ID]; behind || st.Health != nil {
+		return changed
+	}
+	if w.ordersData && w.settings.Durability == tracker.PowerLoss {
+		return covered
+	}
+	return changed
 }
 
 // stamp notes the stamp of the state.json just written for st, while the

@@ -95,7 +95,7 @@ func groupFloor(dir string, records int) (parallel, syncfs time.Duration) {
 	var par, fs []time.Duration
 	for range 20 {
 		start := time.Now()
-		for _, err := range durable.ReplaceAll(paths, data, perms, record) {
+		for _, err := range durable.ReplaceAll(paths, data, perms, nil, record) {
 			check(err)
 		}
 		par = append(par, time.Since(start))

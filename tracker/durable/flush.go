@@ -131,5 +131,13 @@ type Durable struct {
 	// allocated by the write-back started before the rename) before its
 	// name: set it only where one does (procfs.OrdersNewData), or for
 	// files whose readers take an unreadable one for a missing one.
+	//
+	// ReplaceAll renames a file over one that exists early too if asked
+	// to (its early): a journaled ext4 in data=ordered also writes the
+	// blocks of a file renamed over another before the commit that
+	// renames it (its auto_da_alloc), and the rename, which changes the
+	// file's inode, is in the transaction its fsync commits. A crash
+	// before then leaves the old file or the new one whole; which, a
+	// reader cannot know until ReplaceAll returns.
 	RenameNew bool
 }

@@ -24,7 +24,7 @@ import (
 // system calls, where os.File registers every file with the runtime's
 // poller (four fcntl and an epoll_ctl a file).
 func Replace(path string, data []byte, perm Perm, d Durable) error {
-	return ReplaceAll([]string{path}, [][]byte{data}, []Perm{perm}, d)[0]
+	return ReplaceAll([]string{path}, [][]byte{data}, []Perm{perm}, nil, d)[0]
 }
 
 // A Perm says who may read a file tend writes. Mode, if not zero, is its
@@ -86,10 +86,12 @@ func replaceUnsynced(path string, data []byte, perm Perm, startWriteBack bool) e
 // disk serves several nearly as fast as one), the files' as d.File and the
 // directories' as d.Dir. With d.RenameNew, a file whose path does not
 // exist yet is renamed in as soon as it is written (renameat2's
-// RENAME_NOREPLACE decides it, atomically), and synced after. errs[i] is
-// paths[i]'s error; a file whose error is nil is replaced and durable.
-// perms, if not nil, holds each file's Perm.
-func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []error) {
+// RENAME_NOREPLACE decides it, atomically), and synced after; so is a
+// file over one that exists if early[i] says so (see Durable.RenameNew).
+// errs[i] is paths[i]'s error; a file whose error is nil is replaced and
+// durable. perms, if not nil, holds each file's Perm; early, if not nil,
+// which files may replace theirs early.
+func ReplaceAll(paths []string, data [][]byte, perms []Perm, early []bool, d Durable) (errs []error) {
 	errs = make([]error, len(paths))
 	fds := make([]int, len(paths))
 	tmps := make([]string, len(paths))
@@ -125,7 +127,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 				continue
 			}
 		}
-		if d.RenameNew && unix.Renameat2(unix.AT_FDCWD, tmps[i], unix.AT_FDCWD, path, unix.RENAME_NOREPLACE) == nil {
+		if d.RenameNew && renameEarly(tmps[i], path, early != nil && early[i]) {
 			tmps[i] = ""
 		}
 	}
@@ -161,6 +163,15 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, d Durable) (errs []
 		}
 	}
 	return errs
+}
+
+// renameEarly renames tmp to path before tmp is synced, if path does not
+// exist yet or over is set, and reports whether it did.
+func renameEarly(tmp, path string, over bool) bool {
+	if over {
+		return unix.Rename(tmp, path) == nil
+	}
+	return unix.Renameat2(unix.AT_FDCWD, tmp, unix.AT_FDCWD, path, unix.RENAME_NOREPLACE) == nil
 }
 
 // StartWriteBack starts writing fd's data, before it is synced: a

@@ -94,7 +94,16 @@ func TestReadUpTo(t *testing.T) {
 // directories, keeps a replaced file's mode, names the file it could not
 // write, and leaves no temporary file; with RenameNew as without.
 func TestReplaceAll(t *testing.T) {
-	for _, d := range []Durable{testDurable, {File: FlushRecord, Dir: FlushRecordDir, RenameNew: true}} {
+	renameNew := Durable{File: FlushRecord, Dir: FlushRecordDir, RenameNew: true}
+	for _, tc := range []struct {
+		d     Durable
+		early []bool
+	}{
+		{testDurable, nil},
+		{renameNew, nil},
+		{renameNew, []bool{true, true, true, false}}, // b/f replaced early
+	} {
+		d := tc.d
 		dir := t.TempDir()
 		for _, d := range []string{"a", "b"} {
 			os.Mkdir(filepath.Join(dir, d), 0o755)
@@ -106,7 +115,7 @@ func TestReplaceAll(t *testing.T) {
 			filepath.Join(dir, "missing", "f"),
 			filepath.Join(dir, "a", "g"),
 		}
-		errs := ReplaceAll(paths, [][]byte{[]byte("1\n"), []byte("2\n"), []byte("3\n"), []byte("4\n")}, nil, d)
+		errs := ReplaceAll(paths, [][]byte{[]byte("1\n"), []byte("2\n"), []byte("3\n"), []byte("4\n")}, nil, tc.early, d)
 		for i, want := range []string{"1\n", "2\n", "", "4\n"} {
 			b, err := os.ReadFile(paths[i])
 			if want == "" {
