@@ -33,6 +33,8 @@ import (
 //     record the keeper writes;
 //   - a run whose process passed no gate (no runs/ID/started) never ran,
 //     and is started now;
+//   - but a run that never ran and waits for others waits again (see
+//     waitAgain): how they ended is decided anew;
 //   - a run whose process is gone without a record is recorded failed, as
 //     lost: only the loss of the keeper too can cause that;
 //   - a run whose end or stop is in the history and not in its record (a
@@ -151,6 +153,12 @@ func (w *watcher) recoverClaimed(id string) {
 		return
 	}
 	st := w.newRun(id, int(fi.Uid), req)
+	if len(st.After) > 0 {
+		st.NotBefore = nil // its time had come: it was claimed to start
+		w.waitAgain(st, "it was claimed but not started")
+		w.accepted(n)
+		return
+	}
 	w.log.Printf("recover: run %s was claimed but not started: starting it", id)
 	w.save(st)
 	w.launch(st, req.Env)
@@ -334,6 +342,10 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 		w.answerStop(st, string(st.State))
 		return
 	}
+	if len(st.After) > 0 {
+		w.waitAgain(st, why)
+		return
+	}
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
 	b, _, err := w.readRequest(st.ID)
 	req, perr := spool.ParseStart(b)
@@ -349,6 +361,28 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 	st.State, st.Reason = tracker.Starting, ""
 	w.save(st)
 	w.launch(st, req.Env)
+}
+
+// waitAgain queues run st again, which never ran and waits for other
+// runs: they had ended as it asked when it was started (or its request
+// claimed to start it), but they may be recovered as having ended
+// otherwise. A power loss can keep st's record of its start (written and
+// synced with the end it waited for, not after it) and take back that
+// end, written without a flush of its record once its history line was
+// synced in the same round (see coverable): the run it waited to
+// complete is then recovered as lost, and st must not start. Its claimed
+// request goes back to the spool, where a queued run's is; one there
+// already under its name is its request now, as an edit would be.
+func (w *watcher) waitAgain(st *tracker.State, why string) {
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	err := unix.Renameat2(unix.AT_FDCWD, w.store.Run(st.ID).Request(), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE)
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		w.log.Printf("recover: run %s: putting its claimed request back in the spool: %v", st.ID, err)
+	}
+	st.State, st.Reason = tracker.Queued, waitReason(st)
+	w.save(st)
+	w.log.Printf("recover: run %s never ran (%s): it waits again (%s)", st.ID, why, st.Reason)
+	w.recoverQueued(st)
 }
 
 // sweepExitRecords removes the exit records that no run needs: those of
