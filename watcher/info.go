@@ -10,8 +10,10 @@ import (
 	"github.com/tendhq/tend/tracker/durable"
 )
 
-// writeInfo writes watcher.json and watcher.pid (the PID alone, for
-// shells), each replaced atomically, not synced: after a power loss no
+// writeInfo writes watcher.pid (the PID alone, for shells), then
+// watcher.json, each replaced atomically, not synced: one who finds a new
+// watcher in watcher.json finds its PID in watcher.pid too (a watcher
+// that becomes the keeper leaves its own there). After a power loss no
 // watcher runs, whatever they say, and a reader checks the lock, so a
 // stale, old or empty one after a power loss is harmless (the power-loss
 // trial showed nothing lost without their fsyncs).
@@ -20,11 +22,11 @@ func (w *watcher) writeInfo() error {
 		Durability: w.settings.Durability, MaxRunning: w.settings.MaxRunning, MaxPerSession: w.settings.MaxPerSession,
 		ConfigProblem: w.configProblem}
 	b, _ := json.MarshalIndent(info, "", "  ")
-	if err := durable.ReplaceUnsynced(w.root().WatcherInfo(), append(b, '\n'), durable.Perm{Mode: 0o644}); err != nil {
-		return fmt.Errorf("%s: %w", w.root().WatcherInfo(), err)
-	}
 	if err := durable.ReplaceUnsynced(w.root().WatcherPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), durable.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherPID(), err)
+	}
+	if err := durable.ReplaceUnsynced(w.root().WatcherInfo(), append(b, '\n'), durable.Perm{Mode: 0o644}); err != nil {
+		return fmt.Errorf("%s: %w", w.root().WatcherInfo(), err)
 	}
 	return nil
 }
