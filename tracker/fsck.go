@@ -192,7 +192,13 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	if !found {
 		problems = append(problems, Problem{path, fmt.Sprintf("rev %d (%s) has no event in the history", st.Rev, st.State)})
 	}
-	if (st.State == Running || st.State == Stopping) && st.PID > 0 && alive != nil && !alive(st.PID, st.ProcStart) {
+	if changes := CoveredAfter(st, events); len(changes) > 0 {
+		var said []string
+		for _, ev := range changes {
+			said = append(said, fmt.Sprintf("%s, rev %d", ev.State, ev.Rev))
+		}
+		problems = append(problems, Problem{path, fmt.Sprintf("its record lacks the changes after rev %d that the history has (%s): a power loss took back a record written without a flush; a watcher records them when it starts", st.Rev, strings.Join(said, "; "))})
+	} else if (st.State == Running || st.State == Stopping) && st.PID > 0 && alive != nil && !alive(st.PID, st.ProcStart) {
 		problems = append(problems, Problem{path, fmt.Sprintf("recorded %s, but its process (pid %d) is gone; a watcher records its end when it starts", st.State, st.PID)})
 	}
 	if _, err := os.Stat(path + ".edited"); err == nil {
