@@ -351,6 +351,10 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		return
 	}
 	if _, err := os.Stat(w.store.Run(st.ID).Request()); err == nil {
+		if w.hasStarted(st.ID) {
+			w.ranUnrecorded(st)
+			return
+		}
 		w.neverRan(st, "it was leaving the queue when the watcher stopped")
 		return
 	}

@@ -153,6 +153,11 @@ func (w *watcher) recoverClaimed(id string) {
 		return
 	}
 	st := w.newRun(id, int(fi.Uid), req)
+	if w.hasStarted(id) {
+		w.ranUnrecorded(st)
+		w.accepted(n)
+		return
+	}
 	if len(st.After) > 0 {
 		st.NotBefore = nil // its time had come: it was claimed to start
 		w.waitAgain(st, "it was claimed but not started")
@@ -228,6 +233,10 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		w.outcome(n, spool.Accepted, "")
 	}
 	if st.PID == 0 || st.ProcStart == 0 {
+		if w.hasStarted(st.ID) {
+			w.ranUnrecorded(st)
+			return
+		}
 		w.neverRan(st, "the watcher stopped before its process passed the start gate")
 		return
 	}
@@ -361,6 +370,21 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 	st.State, st.Reason = tracker.Starting, ""
 	w.save(st)
 	w.launch(st, req.Env)
+}
+
+// ranUnrecorded records run st as lost: its process passed its gate, so
+// its command ran, but the record of its start did not survive (it is
+// written, and synced, before the gate opens: so only a power loss with
+// durability watcher_crash, or a file system that broke its order, can
+// leave this). Started again, it would run twice.
+func (w *watcher) ranUnrecorded(st *tracker.State) {
+	now := time.Now()
+	st.PID, st.PGID, st.ProcStart = 0, 0, 0
+	st.State, st.EndedAt = tracker.Failed, &now
+	st.Reason = "lost: its process passed its start gate, but the record of its start did not survive; exit status unknown"
+	w.save(st)
+	w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
+	w.answerStop(st, st.Reason)
 }
 
 // waitAgain queues run st again, which never ran and waits for other
