@@ -42,21 +42,26 @@ func TestCoverable(t *testing.T) {
 
 // TestLaunchRecord: a run's launch record is renamed in before its flush
 // only where the file system orders new data before names, with
-// durability power_loss.
+// durability power_loss, and only for its first attempt.
 func TestLaunchRecord(t *testing.T) {
+	first := &tracker.State{Attempt: 1}
 	for _, tc := range []struct {
 		name       string
 		ordersData bool
 		durability tracker.Durability
+		st         *tracker.State
 		want       saveKind
 	}{
-		{"on ext4", true, tracker.PowerLoss, launched},
-		{"elsewhere", false, tracker.PowerLoss, changed},
-		{"watcher_crash", true, tracker.WatcherCrash, changed},
+		{"on ext4", true, tracker.PowerLoss, first, launched},
+		{"queued, on ext4", true, tracker.PowerLoss, &tracker.State{}, launched},
+		{"elsewhere", false, tracker.PowerLoss, first, changed},
+		{"watcher_crash", true, tracker.WatcherCrash, first, changed},
+		{"a second attempt", true, tracker.PowerLoss, &tracker.State{Attempt: 2}, changed},
+		{"a restart", true, tracker.PowerLoss, &tracker.State{Attempt: 1, Restarts: 1}, changed},
 	} {
 		w := &watcher{ordersData: tc.ordersData}
 		w.settings.Durability = tc.durability
-		if got := w.launchRecord(); got != tc.want {
+		if got := w.launchRecord(tc.st); got != tc.want {
 			t.Errorf("%s: launchRecord = %v, want %v", tc.name, got, tc.want)
 		}
 	}

@@ -454,6 +454,10 @@ func (w *watcher) resolved(j *job, found []cluster.Job) {
 			w.finishJob(j, nil, x.Exit, x.NotStarted)
 			return
 		}
+		if len(st.After) > 0 && st.Restarts == 0 && w.waitFailed(st) {
+			w.endJob(j) // see startUnlessWaitFailed: what it waited for is recovered as ended otherwise
+			return
+		}
 		w.log.Printf("recover: run %s: no job is named %s: it was never submitted; submitting it", st.ID, st.Job.Tag)
 		b, _, err := w.readRequest(st.ID)
 		req, perr := spool.ParseStart(b)

@@ -257,8 +257,14 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	}
 	w.forget(n.String())
 	w.updateQueued(q, claimed, req)
+	kind := changed
+	if q.st.Rev == 1 {
+		// Its record on disk is the one its request made, changed since
+		// by no label or note: see launchRecord.
+		kind = w.launchRecord(q.st)
+	}
 	q.st.State, q.st.Reason = tracker.Starting, ""
-	w.saveChange(q.st, tracker.Event{}, w.launchRecord())
+	w.saveChange(q.st, tracker.Event{}, kind)
 	w.launch(q.st, q.req.Env)
 	return true
 }

@@ -33,8 +33,8 @@ import (
 //     record the keeper writes;
 //   - a run whose process passed no gate (no runs/ID/started) never ran,
 //     and is started now;
-//   - but a run that never ran and waits for others waits again (see
-//     waitAgain): how they ended is decided anew;
+//   - but a run that never ran and waited for others is not started if
+//     they are recovered as having ended otherwise (startUnlessWaitFailed);
 //   - a run whose process is gone without a record is recorded failed, as
 //     lost: only the loss of the keeper too can cause that;
 //   - a run whose end or stop is in the history and not in its record (a
@@ -67,6 +67,8 @@ func (w *watcher) recoverRuns() error {
 			open[e.Name()] = true
 		}
 	}
+	w.recovering = true
+	defer func() { w.recovering = false }()
 	recent, err := tracker.RecentEvents(w.cfg.Root, open)
 	if err != nil {
 		return fmt.Errorf("recover: reading the history for ends and stops the records lack: %w", err)
@@ -97,6 +99,13 @@ func (w *watcher) recoverRuns() error {
 			w.scheduleBackoff(st)
 		case !tracker.Final(st.State):
 			w.recoverLive(st)
+		}
+	}
+	undecided := w.undecided
+	w.recovering, w.undecided = false, nil
+	for _, u := range undecided {
+		if !w.waitFailed(u.st) {
+			u.start()
 		}
 	}
 	slices.SortStableFunc(w.queue, func(a, b *queuedRun) int { return a.st.CreatedAt.Compare(b.st.CreatedAt) })
@@ -158,15 +167,11 @@ func (w *watcher) recoverClaimed(id string) {
 		w.accepted(n)
 		return
 	}
-	if len(st.After) > 0 {
-		st.NotBefore = nil // its time had come: it was claimed to start
-		w.waitAgain(st, "it was claimed but not started")
-		w.accepted(n)
-		return
-	}
-	w.log.Printf("recover: run %s was claimed but not started: starting it", id)
-	w.save(st)
-	w.launch(st, req.Env)
+	w.startUnlessWaitFailed(st, func() {
+		w.log.Printf("recover: run %s was claimed but not started: starting it", id)
+		w.save(st)
+		w.launch(st, req.Env)
+	})
 	w.accepted(n)
 }
 
@@ -351,10 +356,11 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 		w.answerStop(st, string(st.State))
 		return
 	}
-	if len(st.After) > 0 {
-		w.waitAgain(st, why)
-		return
-	}
+	w.startUnlessWaitFailed(st, func() { w.startNeverRan(st, why) })
+}
+
+// startNeverRan starts run st, which never ran, from its claimed request.
+func (w *watcher) startNeverRan(st *tracker.State, why string) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
 	b, _, err := w.readRequest(st.ID)
 	req, perr := spool.ParseStart(b)
@@ -387,26 +393,54 @@ func (w *watcher) ranUnrecorded(st *tracker.State) {
 	w.answerStop(st, st.Reason)
 }
 
-// waitAgain queues run st again, which never ran and waits for other
-// runs: they had ended as it asked when it was started (or its request
-// claimed to start it), but they may be recovered as having ended
-// otherwise. A power loss can keep st's record of its start (written and
-// synced with the end it waited for, not after it) and take back that
-// end, written without a flush of its record once its history line was
-// synced in the same round (see coverable): the run it waited to
-// complete is then recovered as lost, and st must not start. Its claimed
-// request goes back to the spool, where a queued run's is; one there
-// already under its name is its request now, as an edit would be.
-func (w *watcher) waitAgain(st *tracker.State, why string) {
-	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
-	err := unix.Renameat2(unix.AT_FDCWD, w.store.Run(st.ID).Request(), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE)
-	if err != nil && !errors.Is(err, unix.EEXIST) {
-		w.log.Printf("recover: run %s: putting its claimed request back in the spool: %v", st.ID, err)
+// startUnlessWaitFailed calls start for run st, which never ran, unless
+// st waited for other runs to start (its first attempt: a restart does
+// not wait) and they are now recovered as having ended otherwise: then st
+// ends canceled, never started. They had ended as it asked when it was
+// started (or its request claimed to start it), but a power loss can keep
+// st's record of that start, synced with the end it waited for and not
+// after it, and take back that end, written without a flush of its
+// record once its history line was synced in the same round (see
+// coverable): the run it waited to complete is then recovered as lost.
+// While runs are being recovered, the decision waits until all are
+// (recoverRuns), so that each is looked at as recovered.
+func (w *watcher) startUnlessWaitFailed(st *tracker.State, start func()) {
+	if len(st.After) == 0 || st.Restarts > 0 {
+		start()
+		return
 	}
-	st.State, st.Reason = tracker.Queued, waitReason(st)
+	if w.recovering {
+		w.undecided = append(w.undecided, undecidedStart{st, start})
+		return
+	}
+	if !w.waitFailed(st) {
+		start()
+	}
+}
+
+// An undecidedStart is a run that never ran, waited for others, and is
+// started once every run is recovered, if what it waited for still holds.
+type undecidedStart struct {
+	st    *tracker.State
+	start func()
+}
+
+// waitFailed ends run st canceled, never started, if a condition it waits
+// for can no longer hold, and reports whether it did. One that does not
+// hold yet is no reason not to start (the runs it waited for had ended
+// as it asked; only a run it waits to be ready can be found not ready
+// yet, adopted as it is rechecked).
+func (w *watcher) waitFailed(st *tracker.State) bool {
+	now := time.Now()
+	_, never := w.conditions(st, now)
+	if never == "" {
+		return false
+	}
+	st.PID, st.PGID, st.ProcStart, st.StartedAt, st.Attempt = 0, 0, 0, nil, 0
+	st.State, st.EndedAt, st.Reason = tracker.Canceled, &now, never+"; it never started"
 	w.save(st)
-	w.log.Printf("recover: run %s never ran (%s): it waits again (%s)", st.ID, why, st.Reason)
-	w.recoverQueued(st)
+	w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
+	return true
 }
 
 // sweepExitRecords removes the exit records that no run needs: those of

@@ -392,6 +392,11 @@ type watcher struct {
 	// keeper of the root holds a pidfd, as recovery found them (see
 	// keeperHolds).
 	heldByKeepers map[string]bool
+	// recovering is set while recoverRuns looks at each run; undecided
+	// are the starts it leaves until every run is recovered (see
+	// startUnlessWaitFailed).
+	recovering bool
+	undecided  []undecidedStart
 	// fromKeeper are the handles of Config.Held not yet used, by exit
 	// record name; recovery uses them and closes the rest.
 	fromKeeper map[string]*procfs.Handle
@@ -753,17 +758,23 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveK
 // without a flush of its own where it may be (coverable).
 func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{}, w.coverable(st)) }
 
-// launchRecord is the kind of the save that records run st running (or
-// starting) as its process waits at its gate: nothing the run does has
-// happened, and nothing about it has been answered, until the record is
-// durable. So where the file system orders new data before names, it is
-// renamed over the run's last record before its flush, and one journal
-// commit makes its data and its name durable where a sync, a rename and
-// its directory's sync take two (tracker.Store.WriteAll); a power loss
-// before that commit takes back a change nothing has acted on, as it
-// would a run's first record (durable.Durable.RenameNew).
-func (w *watcher) launchRecord() saveKind {
-	if w.ordersData && w.settings.Durability == tracker.PowerLoss {
+// launchRecord is the kind of the save that records run st starting (or
+// running, as its process waits at its gate) for its first attempt:
+// nothing the run does has happened, and nothing about it has been
+// answered, until the record is durable. So where the file system orders
+// new data before names, it is renamed over the run's last record before
+// its flush, and one journal commit makes its data and its name durable
+// where a sync, a rename and its directory's sync take two
+// (tracker.Store.WriteAll); a power loss before that commit takes back a
+// change nothing has acted on, as it would a run's first record
+// (durable.Durable.RenameNew). Only a first attempt's, over a record
+// that holds no more than its request (none, or a queued run's record as
+// it was taken: see startQueued): should a file system keep such a name
+// without its data after all, recovery takes the torn record for none
+// and makes the run anew from its claimed request (recoverTorn), which
+// loses nothing an answer said. A restart's would lose its attempts.
+func (w *watcher) launchRecord(st *tracker.State) saveKind {
+	if w.ordersData && w.settings.Durability == tracker.PowerLoss && st.Restarts == 0 && st.Attempt <= 1 {
 		return launched
 	}
 	return changed
