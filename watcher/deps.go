@@ -190,6 +190,7 @@ func (w *watcher) settleWaits(now time.Time) bool {
 			}
 			waits, never := w.conditions(q.st, now)
 			if never != "" {
+				w.keepRequest(q)
 				w.endQueued(q, tracker.Canceled, never+"; it never started")
 				ended, again = true, true
 				continue

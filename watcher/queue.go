@@ -279,6 +279,28 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 	w.answer(n, spool.Canceled, "")
 }
 
+// keepRequest moves queued run q's request from the spool into its run
+// directory, as the run's, when the run ends without starting: left in
+// the spool, it would be a start request for a run that exists, held
+// back meanwhile (control requests for the run wait for it: see
+// startWaiting) and rejected by the next watcher over its answer
+// accepted. One that is not its owner's, or not a request at all, is
+// left for examine to reject.
+func (w *watcher) keepRequest(q *queuedRun) {
+	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
+	f, err := w.spool.Read(n.String())
+	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
+		return
+	}
+	_, err = w.spool.Claim(f, w.store.Run(n.ID).Request())
+	w.claimed(err)
+	if err != nil {
+		w.log.Printf("run %s: keeping its request: %v", n.ID, err)
+		return
+	}
+	w.forget(n.String())
+}
+
 // endQueued records queued run q ended in state, without starting it.
 func (w *watcher) endQueued(q *queuedRun, state tracker.StateName, reason string) {
 	w.removeQueued(q)
