@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -325,6 +326,25 @@ func TestConcerns(t *testing.T) {
 		ev := fsnotify.Event{Name: filepath.Join(root, tc.name), Op: tc.op}
 		if got := w.concerns(ev); got != tc.want {
 			t.Errorf("concerns(%s %s) = %v, want %v", tc.op, tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestRelabel: an edit of a queued run's request changes the labels the
+// request names, and keeps those label requests set.
+func TestRelabel(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		labels, was, now map[string]string
+		want             map[string]string
+	}{
+		{"unchanged", map[string]string{"a": "1", "b": "2"}, map[string]string{"a": "1"}, map[string]string{"a": "1"}, map[string]string{"a": "1", "b": "2"}},
+		{"changed", map[string]string{"a": "1", "b": "2"}, map[string]string{"a": "1"}, map[string]string{"a": "3"}, map[string]string{"a": "3", "b": "2"}},
+		{"removed", map[string]string{"a": "1", "b": "2"}, map[string]string{"a": "1"}, nil, map[string]string{"b": "2"}},
+		{"added", nil, nil, map[string]string{"c": "4"}, map[string]string{"c": "4"}},
+	} {
+		if got := relabel(tc.labels, tc.was, tc.now); !maps.Equal(got, tc.want) {
+			t.Errorf("%s: relabel = %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -144,7 +145,7 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	q.ino = f.Ino
 	next := w.newRun(q.st.ID, f.UID, req)
 	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
-		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && fmt.Sprint(next.Labels) == fmt.Sprint(q.st.Labels) &&
+		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && maps.Equal(req.Labels, q.req.Labels) &&
 		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) && reflect.DeepEqual(next.Slurm, q.st.Slurm) {
 		return false
 	}
@@ -157,7 +158,8 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	if isJob(st) {
 		w.jobs.queued--
 	}
-	st.Command, st.Cwd, st.Session, st.Labels, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Labels, next.Timeout, next.Grace
+	st.Command, st.Cwd, st.Session, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Timeout, next.Grace
+	st.Labels = relabel(st.Labels, old.Labels, req.Labels)
 	if st.Slurm = next.Slurm; isJob(st) {
 		w.jobs.queued++
 	}
@@ -389,6 +391,26 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 	q := &queuedRun{st: st}
 	w.addQueued(q)
 	w.queuedRequestRemoved(q)
+}
+
+// relabel returns a queued run's labels once its request's labels went
+// from was to now: those the request set or removed are as it says now,
+// and those set since by label requests (which the request does not
+// name) are kept.
+func relabel(labels, was, now map[string]string) map[string]string {
+	out := maps.Clone(labels)
+	for k := range was {
+		if _, kept := now[k]; !kept {
+			delete(out, k)
+		}
+	}
+	for k, v := range now {
+		if out == nil {
+			out = make(map[string]string)
+		}
+		out[k] = v
+	}
+	return out
 }
 
 // sameWaits reports whether requests a and b wait for the same runs and

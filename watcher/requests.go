@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -363,7 +364,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 	st := &tracker.State{
 		ID: id, State: tracker.Starting, Session: req.Session, OwnerUID: uid,
-		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: req.Labels, Timeout: req.Timeout,
+		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: maps.Clone(req.Labels), Timeout: req.Timeout,
 		Grace: spool.Duration(defaultGrace), CreatedAt: time.Now(),
 		Restart: req.Restart, Health: req.Health, ReadyFile: req.ReadyFile, Limits: req.Limits,
 		Slurm: w.slurmFor(req),
