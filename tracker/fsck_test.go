@@ -2,7 +2,9 @@ package tracker
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"time"
 )
 
 func TestPersisting(t *testing.T) {
@@ -28,5 +30,38 @@ func TestPersisting(t *testing.T) {
 				t.Errorf("Persisting(%v, %v) = %v, want %v", tt.earlier, tt.later, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestCheckRunCovered: a record whose run's next changes (an end) are in
+// the history is reported as lacking them, unless it has ended itself
+// (fsck --repair's rebuilt record, say): recovery applies them only to
+// runs not ended, and so must fsck report.
+func TestCheckRunCovered(t *testing.T) {
+	created := time.Date(2026, 11, 27, 6, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		state StateName
+		want  bool
+	}{
+		{Running, true},
+		{Completed, false},
+	} {
+		s := NewStore(t.TempDir())
+		s.SetDurability(WatcherCrash)
+		if err := s.MakeRunDir("a"); err != nil {
+			t.Fatal(err)
+		}
+		st := &State{ID: "a", State: tc.state, Rev: 4, CreatedAt: created}
+		if err := s.Write(st); err != nil {
+			t.Fatal(err)
+		}
+		events := []Event{{ID: "a", Rev: 4, State: tc.state}, {ID: "a", Rev: 5, State: Completed, CreatedAt: &created}}
+		got := false
+		for _, p := range checkRun(s, "a", events, nil) {
+			got = got || strings.Contains(p.What, "its record lacks the changes after rev 4 that the history has (completed, rev 5)")
+		}
+		if got != tc.want {
+			t.Errorf("a %s record, the history's completed after it: reported %v, want %v", tc.state, got, tc.want)
+		}
 	}
 }
