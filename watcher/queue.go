@@ -116,12 +116,26 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 	}
 	st := w.newRun(n.ID, f.UID, req)
 	st.State, st.Reason = tracker.Queued, waitReason(st)
+	w.handOverQueued(st)
 	w.save(st)
 	w.keep(f)
 	w.addQueued(&queuedRun{st: st, req: req, ino: f.Ino})
 	w.writeQueue()
 	w.log.Printf("run %s: queued (position %d)", n.ID, len(w.queue))
 	w.outcome(n, spool.Accepted, "")
+}
+
+// handOverQueued gives queued run st's directory to the account it will
+// run as, as its launch does (handOver), where that is not the watcher's:
+// its owner reads its record while it waits (tend start prints it).
+func (w *watcher) handOverQueued(st *tracker.State) {
+	as, err := w.runAs(st)
+	if err == nil && as != nil {
+		err = handOver(w.store.RunDir(st.ID), *as)
+	}
+	if err != nil {
+		w.log.Printf("run %s: %v", st.ID, err) // its launch says it again, and fails
+	}
 }
 
 // editQueued takes a new version of queued run q's request, named n, from
