@@ -454,7 +454,7 @@ func (w *watcher) resolved(j *job, found []cluster.Job) {
 			w.finishJob(j, nil, x.Exit, x.NotStarted)
 			return
 		}
-		if len(st.After) > 0 && st.Restarts == 0 && w.waitFailed(st) {
+		if waitedForRuns(st) && w.waitFailed(st) {
 			w.endJob(j) // see startUnlessWaitFailed: what it waited for is recovered as ended otherwise
 			return
 		}

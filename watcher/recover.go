@@ -316,12 +316,18 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		w.runs[st.ID] = r
 		return
 	}
-	now := time.Now()
-	st.State, st.EndedAt = tracker.Failed, &now
-	st.Reason = "lost: its process ended while no watcher or keeper ran; exit status unknown"
+	reason := "lost: its process ended while no watcher or keeper ran; exit status unknown"
 	if errors.Is(openErr, procfs.ErrNotSame) {
-		st.Reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
+		reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
 	}
+	w.recordLost(st, reason)
+}
+
+// recordLost records run st failed, lost for the reason given: it ran,
+// and how it ended is unknown.
+func (w *watcher) recordLost(st *tracker.State, reason string) {
+	now := time.Now()
+	st.State, st.EndedAt, st.Reason = tracker.Failed, &now, reason
 	w.save(st)
 	w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
 	w.answerStop(st, st.Reason)
@@ -384,13 +390,8 @@ func (w *watcher) startNeverRan(st *tracker.State, why string) {
 // durability watcher_crash, or a file system that broke its order, can
 // leave this). Started again, it would run twice.
 func (w *watcher) ranUnrecorded(st *tracker.State) {
-	now := time.Now()
 	st.PID, st.PGID, st.ProcStart = 0, 0, 0
-	st.State, st.EndedAt = tracker.Failed, &now
-	st.Reason = "lost: its process passed its start gate, but the record of its start did not survive; exit status unknown"
-	w.save(st)
-	w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
-	w.answerStop(st, st.Reason)
+	w.recordLost(st, "lost: its process passed its start gate, but the record of its start did not survive; exit status unknown")
 }
 
 // startUnlessWaitFailed calls start for run st, which never ran, unless
@@ -405,7 +406,7 @@ func (w *watcher) ranUnrecorded(st *tracker.State) {
 // While runs are being recovered, the decision waits until all are
 // (recoverRuns), so that each is looked at as recovered.
 func (w *watcher) startUnlessWaitFailed(st *tracker.State, start func()) {
-	if len(st.After) == 0 || st.Restarts > 0 {
+	if !waitedForRuns(st) {
 		start()
 		return
 	}
@@ -417,6 +418,10 @@ func (w *watcher) startUnlessWaitFailed(st *tracker.State, start func()) {
 		start()
 	}
 }
+
+// waitedForRuns reports whether run st's next start is one that waited
+// for other runs: its first attempt (a restart waits for nothing).
+func waitedForRuns(st *tracker.State) bool { return len(st.After) > 0 && st.Restarts == 0 }
 
 // An undecidedStart is a run that never ran, waited for others, and is
 // started once every run is recovered, if what it waited for still holds.
