@@ -162,35 +162,37 @@ type parsed struct {
 // parseBoth parses args with the whole model and with onlyCommand's.
 func parseBoth(t *testing.T, args []string) (whole, only parsed) {
 	t.Helper()
-	for i, opts := range [][]kong.Option{nil, {onlyCommand(args)}} {
-		var c cli
-		p, err := kong.New(&c, append(opts, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got parsed
-		ctx, err := p.Parse(args)
-		if err != nil {
-			got.err = err.Error()
-		} else {
-			got.cmd = ctx.Command()
-			got.globals = [4]any{c.Root, c.Version, c.NoStart, c.Color}
-			if sel := ctx.Selected(); sel != nil {
-				got.target = sel.Target.Interface()
-			}
-			if s, ok := got.target.(startCmd); ok {
-				req, err := s.request(s.args())
-				body, _ := req.MarshalJSON()
-				got.target = fmt.Sprintf("id %q, json %v: %s, %v", s.ID, s.JSON, body, err)
-			}
-		}
-		if i == 0 {
-			whole = got
-		} else {
-			only = got
-		}
+	return parseWith(t, args), parseWith(t, args, onlyCommand(args))
+}
+
+// parseWith parses args with kong and opts.
+func parseWith(t *testing.T, args []string, opts ...kong.Option) parsed {
+	t.Helper()
+	var c cli
+	p, err := kong.New(&c, append(opts, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Exit(func(int) {}), kong.Writers(io.Discard, io.Discard))...)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return whole, only
+	ctx, err := p.Parse(args)
+	if err != nil {
+		return parsed{err: err.Error()}
+	}
+	var target any
+	if sel := ctx.Selected(); sel != nil {
+		target = sel.Target.Interface()
+	}
+	return parsedAs(ctx.Command(), &c, target)
+}
+
+// parsedAs returns what c and target, parsed as command, say.
+func parsedAs(command string, c *cli, target any) parsed {
+	got := parsed{cmd: command, globals: [4]any{c.Root, c.Version, c.NoStart, c.Color}, target: target}
+	if s, ok := target.(startCmd); ok {
+		req, err := s.request(s.args())
+		body, _ := req.MarshalJSON()
+		got.target = fmt.Sprintf("id %q, json %v: %s, %v", s.ID, s.JSON, body, err)
+	}
+	return got
 }
 
 // simpleCommands splits a shell line into its simple commands' words,

@@ -146,32 +146,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, buildVersion())
 		return exitOK
 	}
-	var c cli
-	parser, err := kong.New(&c,
-		kong.Name("tend"),
-		kong.Description("A process supervisor driven by plain files. Requests are files in ROOT/spool; state is in ROOT/runs."),
-		kong.Writers(stdout, stderr),
-		kong.Vars{"version": buildVersion()},
-		kong.UsageOnError(),
-		onlyCommand(args),
-	)
-	if err != nil {
-		fmt.Fprintln(stderr, "tend:", err)
-		return exitFailed
-	}
-	if len(args) == 0 {
-		// As git and go do: what tend is, its commands, where help is.
-		parser.Stdout = stderr
-		if ctx, err := kong.Trace(parser, nil); err == nil {
-			ctx.PrintUsage(false)
-		}
-		fmt.Fprintln(stderr, `Or run "tend help <command>".`)
-		return exitUsage
-	}
-	ctx, err := parser.Parse(args)
-	if err != nil {
-		fmt.Fprintln(stderr, "tend:", err)
-		return exitUsage
+	c, do, code := parse(args, stdout, stderr)
+	if c == nil {
+		return code
 	}
 	root, err := findRoot(c.Root)
 	if err != nil {
@@ -190,7 +167,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	errFile, _ := stderr.(*os.File)
 	t := termFor(outFile, errFile, c.Color)
 	e := &env{root: root, noStart: noStart, stdout: stdout, stderr: stderr, term: t}
-	err = ctx.Run(e)
+	err = do(e)
 	if e.stopSignal != nil {
 		e.stopSignal()
 	}
@@ -199,6 +176,43 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "tend:", msg)
 	}
 	return code
+}
+
+// parse parses args into c, and returns what runs the command they name;
+// or, if they name none that can run, nil and the exit code, having said
+// why (or printed the help asked for).
+func parse(args []string, stdout, stderr io.Writer) (c *cli, do func(*env) error, code int) {
+	if c, ok := fastStart(args); ok {
+		return c, c.Start.Run, 0
+	}
+	c = new(cli)
+	parser, err := kong.New(c,
+		kong.Name("tend"),
+		kong.Description("A process supervisor driven by plain files. Requests are files in ROOT/spool; state is in ROOT/runs."),
+		kong.Writers(stdout, stderr),
+		kong.Vars{"version": buildVersion()},
+		kong.UsageOnError(),
+		onlyCommand(args),
+	)
+	if err != nil {
+		fmt.Fprintln(stderr, "tend:", err)
+		return nil, nil, exitFailed
+	}
+	if len(args) == 0 {
+		// As git and go do: what tend is, its commands, where help is.
+		parser.Stdout = stderr
+		if ctx, err := kong.Trace(parser, nil); err == nil {
+			ctx.PrintUsage(false)
+		}
+		fmt.Fprintln(stderr, `Or run "tend help <command>".`)
+		return nil, nil, exitUsage
+	}
+	ctx, err := parser.Parse(args)
+	if err != nil {
+		fmt.Fprintln(stderr, "tend:", err)
+		return nil, nil, exitUsage
+	}
+	return c, func(e *env) error { return ctx.Run(e) }, 0
 }
 
 // onlyCommand returns the option that makes kong build the one command
