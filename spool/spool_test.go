@@ -579,3 +579,48 @@ func TestKeep(t *testing.T) {
 		})
 	}
 }
+
+func TestClaimOwned(t *testing.T) {
+	const other = 4242
+	for _, tc := range []struct {
+		name  string
+		make  func(t *testing.T, p string)
+		moved bool
+	}{
+		{"the owner's file", func(t *testing.T, p string) { os.WriteFile(p, []byte("true"), 0o600) }, true},
+		{"none", func(t *testing.T, p string) {}, false},
+		{"another user's file", func(t *testing.T, p string) {
+			os.WriteFile(p, []byte("true"), 0o600)
+			if err := os.Lchown(p, other, other); err != nil {
+				t.Skipf("cannot give a file to another user: %v", err)
+			}
+		}, false},
+		{"a directory", func(t *testing.T, p string) { os.Mkdir(p, 0o700) }, false},
+		{"a symbolic link to the owner's file", func(t *testing.T, p string) {
+			os.WriteFile(p+".real", []byte("true"), 0o600)
+			os.Symlink(p+".real", p)
+		}, false},
+		{"a file with another name", func(t *testing.T, p string) {
+			os.WriteFile(p+".real", []byte("true"), 0o600)
+			os.Link(p+".real", p)
+		}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := newDir(t)
+			p := filepath.Join(d.Spool(), "a.start")
+			tc.make(t, p)
+			dst := filepath.Join(d.Root, "claimed")
+			moved, err := d.ClaimOwned("a.start", os.Geteuid(), dst)
+			if err != nil || moved != tc.moved {
+				t.Fatalf("ClaimOwned = %v, %v; want %v", moved, err, tc.moved)
+			}
+			_, errDst := os.Lstat(dst)
+			if tc.moved != (errDst == nil) {
+				t.Errorf("moved %v, but the destination: %v", tc.moved, errDst)
+			}
+			if _, err := os.Lstat(p); !tc.moved && tc.name != "none" && err != nil {
+				t.Errorf("not moved, but the spool's name is gone: %v", err)
+			}
+		})
+	}
+}

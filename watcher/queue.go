@@ -288,9 +288,18 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 // cancelQueued ends queued run q canceled, answering cancel request n.
 // Its request is kept as the run's, though it never ran.
 func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
+	// Moved only if it is the owner's: in a shared root another user may
+	// have put a file (or a directory, or a link) under the name while the
+	// owner's was away, which examine then rejects.
 	start := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
-	os.Rename(filepath.Join(w.spool.Spool(), start.String()), w.store.Run(q.st.ID).Request())
-	w.forget(start.String())
+	moved, err := w.spool.ClaimOwned(start.String(), q.st.OwnerUID, w.store.Run(q.st.ID).Request())
+	if err != nil {
+		w.log.Printf("run %s: keeping its request: %v", q.st.ID, err)
+	}
+	if moved {
+		w.claimed(nil)
+		w.forget(start.String())
+	}
 	w.endQueued(q, tracker.Canceled, "canceled while queued; it never started")
 	w.answer(n, spool.Canceled, "")
 }
