@@ -77,43 +77,28 @@ func fastStart(args []string) (*cli, bool) {
 // fastStartFlag sets start's flag name, whose value next returns; it
 // reports false where kong would refuse it or fastStart leaves it to kong.
 func fastStartFlag(s *startCmd, name string, inline bool, next func() (string, bool), when *int) bool {
-	switch name {
-	case "--json":
+	if name == "--json" {
 		s.JSON = true
 		return !inline
-	case "--id", "--cwd", "--session", "--at", "-e", "--env", "-l", "--label", "--after":
-		v, ok := next()
-		switch name {
-		case "--id":
-			s.ID = v
-		case "--cwd":
-			s.Cwd = v
-		case "--session":
-			s.Session = v
-		case "--at":
-			s.At = v
-			*when++
-		case "-e", "--env":
-			s.Env = append(s.Env, v)
-		case "-l", "--label":
-			s.Label = append(s.Label, v)
-		case "--after":
-			s.After = append(s.After, v)
-		}
-		return ok && *when < 2
-	case "--timeout", "--grace", "--in":
-		v, ok := next()
-		d, err := time.ParseDuration(v)
-		switch name {
-		case "--timeout":
-			s.Timeout = d
-		case "--grace":
-			s.Grace = d
-		case "--in":
-			s.In = d
-			*when++
-		}
-		return ok && err == nil && *when < 2
 	}
-	return false
+	text := map[string]*string{"--id": &s.ID, "--cwd": &s.Cwd, "--session": &s.Session, "--at": &s.At}[name]
+	list := map[string]*[]string{"-e": &s.Env, "--env": &s.Env, "-l": &s.Label, "--label": &s.Label, "--after": &s.After}[name]
+	duration := map[string]*time.Duration{"--timeout": &s.Timeout, "--grace": &s.Grace, "--in": &s.In}[name]
+	if text == nil && list == nil && duration == nil {
+		return false
+	}
+	if name == "--at" || name == "--in" {
+		*when++ // xor:"when": kong refuses both
+	}
+	v, ok := next()
+	switch {
+	case text != nil:
+		*text = v
+	case list != nil:
+		*list = append(*list, v)
+	default:
+		d, err := time.ParseDuration(v)
+		*duration, ok = d, ok && err == nil
+	}
+	return ok && *when < 2
 }
