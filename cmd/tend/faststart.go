@@ -2,8 +2,10 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // fastStart parses args as kong parses them (with onlyCommand) when they
@@ -19,11 +21,19 @@ import (
 // TestFastStartIsKongs holds the two to the same result.
 func fastStart(args []string) (*cli, bool) {
 	c := &cli{Color: "auto"}
-	if v, ok := os.LookupEnv("TEND_ROOT"); ok {
-		c.Root = v
+	root, hasRoot := os.LookupEnv("TEND_ROOT")
+	session, hasSession := os.LookupEnv("TEND_SESSION")
+	// kong passes every string through JSON, which makes bytes that are
+	// not UTF-8 into U+FFFD: a root so named would be another directory
+	// for start than for every other command.
+	if !utf8.ValidString(root) || !utf8.ValidString(session) || slices.ContainsFunc(args, func(a string) bool { return !utf8.ValidString(a) }) {
+		return nil, false
 	}
-	if v, ok := os.LookupEnv("TEND_SESSION"); ok {
-		c.Start.Session = v
+	if hasRoot {
+		c.Root = root
+	}
+	if hasSession {
+		c.Start.Session = session
 	}
 	s := &c.Start
 	inStart, when := false, 0

@@ -121,28 +121,46 @@ func TestFastStartIsKongs(t *testing.T) {
 			t.Errorf("tend %s: taken by fastStart, which should leave it to kong", line)
 		}
 	}
-	// Lines made at random from the words that matter: whatever fastStart
+	// Lines made at random from the words that matter, with TEND_ROOT and
+	// TEND_SESSION unset, empty, set and not UTF-8: whatever fastStart
 	// takes, kong parses alike.
 	words := []string{"start", "start", "--", "--", "true", "x", "a=b", "1s", "-1s", "5", "", "-", "-x", "10:00",
 		"--root", "--root=", "--root=/r", "--no-start", "--no-start=1", "--color", "--color=never", "auto", "never",
 		"--id", "--id=", "--json", "--cwd", "-e", "--env", "--env=A=1", "-l", "--label", "--after", "--after=b:ended",
 		"--timeout", "--timeout=0", "--grace", "--in", "--in=1h", "--at", "--session", "--help", "--version", "-h",
-		"--restart", "--slurm", "--idx", "ls"}
+		"--restart", "--slurm", "--idx", "ls", "r\xff", "--root=r\xff", "\xe2\x82"}
 	r := rand.New(rand.NewPCG(1, 2))
-	fast := 0
-	for range 8000 {
-		args := make([]string, r.IntN(9))
-		for i := range args {
-			args[i] = words[r.IntN(len(words))]
+	for _, value := range []*string{nil, ptr(""), ptr("s1"), ptr("r\xff")} {
+		for _, name := range []string{"TEND_ROOT", "TEND_SESSION"} {
+			if value == nil {
+				os.Unsetenv(name)
+			} else {
+				os.Setenv(name, *value)
+			}
 		}
-		if r.IntN(3) > 0 {
-			args = append([]string{"start"}, args...)
+		fast := 0
+		for range 2000 {
+			args := make([]string, r.IntN(9))
+			for i := range args {
+				args[i] = words[r.IntN(len(words))]
+			}
+			if r.IntN(3) > 0 {
+				args = append([]string{"start"}, args...)
+			}
+			if sameAsKong(t, args) {
+				fast++
+			}
 		}
-		if sameAsKong(t, args) {
-			fast++
+		if value == nil || *value != "r\xff" {
+			if fast < 200 {
+				t.Errorf("fastStart took %d of 2000 random lines: too few to compare", fast)
+			}
+		} else if fast > 0 {
+			t.Errorf("fastStart took %d lines with an environment that is not UTF-8", fast)
 		}
 	}
-	if fast < 1000 {
-		t.Errorf("fastStart took %d of 8000 random lines: too few to compare", fast)
-	}
+}
+
+func ptr(s string) *string {
+	return &s
 }
