@@ -182,8 +182,8 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // Claim does, if it is a regular file of uid's with no other name, as
 // fstat says of the file itself; it is not read, so a request being
 // edited is moved as it is. It reports false, and moves nothing, for
-// anything else (another user's file, a directory, a symbolic link), which
-// is left for the watcher to examine. A file that replaced the one checked
+// anything else (another user's file, a directory, a symbolic link, a
+// file with another name), which is left for the watcher to examine. A file that replaced the one checked
 // before it was moved (in the spool, whose sticky bit keeps others out,
 // only its owner or root can replace it) is moved on to rejected/, out of
 // dst.
@@ -211,7 +211,9 @@ func (d Dir) ClaimOwned(name string, uid int, dst string) (bool, error) {
 	if err := unix.Lstat(dst, &moved); err != nil {
 		return true, &os.PathError{Op: "lstat", Path: dst, Err: err}
 	}
-	if moved.Dev != st.Dev || moved.Ino != st.Ino {
+	// The same inode number is not proof enough: one freed in between is
+	// given out again. What arrived must pass the same checks.
+	if moved.Dev != st.Dev || moved.Ino != st.Ino || moved.Mode&unix.S_IFMT != unix.S_IFREG || int(moved.Uid) != uid || moved.Nlink != 1 {
 		if _, err := d.RejectFrom(dst, name, "it took the place of the request of the run's owner while the watcher moved that into the run's directory"); err != nil {
 			return true, err
 		}

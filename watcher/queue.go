@@ -299,6 +299,8 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 	if moved {
 		w.claimed(nil)
 		w.forget(start.String())
+	} else {
+		w.leaveToExamine(start.String())
 	}
 	w.endQueued(q, tracker.Canceled, "canceled while queued; it never started")
 	w.answer(n, spool.Canceled, "")
@@ -315,6 +317,7 @@ func (w *watcher) keepRequest(q *queuedRun) {
 	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
 	f, err := w.spool.Read(n.String())
 	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
+		w.leaveToExamine(n.String())
 		return
 	}
 	_, err = w.spool.Claim(f, w.store.Run(n.ID).Request())
@@ -324,6 +327,16 @@ func (w *watcher) keepRequest(q *queuedRun) {
 		return
 	}
 	w.forget(n.String())
+}
+
+// leaveToExamine has spool entry name, if there is one, examined again
+// soon: a file that was not its run's request to keep, which examine then
+// rejects (or takes, once written, if it is a request after all). Nothing
+// else would look at it again: its events were seen.
+func (w *watcher) leaveToExamine(name string) {
+	if exists(filepath.Join(w.spool.Spool(), name)) {
+		w.examineAfter(name, 0)
+	}
 }
 
 // endQueued records queued run q ended in state, without starting it.
