@@ -183,10 +183,10 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 // fstat says of the file itself; it is not read, so a request being
 // edited is moved as it is. It reports false, and moves nothing, for
 // anything else (another user's file, a directory, a symbolic link, a
-// file with another name), which is left for the watcher to examine. A file that replaced the one checked
-// before it was moved (in the spool, whose sticky bit keeps others out,
-// only its owner or root can replace it) is moved on to rejected/, out of
-// dst.
+// file with another name), which is left for the watcher to examine.
+// What arrived at dst is checked the same way (in the spool, whose sticky
+// bit keeps others out, only its owner or root can have replaced the file
+// in between), and moved on to rejected/ if it fails.
 func (d Dir) ClaimOwned(name string, uid int, dst string) (bool, error) {
 	src := filepath.Join(d.Spool(), name)
 	fd, err := unix.Open(src, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -201,24 +201,27 @@ func (d Dir) ClaimOwned(name string, uid int, dst string) (bool, error) {
 	if err := unix.Fstat(fd, &st); err != nil {
 		return false, &os.PathError{Op: "fstat", Path: src, Err: err}
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != uid || st.Nlink != 1 {
+	if !ownedRequest(st, uid) {
 		return false, nil
 	}
 	if err := unix.Rename(src, dst); err != nil {
 		return false, &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 	}
-	var moved unix.Stat_t
-	if err := unix.Lstat(dst, &moved); err != nil {
+	if err := unix.Lstat(dst, &st); err != nil {
 		return true, &os.PathError{Op: "lstat", Path: dst, Err: err}
 	}
-	// The same inode number is not proof enough: one freed in between is
-	// given out again. What arrived must pass the same checks.
-	if moved.Dev != st.Dev || moved.Ino != st.Ino || moved.Mode&unix.S_IFMT != unix.S_IFREG || int(moved.Uid) != uid || moved.Nlink != 1 {
+	if !ownedRequest(st, uid) {
 		if _, err := d.RejectFrom(dst, name, "it took the place of the request of the run's owner while the watcher moved that into the run's directory"); err != nil {
 			return true, err
 		}
 	}
 	return true, nil
+}
+
+// ownedRequest reports whether st is that of a regular file of uid's with
+// one name: the only kind of file a request of uid's can be.
+func ownedRequest(st unix.Stat_t, uid int) bool {
+	return st.Mode&unix.S_IFMT == unix.S_IFREG && int(st.Uid) == uid && st.Nlink == 1
 }
 
 // Keep makes the content of request f, taken and left in the spool (a
