@@ -267,6 +267,16 @@ func (s *Store) Stamp(id string) (Stamp, error) {
 	return stampOf(&st), nil
 }
 
+// RecordBytes returns what run id's state file holds, read only as a
+// regular file of at most a record's size, without following a link or
+// blocking on a FIFO: a run's directory may be its user's, who may put
+// anything under the record's name. A missing file gives an error
+// satisfying errors.Is(err, fs.ErrNotExist).
+func (s *Store) RecordBytes(id string) ([]byte, error) {
+	b, _, err := durable.ReadRegular(s.Run(id).State(), maxRecord)
+	return b, err
+}
+
 // Read returns run id's state. A missing run gives an error satisfying
 // errors.Is(err, ErrNotFound); a state file that does not parse gives an
 // error naming the file.

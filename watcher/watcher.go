@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log"
 	"os"
 	"os/signal"
@@ -687,9 +688,15 @@ func (w *watcher) guard(st *tracker.State) bool {
 		}
 	}
 	path := w.store.Run(st.ID).State()
-	b, err := os.ReadFile(path)
-	if err != nil {
+	b, err := w.store.RecordBytes(st.ID)
+	if errors.Is(err, fs.ErrNotExist) {
 		return false // removed: it is written anew
+	}
+	if err != nil {
+		// Not a record (a link, a FIFO, a huge file): not read, and
+		// replaced, not followed, by the record's rename.
+		w.log.Printf("run %s: %v; replaced by the watcher's record", st.ID, err)
+		return false
 	}
 	disk, err := tracker.ParseState(path, b)
 	if err == nil && disk.Rev == st.Rev {
