@@ -178,52 +178,6 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 	return readFile(dst, f.Name)
 }
 
-// ClaimOwned moves the request file name out of the spool to dst, as
-// Claim does, if it is a regular file of uid's with no other name, as
-// fstat says of the file itself; it is not read, so a request being
-// edited is moved as it is. It reports false, and moves nothing, for
-// anything else (another user's file, a directory, a symbolic link, a
-// file with another name), which is left for the watcher to examine.
-// What arrived at dst is checked the same way (in the spool, whose sticky
-// bit keeps others out, only its owner or root can have replaced the file
-// in between), and moved on to rejected/ if it fails.
-func (d Dir) ClaimOwned(name string, uid int, dst string) (bool, error) {
-	src := filepath.Join(d.Spool(), name)
-	fd, err := unix.Open(src, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if errors.Is(err, unix.ENOENT) {
-		return false, nil
-	}
-	if err != nil {
-		return false, &os.PathError{Op: "open", Path: src, Err: err}
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return false, &os.PathError{Op: "fstat", Path: src, Err: err}
-	}
-	if !ownedRequest(st, uid) {
-		return false, nil
-	}
-	if err := unix.Rename(src, dst); err != nil {
-		return false, &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
-	}
-	if err := unix.Lstat(dst, &st); err != nil {
-		return true, &os.PathError{Op: "lstat", Path: dst, Err: err}
-	}
-	if !ownedRequest(st, uid) {
-		if _, err := d.RejectFrom(dst, name, "it took the place of the request of the run's owner while the watcher moved that into the run's directory"); err != nil {
-			return true, err
-		}
-	}
-	return true, nil
-}
-
-// ownedRequest reports whether st is that of a regular file of uid's with
-// one name: the only kind of file a request of uid's can be.
-func ownedRequest(st unix.Stat_t, uid int) bool {
-	return st.Mode&unix.S_IFMT == unix.S_IFREG && int(st.Uid) == uid && st.Nlink == 1
-}
-
 // Keep makes the content of request f, taken and left in the spool (a
 // queued run's, which it starts with), durable: it opens the file again
 // without following a link and, if it is still the one read (the same

@@ -286,22 +286,9 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 }
 
 // cancelQueued ends queued run q canceled, answering cancel request n.
-// Its request is kept as the run's, though it never ran.
+// Its request is kept as the run's, though it never ran (keepRequest).
 func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
-	// Moved only if it is the owner's: in a shared root another user may
-	// have put a file (or a directory, or a link) under the name while the
-	// owner's was away, which examine then rejects.
-	start := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
-	moved, err := w.spool.ClaimOwned(start.String(), q.st.OwnerUID, w.store.Run(q.st.ID).Request())
-	if err != nil {
-		w.log.Printf("run %s: keeping its request: %v", q.st.ID, err)
-	}
-	if moved {
-		w.claimed(nil)
-		w.forget(start.String())
-	} else {
-		w.leaveToExamine(start.String())
-	}
+	w.keepRequest(q)
 	w.endQueued(q, tracker.Canceled, "canceled while queued; it never started")
 	w.answer(n, spool.Canceled, "")
 }
@@ -311,8 +298,10 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 // the spool, it would be a start request for a run that exists, held
 // back meanwhile (control requests for the run wait for it: see
 // startWaiting) and rejected by the next watcher over its answer
-// accepted. One that is not its owner's, or not a request at all, is
-// left for examine to reject.
+// accepted. It is checked as any request is, on the file read: one that
+// is not its owner's, not a request at all (in a shared root, another
+// user's file put under the name while the owner's was away), or being
+// written, is left for examine to reject.
 func (w *watcher) keepRequest(q *queuedRun) {
 	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
 	f, err := w.spool.Read(n.String())
