@@ -120,6 +120,7 @@ func scriptParams(dir string) testscript.Params {
 			"lines":     cmdLines,
 			"waitruns":  cmdWaitRuns,
 			"sig":       cmdSig,
+			"catches":   cmdCatches,
 			"fakerun":   cmdFakeRun,
 			"watchers":  cmdWatchers,
 			"strays":    cmdStrays,
@@ -388,6 +389,31 @@ func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
 	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[1])))
 	ts.Check(err)
 	ts.Check(unix.Kill(pid, sig))
+}
+
+// catches SIGNAL PIDFILE: wait until the process in PIDFILE catches
+// SIGNAL (its handler is installed: /proc/PID/status, SigCgt).
+func cmdCatches(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 {
+		ts.Fatalf("usage: catches SIGNAL PIDFILE")
+	}
+	sig := unix.SignalNum("SIG" + args[0])
+	if sig == 0 {
+		ts.Fatalf("unknown signal %s", args[0])
+	}
+	pid := strings.TrimSpace(ts.ReadFile(args[1]))
+	poll(ts, func() string {
+		b, err := os.ReadFile("/proc/" + pid + "/status")
+		if err != nil {
+			return err.Error()
+		}
+		_, rest, _ := strings.Cut(string(b), "SigCgt:\t")
+		mask, err := strconv.ParseUint(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 16, 64)
+		if err != nil || mask&(1<<(sig-1)) == 0 {
+			return fmt.Sprintf("pid %s does not catch SIG%s (SigCgt %.16s)", pid, args[0], rest)
+		}
+		return ""
+	})
 }
 
 // killLeftovers kills what a failed script may have left running under
