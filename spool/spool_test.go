@@ -1,10 +1,12 @@
 package spool
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"io/fs"
 	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -577,5 +579,88 @@ func TestKeep(t *testing.T) {
 				t.Errorf("the error %q does not name the request", err)
 			}
 		})
+	}
+}
+
+// marshalV1 is how Start.MarshalJSON wrote a request before it wrote one
+// by hand: encoding/json's bytes for startJSON, which it must keep.
+func marshalV1(s Start) []byte {
+	j := startJSON{Cwd: s.Cwd, Env: s.Env, Session: s.Session, Labels: s.Labels}
+	if s.Argv != nil {
+		j.Command, _ = json.Marshal(s.Argv)
+	} else {
+		j.Command, _ = json.Marshal(s.Shell)
+	}
+	if s.Timeout != 0 {
+		j.Timeout, _ = json.Marshal(time.Duration(s.Timeout).String())
+	}
+	if s.Grace != nil {
+		j.Grace, _ = json.Marshal(time.Duration(*s.Grace).String())
+	}
+	j.ReadyFile, j.OutputLimit = s.ReadyFile, s.OutputLimit
+	if s.After != nil {
+		names := make([]string, len(s.After))
+		for i, d := range s.After {
+			names[i] = d.String()
+		}
+		j.After, _ = json.Marshal(names)
+	}
+	if s.NotBefore != nil {
+		j.NotBefore, _ = s.NotBefore.MarshalJSON()
+	}
+	if s.Local {
+		j.Slurm = json.RawMessage("false")
+	}
+	for _, f := range []struct {
+		v   any
+		dst *json.RawMessage
+	}{{s.Restart, &j.Restart}, {s.Health, &j.Health}, {s.Limits, &j.Limits}, {s.Slurm, &j.Slurm}} {
+		if b, _ := json.Marshal(f.v); string(b) != "null" {
+			*f.dst = b
+		}
+	}
+	b, _ := json.Marshal(j)
+	return b
+}
+
+func TestStartMarshalIsV1s(t *testing.T) {
+	g, zero, n := Duration(3*time.Second), Duration(0), int64(64)
+	odd := []string{"", "plain", `q"uote`, `back\slash`, "<tag>&amp;", "tab\there\nnew\r\b\f\x01\x1f\x7f",
+		"naïve ☃", "\xff\xfe bad utf-8", "\u2028\u2029", "emoji 🙂", "a=b;c:d/e?f#g%h"}
+	tests := []Start{
+		{Shell: "true"},
+		{Shell: ""},
+		{Argv: []string{}},
+		{Argv: odd},
+		{Shell: "make test", Cwd: "/x", Env: map[string]string{"K": "v", "A": "1", "Z": ""}, Session: "s1",
+			Timeout: Duration(time.Minute), Grace: &g, Labels: map[string]string{"k": "v"}},
+		{Shell: "x", Grace: &zero, Env: map[string]string{}, Labels: map[string]string{}},
+		{Shell: "x", Restart: &DefaultRestart, Health: &Health{TCP: "a:1", Retries: 2}, ReadyFile: true,
+			Limits: &Rlimits{NoFile: &n, CPU: &g}, OutputLimit: 1 << 20},
+		{Shell: "x", After: []Dep{{ID: "a"}, {ID: "b", When: Ready}}, NotBefore: &NotBefore{In: time.Hour}},
+		{Shell: "x", After: []Dep{}, NotBefore: &NotBefore{At: time.Date(2026, 11, 27, 1, 2, 3, 4, time.UTC)}},
+		{Shell: "x", Local: true},
+		{Shell: "x", Slurm: &Slurm{Partition: "p", Args: []string{"--x=<y>"}}},
+		{Shell: "x", Slurm: &Slurm{}, Local: true},
+	}
+	for _, k := range odd {
+		tests = append(tests, Start{Shell: k, Cwd: k, Session: k, Env: map[string]string{k: k, k + "2": "v"}, Labels: map[string]string{k: k}})
+	}
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for range 2000 {
+		b := make([]byte, rnd.IntN(12))
+		for i := range b {
+			b[i] = byte(rnd.IntN(256))
+			if rnd.IntN(2) == 0 {
+				b[i] = byte(0x20 + rnd.IntN(0x60))
+			}
+		}
+		tests = append(tests, Start{Argv: []string{string(b)}, Env: map[string]string{string(b): string(b)}})
+	}
+	for _, s := range tests {
+		got, err := s.MarshalJSON()
+		if want := marshalV1(s); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%+v:\n got %s (%v)\nwant %s", s, got, err, want)
+		}
 	}
 }
