@@ -149,9 +149,11 @@ func (e *env) context() context.Context {
 }
 
 // catchSignalsAfter is how long a command waits before it catches signals.
-// Catching them costs a thread and 0.2 ms, a fifth of what tend start does
-// besides waiting for its answer (docs/performance.md, round 24).
-const catchSignalsAfter = 5 * time.Millisecond
+// Catching them costs a thread and 0.2-0.4 ms of CPU, a tenth of what tend
+// start does besides waiting for its answer, which comes within a few
+// milliseconds (docs/performance.md, round 24); nobody presses Ctrl-C
+// sooner than this.
+const catchSignalsAfter = 50 * time.Millisecond
 
 // client returns a client of the root acting as session ("" for none),
 // which starts a watcher when a request finds none, unless --no-start.
