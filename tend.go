@@ -28,6 +28,9 @@ import (
 // Record is a run's record, as its state.json holds it.
 type Record = tracker.State
 
+// Head is the part of a run's record that says where it stands.
+type Head = tracker.Head
+
 // Request is what a start request asks for: the command and how to run it.
 type Request = spool.Start
 

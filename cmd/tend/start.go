@@ -88,7 +88,15 @@ func (c *startCmd) Run(e *env) error {
 	if id == "" {
 		id = tend.MakeID(req.Args())
 	}
-	st, err := client.Start(e.context(), id, req)
+	var st tend.Head
+	var rec *tend.Record
+	if c.JSON {
+		if rec, err = client.Start(e.context(), id, req); rec != nil {
+			st = tracker.HeadOf(rec)
+		}
+	} else {
+		st, err = client.StartHead(e.context(), id, req)
+	}
 	var oe *tend.OutcomeError
 	switch {
 	case errors.Is(err, tend.ErrInvalid):
@@ -104,7 +112,7 @@ func (c *startCmd) Run(e *env) error {
 		return err
 	}
 	if c.JSON {
-		writeJSON(e.stdout, st)
+		writeJSON(e.stdout, rec)
 	} else {
 		fmt.Fprintln(e.stdout, id)
 	}
