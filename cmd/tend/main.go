@@ -16,9 +16,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 	"unicode"
 
 	"github.com/alecthomas/kong"
@@ -114,46 +112,16 @@ type env struct {
 
 // context returns the context a command waits in: it ends on Ctrl-C or
 // SIGTERM, which the command then exits on with exitInterrupted. Signals
-// are caught only once a command has waited catchSignalsAfter, so commands
-// that never wait, or not that long, keep the default handling, which
-// ends them with the same status in a shell ($? is 130 on Ctrl-C).
+// are caught from the first call on, before anything is written to the
+// spool, so that a signal never ends a command halfway through its
+// requests (round 24 of docs/performance.md tried catching them later);
+// commands that never wait keep the default handling.
 func (e *env) context() context.Context {
 	if e.ctx == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		caught := make(chan os.Signal, 1)
-		var mu sync.Mutex // stopping waits for catching to be set up
-		catch := time.AfterFunc(catchSignalsAfter, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if ctx.Err() == nil {
-				signal.Notify(caught, syscall.SIGINT, syscall.SIGTERM)
-				go func() {
-					select {
-					case <-caught:
-						cancel()
-					case <-ctx.Done():
-					}
-				}()
-			}
-		})
-		e.ctx = ctx
-		e.stopSignal = func() {
-			catch.Stop()
-			mu.Lock()
-			defer mu.Unlock()
-			cancel()
-			signal.Stop(caught)
-		}
+		e.ctx, e.stopSignal = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	}
 	return e.ctx
 }
-
-// catchSignalsAfter is how long a command waits before it catches signals.
-// Catching them costs a thread and 0.2-0.4 ms of CPU, a tenth of what tend
-// start does besides waiting for its answer, which comes within a few
-// milliseconds (docs/performance.md, round 24); nobody presses Ctrl-C
-// sooner than this.
-const catchSignalsAfter = 50 * time.Millisecond
 
 // client returns a client of the root acting as session ("" for none),
 // which starts a watcher when a request finds none, unless --no-start.
