@@ -29,11 +29,16 @@ func HeadOf(st *State) Head {
 	return Head{ID: st.ID, State: st.State, Rev: st.Rev, PID: st.PID, Reason: st.Reason}
 }
 
-// ReadHead returns the Head of run id's record, with the errors Read
-// gives. It decodes only those members, and their record's sum, when the
-// file is byte for byte what tend writes (its sum matches) and the Store
-// has no key: in a process that has decoded no record, that is a tenth of
-// decoding it all. Any other file is decoded and checked by Read.
+// ReadHead returns the Head of run id's record. Where the file is byte
+// for byte what tend writes (its sum matches) and the Store has no key,
+// it decodes only those members, the sum and the object's syntax: in a
+// process that has decoded no record, a tenth of decoding it all. It
+// does not check the other members: a file edited so that only they are
+// invalid, its sum made again (anyone can), gives a Head where Read
+// gives an error. So it is for a client that acts on nothing in the
+// record, as tend start, which reads what its watcher has just written to
+// tell a run that failed to start; anything else is decoded and checked
+// by Read, whose errors it returns.
 func (s *Store) ReadHead(id string) (Head, error) {
 	if err := spool.ValidID(id); err != nil {
 		return Head{}, fmt.Errorf("run %q: %w: %v", id, ErrNotFound, err)

@@ -45,21 +45,45 @@ func TestReadHeadIsRead(t *testing.T) {
 		sum := sumOf(c)
 		return append(c[:len(c)-len(sumSuffix)], `,"sum":"`+sum+`"}`...)
 	}
+	// Each file is run's, under its own ID, then edited (and re-summed).
+	as := func(id string) []byte { return bytes.Replace(b, []byte(`"run"`), []byte(`"`+id+`"`), 1) }
+	edit := func(id, old, new string) []byte { return bytes.Replace(as(id), []byte(old), []byte(new), 1) }
 	files := map[string][]byte{
-		"edited":  bytes.Replace(b, []byte(`"state": "running"`), []byte(`"state": "failed"`), 1),
-		"resumed": resum(bytes.Replace(b, []byte(`"state": "running"`), []byte(`"state": "failed"`), 1)),
-		"twice":   resum(bytes.Replace(b, []byte(`"state": "running"`), []byte(`"state": "running", "state": "failed"`), 1)),
-		"float":   resum(bytes.Replace(b, []byte(`"pid": 4242`), []byte(`"pid": 4242.5`), 1)),
-		"badutf8": resum(bytes.Replace(b, []byte(`"sleep"`), []byte("\"sl\xffeep\""), 1)),
-		"torn":    b[:len(b)/2],
+		"edited":  edit("edited", `"state": "running"`, `"state": "failed"`),
+		"resumed": resum(edit("resumed", `"state": "running"`, `"state": "failed"`)),
+		"twice":   resum(edit("twice", `"state": "running"`, `"state": "running", "state": "failed"`)),
+		"float":   resum(edit("float", `"pid": 4242`, `"pid": 4242.5`)),
+		"exp":     resum(edit("exp", `"pid": 4242`, `"pid": 4.242e3`)),
+		"pidstr":  resum(edit("pidstr", `"pid": 4242`, `"pid": "4242"`)),
+		"badutf8": resum(edit("badutf8", `"sleep"`, "\"sl\xffeep\"")),
+		"after":   resum(append(as("after")[:len(as("after"))-2:len(as("after"))-2], ` x}`...)),
+		"torn":    as("torn")[:len(b)/2],
 		"empty":   nil,
-		"noid":    resum(bytes.Replace(b, []byte(`"id": "run"`), []byte(`"id": ""`), 1)),
+		"noid":    resum(edit("noid", `"id": "noid"`, `"id": ""`)),
 	}
 	for name, f := range files {
 		os.Mkdir(s.RunDir(name), 0o755)
-		f = bytes.Replace(f, []byte(`"run"`), []byte(`"`+name+`"`), 1)
 		if err := os.WriteFile(s.Run(name).State(), f, 0o600); err != nil {
 			t.Fatal(err)
+		}
+	}
+	// Members ReadHead does not decode are not checked (see its doc).
+	unchecked := map[string][2]string{
+		"badgrace":   {`"grace": "0s"`, `"grace": "-5s"`},
+		"badcreated": {`"created_at": "`, `"created_at": "x`},
+		"badcommand": {`"command": [`, `"command": 7, "x": [`},
+	}
+	for name, change := range unchecked {
+		os.Mkdir(s.RunDir(name), 0o755)
+		f := resum(edit(name, change[0], change[1]))
+		if err := os.WriteFile(s.Run(name).State(), f, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Read(name); err == nil {
+			t.Errorf("%s: Read took it", name)
+		}
+		if h, err := s.ReadHead(name); err != nil || h != (Head{ID: name, State: Running, Rev: 2, PID: 4242}) {
+			t.Errorf("%s: ReadHead = %+v, %v", name, h, err)
 		}
 	}
 	ids := []string{"missing", "../x"}
