@@ -62,9 +62,10 @@ type FS struct {
 }
 
 // SetReplacesKeepData has the next Image keep, whatever its model, the
-// data of a file that a kept rename put in place of another file, as it
-// was at that rename: what ext4 in data=ordered (auto_da_alloc) writes
-// before it commits such a rename. A watcher that finds such a file
+// data of a file that a rename put in place of another file, as it was
+// at that rename, where the cut keeps the rename or a sync of its
+// directory made it durable: what ext4 in data=ordered (auto_da_alloc)
+// writes before it commits such a rename, in whichever commit. A watcher that finds such a file
 // system (procfs.OrdersNewData) relies on it for the records of ends,
 // which it does not flush; off, a cut may keep the name without the data,
 // as POSIX allows.
@@ -409,8 +410,11 @@ func (f *FS) flush(p string, id uint64, dir bool) syscall.Errno {
 		n.durable = c
 		var later []op
 		for _, o := range n.pending {
-			if o.seq > seq {
+			switch {
+			case o.seq > seq:
 				later = append(later, o)
+			case o.kind == opAdd && o.replaces:
+				f.m.noteReplaced(o)
 			}
 		}
 		n.pending = later

@@ -333,6 +333,33 @@ func TestReplacesKeepData(t *testing.T) {
 	}
 }
 
+// TestSyncedReplaceKeepsData: a replace made durable by its directory's
+// fsync, not kept by the cut, keeps its file's data too with
+// SetReplacesKeepData (ext4 in data=ordered commits it with the rename,
+// in whatever commit), in every model; without, its name alone.
+func TestSyncedReplaceKeepsData(t *testing.T) {
+	for _, tc := range []struct {
+		on   bool
+		want string
+	}{
+		{true, "old=new"},
+		{false, "old="},
+	} {
+		for _, m := range []Model{Strict, NamesFirst} {
+			f, _, mnt := mount(t, nil)
+			f.SetReplacesKeepData(tc.on)
+			write(t, filepath.Join(mnt, "old"), "old", true)
+			syncDir(t, mnt)
+			write(t, filepath.Join(mnt, "old.tmp"), "new", false)
+			must(t, os.Rename(filepath.Join(mnt, "old.tmp"), filepath.Join(mnt, "old")))
+			syncDir(t, mnt)
+			if got := describe(image(t, f, m, 1)); got != tc.want {
+				t.Errorf("replaces keep data %v, %v: image %q, want %q", tc.on, m, got, tc.want)
+			}
+		}
+	}
+}
+
 // TestAfterMark cuts at the first flush after a mark, and keeps what
 // came after the mark, not what came before.
 func TestAfterMark(t *testing.T) {

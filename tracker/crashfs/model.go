@@ -3,6 +3,7 @@ package crashfs
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -147,10 +148,15 @@ type model struct {
 	ids   map[uint64]uint64 // a backing inode number -> the live inode's id
 	nodes map[uint64]*inode
 	root  uint64
+	// replacedWrites are the writes of files that a rename put in place
+	// of another, before that rename, once a sync of its directory made
+	// it durable: an image that keeps a replace's data keeps them too
+	// (see replacesKeepData).
+	replacedWrites map[uint64]bool // by seq
 }
 
 func newModel() *model {
-	return &model{ids: make(map[uint64]uint64), nodes: make(map[uint64]*inode), next: 1}
+	return &model{ids: make(map[uint64]uint64), nodes: make(map[uint64]*inode), next: 1, replacedWrites: make(map[uint64]bool)}
 }
 
 // tick returns the sequence number of a new system call.
@@ -180,6 +186,22 @@ func (m *model) push(id uint64, o op) {
 func (m *model) sync(id uint64, live *content) {
 	if n := m.nodes[id]; n != nil {
 		n.durable, n.pending = live, nil
+	}
+}
+
+// noteReplaced notes the writes before rename o of the file it put in
+// place of another (see replacedWrites): ext4 in data=ordered commits
+// them with the rename, whichever commit that is in, a directory's fsync
+// as well as one on its own.
+func (m *model) noteReplaced(o op) {
+	t := m.nodes[o.id]
+	if t == nil {
+		return
+	}
+	for _, w := range t.pending {
+		if (w.kind == opWrite || w.kind == opTruncate) && w.seq < o.seq {
+			m.replacedWrites[w.seq] = true
+		}
 	}
 }
 
@@ -218,10 +240,10 @@ func keepSome(rng *rand.Rand, p float64) keeper {
 }
 
 // replacesKeepData returns keep, made to keep too every write of a file,
-// before a rename that keep keeps put it in place of another file (see
-// FS.SetReplacesKeepData).
+// before a rename that keep keeps, or that a sync made durable, put it in
+// place of another file (see FS.SetReplacesKeepData).
 func (m *model) replacesKeepData(keep keeper) keeper {
-	forced := make(map[uint64]bool) // the seqs of the writes kept so
+	forced := maps.Clone(m.replacedWrites) // the seqs of the writes kept so
 	for _, n := range m.nodes {
 		for i := range n.pending {
 			o := &n.pending[i]
