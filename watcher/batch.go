@@ -148,6 +148,7 @@ func (w *watcher) flush() {
 	b := w.batch
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
+	w.syncMovedOut() // before the ends of the runs whose requests moved
 	if !w.appendHistory(b.events) {
 		maps.DeleteFunc(b.kinds, func(_ *tracker.State, k saveKind) bool {
 			return k == covered // their lines are not in the history, to be synced
@@ -316,6 +317,45 @@ func (w *watcher) claimed(err error) {
 	if err == nil {
 		w.spoolUnsynced = true
 	}
+}
+
+// movedOut notes that the request of queued run id, which is to end
+// without starting, was moved out of the spool into the run's directory
+// (err is its error). The move is made durable before anything of the
+// run's end is written (syncMovedOut): a power loss that kept the end
+// and not the move would leave the request in the spool, to be rejected
+// as a second start of a run that was answered accepted.
+func (w *watcher) movedOut(id string, err error) {
+	if err != nil || w.settings.Durability == tracker.WatcherCrash {
+		return
+	}
+	w.movedOutOf = append(w.movedOutOf, id)
+	if !w.batch.active {
+		w.syncMovedOut()
+	}
+}
+
+// syncMovedOut syncs the spool and the run directories requests were
+// moved into (see movedOut), together, before a batch writes its
+// history lines and records.
+func (w *watcher) syncMovedOut() {
+	if len(w.movedOutOf) == 0 {
+		return
+	}
+	dirs := []string{w.spool.Spool()}
+	for _, id := range w.movedOutOf {
+		dirs = append(dirs, w.store.RunDir(id))
+	}
+	w.movedOutOf = nil
+	var wg sync.WaitGroup
+	for _, dir := range dirs {
+		wg.Go(func() {
+			if err := durable.FlushMovedOut.SyncDir(dir); err != nil {
+				w.log.Printf("%v", err)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // syncHistory makes the history appended so far durable, before what

@@ -310,7 +310,7 @@ func (w *watcher) keepRequest(q *queuedRun) {
 		return
 	}
 	_, err = w.spool.Claim(f, w.store.Run(n.ID).Request())
-	w.claimed(err)
+	w.movedOut(n.ID, err)
 	if err != nil {
 		w.log.Printf("run %s: keeping its request: %v", n.ID, err)
 		return

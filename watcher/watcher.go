@@ -327,6 +327,9 @@ type watcher struct {
 	// yet synced, spoolUnsynced while a claim from the spool is not (see
 	// writeRecords).
 	histUnsynced, spoolUnsynced bool
+	// movedOutOf are the runs whose requests were moved out of the spool
+	// since it was last synced for them (see movedOut).
+	movedOutOf []string
 	// ordersData is set where the root's file system commits a new file's
 	// data before its name (procfs.OrdersNewData): a run's first record is
 	// renamed in before its flush there, and an end's or a stop's is not

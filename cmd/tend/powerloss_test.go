@@ -236,6 +236,8 @@ type trial struct {
 	slow                     bool            // the next short run takes a while
 	careful                  bool            // the next request dropped as a file is synced
 	waitFor                  string          // the next run submitted waits for this one's end
+	waitCompleted            bool            // ... to complete, not to end
+	failing                  bool            // the next short run exits 1
 	waiters                  sync.Map        // IDs of the runs that wait for another (read by gateCut's matcher, inside crashfs)
 	downRun                  *plRun          // a request dropped while no watcher ran
 	sharedDaemon             bool            // tend up --shared daemon, while a watcher ran, has returned
@@ -591,11 +593,18 @@ func (t *trial) submit(kind, how string) *plRun {
 	r := &plRun{id: t.newID(), kind: kind, labels: make(map[string][]string), labelSeen: make(map[string]bool), notesSent: make(map[string]bool), notesSeen: make(map[string]bool)}
 	r.cut = t.cutNo
 	r.after, t.waitFor = t.waitFor, ""
+	cond := ":ended"
+	if t.waitCompleted {
+		cond, t.waitCompleted = "", false // completed, the default
+	}
 	if r.after != "" {
 		t.waiters.Store(r.id, true)
 	}
 	if kind == "short" {
 		r.code = []int{0, 0, 1, 3}[t.rng.IntN(4)]
+		if t.failing {
+			r.code, t.failing = 1, false
+		}
 	}
 	if kind == "service" {
 		how = "cli"
@@ -613,7 +622,7 @@ func (t *trial) submit(kind, how string) *plRun {
 	}
 	request := body
 	if r.after != "" {
-		request = fmt.Sprintf(`{"command": %q, "after": [%q]}`, body, r.after+":ended")
+		request = fmt.Sprintf(`{"command": %q, "after": [%q]}`, body, r.after+cond)
 	}
 	spoolDir := filepath.Join(t.root, "spool")
 	switch how {
@@ -639,7 +648,7 @@ func (t *trial) submit(kind, how string) *plRun {
 			args = append(args, "--restart", "always", "--restart-limit", "1000")
 		}
 		if r.after != "" {
-			args = append(args, "--after", r.after+":ended")
+			args = append(args, "--after", r.after+cond)
 		}
 		t.background(func(out string) {
 			if strings.TrimSpace(out) == r.id {
@@ -902,6 +911,19 @@ func (t *trial) script(stop func() bool) {
 			t.waitFor = t.submit("short", "").id
 			t.awaitClients() // it exists before what waits for it is taken
 			t.awaitStart(t.submit("short", ""))
+		},
+		func() {
+			// A run that waits for another to complete, which fails: it
+			// is canceled while queued, its request moved from the spool
+			// into its directory, where no claim syncs the spool with its
+			// end; after a cut the request must not be back in the spool,
+			// to be rejected as a second start of the run.
+			t.slow, t.failing = true, true // still running when the waiter is taken
+			t.waitFor, t.waitCompleted = t.submit("short", "").id, true
+			t.awaitClients() // it exists before what waits for it is taken
+			r := t.submit("short", "")
+			t.awaitStart(r)
+			t.waitEnd(r)
 		},
 		func() { t.awaitStart(t.submit("long", "cli")) },
 		func() { t.awaitStart(t.submit("service", "cli")) },

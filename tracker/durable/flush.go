@@ -28,6 +28,10 @@ const (
 	// FlushClaim: the spool, once requests were claimed from it (renamed
 	// out) or queued in it, beside the records written after.
 	FlushClaim Flush = "claim"
+	// FlushMovedOut: the spool and the run's directory, once the request
+	// of a queued run that is to end without starting (canceled) was
+	// moved from the one to the other, before the run's end is written.
+	FlushMovedOut Flush = "moved-out"
 	// FlushQueued: a queued run's request, left in the spool, beside its
 	// queued record: it is what the run starts with.
 	FlushQueued Flush = "queued"
@@ -67,7 +71,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushQueued, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushMovedOut, FlushQueued, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
 }
 
