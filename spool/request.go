@@ -94,6 +94,9 @@ type startJSON struct {
 // with encoding/json, in a client that marshals one request, cost more
 // than the rest of what tend start does besides waiting (0.3 ms).
 func (s Start) MarshalJSON() ([]byte, error) {
+	if err := s.checkUTF8(); err != nil {
+		return nil, err
+	}
 	b := make([]byte, 0, 512)
 	b = append(b, `{"command":`...)
 	if s.Argv != nil {
@@ -146,6 +149,47 @@ func (s Start) MarshalJSON() ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '}'), nil
+}
+
+// checkUTF8 returns an error naming the first of s's strings that is not
+// valid UTF-8: JSON would carry U+FFFD in its place, and the run would
+// not be what was asked for (another file, another variable).
+func (s Start) checkUTF8() error {
+	var bad string
+	check := func(field, v string) {
+		if bad == "" && !utf8.ValidString(v) {
+			bad = fmt.Sprintf("%s %q", field, v)
+		}
+	}
+	check("the command", s.Shell)
+	for i, a := range s.Argv {
+		check(fmt.Sprintf("argument %d", i+1), a)
+	}
+	check(`"cwd"`, s.Cwd)
+	check(`"session"`, s.Session)
+	for _, m := range []struct {
+		name string
+		m    map[string]string
+	}{{"the environment variable", s.Env}, {"the label", s.Labels}} {
+		for k, v := range m.m {
+			check(m.name, k)
+			check(m.name+" "+k+"'s value", v)
+		}
+	}
+	if h := s.Health; h != nil {
+		check(`the health check's "tcp"`, h.TCP)
+		check(`the health check's "http"`, h.HTTP)
+		check(`the health check's "exec"`, h.Exec)
+	}
+	if sl := s.Slurm; sl != nil {
+		for _, v := range append([]string{sl.Partition, sl.Memory, sl.GPUs, sl.Account, sl.QOS, sl.Constraint}, sl.Args...) {
+			check(`a "slurm" setting`, v)
+		}
+	}
+	if bad != "" {
+		return fmt.Errorf("%s is not valid UTF-8: a request is JSON text, which carries only UTF-8", bad)
+	}
+	return nil
 }
 
 // appendSetting appends `,"name":` and v marshaled, if set.
@@ -268,6 +312,22 @@ func ParseStart(body []byte) (Start, error) {
 		return Start{}, err
 	}
 	return s, s.validate()
+}
+
+// invalidUTF8 returns the offset of the first byte of b that is not
+// part of valid UTF-8, or -1.
+func invalidUTF8(b []byte) int {
+	if utf8.Valid(b) {
+		return -1
+	}
+	for i := 0; i < len(b); {
+		r, n := utf8.DecodeRune(b[i:])
+		if r == utf8.RuneError && n == 1 {
+			return i
+		}
+		i += n
+	}
+	return -1
 }
 
 func parseShellText(body []byte) (Start, error) {
@@ -561,6 +621,11 @@ func isJSON(body []byte) bool {
 // decodeStrict decodes one JSON object into v, refusing unknown fields and
 // trailing data, and words errors for people.
 func decodeStrict(body []byte, v any) error {
+	if i := invalidUTF8(body); i >= 0 {
+		// encoding/json would read U+FFFD in their place: what is
+		// recorded and done would not be what the request says.
+		return fmt.Errorf("not valid UTF-8 (at byte %d): JSON text carries only UTF-8", i)
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {

@@ -659,8 +659,40 @@ func TestStartMarshalIsV1s(t *testing.T) {
 	}
 	for _, s := range tests {
 		got, err := s.MarshalJSON()
+		if s.checkUTF8() != nil {
+			// encoding/json would write U+FFFD in their place.
+			if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+				t.Fatalf("%+v: MarshalJSON = %s, %v; want an error", s, got, err)
+			}
+			continue
+		}
 		if want := marshalV1(s); err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("%+v:\n got %s (%v)\nwant %s", s, got, err, want)
 		}
+	}
+}
+
+func TestStartMarshalRefusesNotUTF8(t *testing.T) {
+	for _, tt := range []struct {
+		s    Start
+		want string
+	}{
+		{Start{Shell: "caf\xe9"}, `the command "caf\xe9" is not valid UTF-8`},
+		{Start{Argv: []string{"cat", "caf\xe9.txt"}}, `argument 2 "caf\xe9.txt" is not valid UTF-8`},
+		{Start{Shell: "x", Cwd: "/tmp/\xff"}, `"cwd" "/tmp/\xff" is not valid`},
+		{Start{Shell: "x", Env: map[string]string{"A\xff": "1"}}, `the environment variable "A\xff" is not valid`},
+		{Start{Shell: "x", Env: map[string]string{"A": "\xfe"}}, `the environment variable A's value "\xfe" is not valid`},
+		{Start{Shell: "x", Labels: map[string]string{"k": "\xfe"}}, `the label k's value`},
+		{Start{Shell: "x", Health: &Health{Exec: "test -e \xff"}}, `the health check's "exec"`},
+		{Start{Shell: "naïve ☃ \ufffd"}, ""},
+	} {
+		_, err := tt.s.MarshalJSON()
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%+v: MarshalJSON error %v, want %q", tt.s, err, tt.want)
+		}
+	}
+	// And a JSON body with such bytes is rejected, not read with U+FFFD.
+	if _, err := ParseStart([]byte("{\"command\": [\"cat\", \"caf\xe9.txt\"]}")); err == nil || !strings.Contains(err.Error(), "not valid UTF-8 (at byte 24)") {
+		t.Errorf("ParseStart of a body that is not UTF-8: %v", err)
 	}
 }

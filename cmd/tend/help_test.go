@@ -188,7 +188,7 @@ func parseWith(t *testing.T, args []string, opts ...kong.Option) parsed {
 func parsedAs(command string, c *cli, target any) parsed {
 	got := parsed{cmd: command, globals: [4]any{c.Root, c.Version, c.NoStart, c.Color}, target: target}
 	if s, ok := target.(startCmd); ok {
-		req, err := s.request(s.args())
+		req, err := s.request(s.args(), io.Discard)
 		body, _ := req.MarshalJSON()
 		got.target = fmt.Sprintf("id %q, json %v: %s, %v", s.ID, s.JSON, body, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"syscall"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/alecthomas/kong"
 	"github.com/tendhq/tend"
@@ -141,12 +142,34 @@ func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
 
+// notUTF8 names the first of args, or of the variables tend reads its
+// settings from, that is not valid UTF-8, or returns "".
+func notUTF8(args []string) string {
+	for i, a := range args {
+		if !utf8.ValidString(a) {
+			return fmt.Sprintf("argument %d %q", i+1, a)
+		}
+	}
+	for _, name := range []string{"TEND_ROOT", "TEND_SESSION"} {
+		if v := os.Getenv(name); !utf8.ValidString(v) {
+			return fmt.Sprintf("$%s %q", name, v)
+		}
+	}
+	return ""
+}
+
 func run(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && args[0] == "--version" {
 		// What kong's version flag prints, without building a parser:
 		// scripts check a tool's version before anything else.
 		fmt.Fprintln(stdout, buildVersion())
 		return exitOK
+	}
+	if msg := notUTF8(args); msg != "" {
+		// kong would read U+FFFD in their place: another root, ID,
+		// command or file than the one named.
+		fmt.Fprintf(stderr, "tend: %s is not valid UTF-8: tend's requests and records are JSON text, which carries only UTF-8\n", msg)
+		return exitUsage
 	}
 	c, do, code := parse(args, stdout, stderr)
 	if c == nil {

@@ -3,10 +3,12 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
@@ -71,7 +73,7 @@ func (c *startCmd) Run(e *env) error {
 	if len(args) == 0 {
 		return exitf(exitUsage, "start: no command given (tend start -- CMD [ARG...])")
 	}
-	req, err := c.request(args)
+	req, err := c.request(args, e.stderr)
 	if err != nil {
 		return exitf(exitUsage, "start: %v", err)
 	}
@@ -131,7 +133,9 @@ func (c *startCmd) args() []string {
 }
 
 // request builds the start request from the flags; Start checks it.
-func (c *startCmd) request(args []string) (tend.Request, error) {
+// Variables of this shell that are not UTF-8 are left out of the run's
+// environment, which a request (JSON) cannot carry, saying so on warn.
+func (c *startCmd) request(args []string, warn io.Writer) (tend.Request, error) {
 	req := tend.Request{Session: c.Session, Timeout: spool.Duration(c.Timeout)}
 	if len(args) == 1 {
 		req.Shell = args[0]
@@ -152,7 +156,12 @@ func (c *startCmd) request(args []string) (tend.Request, error) {
 	}
 	req.Env = map[string]string{}
 	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok && k != "" {
+		k, v, ok := strings.Cut(kv, "=")
+		switch {
+		case !ok || k == "":
+		case !utf8.ValidString(kv):
+			fmt.Fprintf(warn, "tend: start: %q is not valid UTF-8: left out of the run's environment (a request is JSON text)\n", k)
+		default:
 			req.Env[k] = v
 		}
 	}
