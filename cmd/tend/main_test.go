@@ -379,8 +379,15 @@ func stateReader() {
 // sig SIGNAL pidfile: send SIGNAL (a name such as KILL or USR1) to the
 // process whose PID the file holds.
 func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
+	sig, pid := signalAndPID(ts, "sig", args)
+	ts.Check(unix.Kill(pid, sig))
+}
+
+// signalAndPID returns the signal (a name such as KILL) and the PID in
+// the file that args name, for command cmd.
+func signalAndPID(ts *testscript.TestScript, cmd string, args []string) (unix.Signal, int) {
 	if len(args) != 2 {
-		ts.Fatalf("usage: sig SIGNAL PIDFILE")
+		ts.Fatalf("usage: %s SIGNAL PIDFILE", cmd)
 	}
 	sig := unix.SignalNum("SIG" + args[0])
 	if sig == 0 {
@@ -388,29 +395,22 @@ func cmdSig(ts *testscript.TestScript, neg bool, args []string) {
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[1])))
 	ts.Check(err)
-	ts.Check(unix.Kill(pid, sig))
+	return sig, pid
 }
 
 // catches SIGNAL PIDFILE: wait until the process in PIDFILE catches
 // SIGNAL (its handler is installed: /proc/PID/status, SigCgt).
 func cmdCatches(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 2 {
-		ts.Fatalf("usage: catches SIGNAL PIDFILE")
-	}
-	sig := unix.SignalNum("SIG" + args[0])
-	if sig == 0 {
-		ts.Fatalf("unknown signal %s", args[0])
-	}
-	pid := strings.TrimSpace(ts.ReadFile(args[1]))
+	sig, pid := signalAndPID(ts, "catches", args)
 	poll(ts, func() string {
-		b, err := os.ReadFile("/proc/" + pid + "/status")
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			return err.Error()
 		}
 		_, rest, _ := strings.Cut(string(b), "SigCgt:\t")
 		mask, err := strconv.ParseUint(strings.TrimSpace(strings.SplitN(rest, "\n", 2)[0]), 16, 64)
 		if err != nil || mask&(1<<(sig-1)) == 0 {
-			return fmt.Sprintf("pid %s does not catch SIG%s (SigCgt %.16s)", pid, args[0], rest)
+			return fmt.Sprintf("pid %d does not catch SIG%s (SigCgt %.16s)", pid, args[0], rest)
 		}
 		return ""
 	})
