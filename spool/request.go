@@ -162,8 +162,12 @@ func (s Start) checkUTF8() error {
 		}
 	}
 	check("the command", s.Shell)
+	// A field's name is made only for a string that is not UTF-8: every
+	// tend start marshals an argv and an environment.
 	for i, a := range s.Argv {
-		check(fmt.Sprintf("argument %d", i+1), a)
+		if !utf8.ValidString(a) {
+			check(fmt.Sprintf("argument %d", i+1), a)
+		}
 	}
 	check(`"cwd"`, s.Cwd)
 	check(`"session"`, s.Session)
@@ -173,7 +177,9 @@ func (s Start) checkUTF8() error {
 	}{{"the environment variable", s.Env}, {"the label", s.Labels}} {
 		for k, v := range m.m {
 			check(m.name, k)
-			check(m.name+" "+k+"'s value", v)
+			if !utf8.ValidString(v) {
+				check(m.name+" "+k+"'s value", v)
+			}
 		}
 	}
 	if h := s.Health; h != nil {
