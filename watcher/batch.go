@@ -171,10 +171,13 @@ const flushEvery = 32
 
 // flushIfFull writes what the batch holds once it holds flushEvery
 // records (counting those of the runs being forked), and goes on holding.
-func (w *watcher) flushIfFull() {
+// It reports whether it wrote them.
+func (w *watcher) flushIfFull() bool {
 	if len(w.batch.states)+len(w.spawning) >= flushEvery {
 		w.flush()
+		return true
 	}
+	return false
 }
 
 // heldState returns the record of run id whose save is held back, if

@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"maps"
@@ -346,5 +347,48 @@ func TestRelabel(t *testing.T) {
 		if got := relabel(tc.labels, tc.was, tc.now); !maps.Equal(got, tc.want) {
 			t.Errorf("%s: relabel = %v, want %v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A burst of requests is taken a flush at a time once an exit or a timer
+// waits for the loop: the ends of the runs it started first wait for one
+// flush of starts, not for the whole burst. With nothing waiting, the
+// burst is one turn.
+func TestBurstYieldsToTheLoopAfterAFlush(t *testing.T) {
+	const requests = flushEvery + 8
+	for _, tc := range []struct {
+		name    string
+		waiting func(w *watcher)
+		left    int // the events the turn leaves queued
+	}{
+		{"nothing waits", func(*watcher) {}, 0},
+		{"a timer waits", func(w *watcher) { w.do <- func() {} }, requests - flushEvery},
+		{"an exit waits", func(w *watcher) { w.exited <- &run{} }, requests - flushEvery},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := batchWatcher(t)
+			if err := w.spool.Make(); err != nil {
+				t.Fatal(err)
+			}
+			queued := make(chan fsnotify.Event, requests)
+			for i := range requests {
+				path := filepath.Join(w.spool.Spool(), fmt.Sprintf("r%d.start", i))
+				if err := os.WriteFile(path, []byte(`{"command": ["true"], "not_before": "1h"}`), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				queued <- fsnotify.Event{Name: path, Op: fsnotify.Create}
+			}
+			tc.waiting(w)
+			if err := w.fsEvents(<-queued, queued); err != nil {
+				t.Fatal(err)
+			}
+			if len(queued) != tc.left {
+				t.Errorf("the turn left %d events queued, want %d", len(queued), tc.left)
+			}
+			runs, errs := w.store.List()
+			if len(errs) > 0 || len(runs) != requests-tc.left {
+				t.Errorf("%d runs recorded (%v), want %d: every request taken in the turn", len(runs), errs, requests-tc.left)
+			}
+		})
 	}
 }

@@ -457,6 +457,19 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			}
 			return nil
 		}
+		// Exits and timers first: a burst of requests is taken a flush at
+		// a time (fsEvents), and the runs it starts end meanwhile. Their
+		// ends wait for no more than one flush of starts, and what waits
+		// for them (a dependent, a client) with them.
+		select {
+		case r := <-w.exited:
+			w.leadersExited(w.moreExited(r))
+			continue
+		case f := <-w.do:
+			f()
+			continue
+		default:
+		}
 		select {
 		case ev, ok := <-fsw.Events:
 			if !ok {
@@ -479,16 +492,7 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			}
 			w.log.Printf("inotify: %v", err)
 		case r := <-w.exited:
-			batch := []*run{r}
-			for more := true; more; {
-				select {
-				case r := <-w.exited:
-					batch = append(batch, r)
-				default:
-					more = false
-				}
-			}
-			w.leadersExited(batch)
+			w.leadersExited(w.moreExited(r))
 		case f := <-w.do:
 			f()
 		case <-sigchld:
@@ -499,6 +503,19 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 				return nil
 			}
 			w.shutdown(sig)
+		}
+	}
+}
+
+// moreExited returns r and the runs whose exits are queued behind it.
+func (w *watcher) moreExited(r *run) []*run {
+	batch := []*run{r}
+	for {
+		select {
+		case r := <-w.exited:
+			batch = append(batch, r)
+		default:
+			return batch
 		}
 	}
 }
@@ -532,12 +549,16 @@ const eventBatch = 1024
 // requests dropped together (a burst of starts, a storm of cancels) are
 // recorded with rounds of fsyncs before their runs pass their gates or
 // get their signals. A request written with a temporary name brings the
-// events of that name along; they cost nothing here.
+// events of that name along; they cost nothing here. After a flush, the
+// turn ends if exits or timers wait, so that a burst of a thousand starts
+// does not hold back the ends of the runs it started first.
 func (w *watcher) fsEvents(ev fsnotify.Event, queued <-chan fsnotify.Event) (err error) {
 	w.batched(func() {
 		err = w.fsEvent(ev)
 		for n := 1; n < eventBatch && err == nil; n++ {
-			w.flushIfFull()
+			if w.flushIfFull() && len(w.exited)+len(w.do) > 0 {
+				return // the loop takes those first; the rest stay queued
+			}
 			select {
 			case ev, ok := <-queued:
 				if !ok {
