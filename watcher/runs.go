@@ -701,7 +701,9 @@ func (w *watcher) leadersExited(batch []*run) {
 }
 
 // exitStorm is how soon after another an exit counts as part of a storm.
-const exitStorm = 10 * time.Millisecond
+// The exits of a storm come well under a millisecond apart; a chain's
+// links end 5-10 ms apart, and each should be drained at once.
+const exitStorm = 2 * time.Millisecond
 
 // recordWait is how long an adopted run's end waits for its status: an
 // exit record from its keeper, or the kernel's (see takeExitInfo). The
