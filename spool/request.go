@@ -278,8 +278,11 @@ func ParseStart(body []byte) (Start, error) {
 		return parseShellText(body)
 	}
 	var j startJSON
-	if err := decodeStrict(body, &j); err != nil {
-		return Start{}, err
+	if !fastStartJSON(body, &j) {
+		j = startJSON{}
+		if err := decodeStrict(body, &j); err != nil {
+			return Start{}, err
+		}
 	}
 	s := Start{Cwd: j.Cwd, Env: j.Env, Session: j.Session, Labels: j.Labels}
 	if err := s.setCommand(j.Command); err != nil {
@@ -357,17 +360,24 @@ func (s *Start) setCommand(raw json.RawMessage) error {
 	if len(raw) == 0 || string(raw) == "null" {
 		return errors.New(`missing "command": a string for /bin/sh -c or an array to execute`)
 	}
-	if raw[0] == '"' {
+	shell, argv, fast := fastCommand(raw)
+	switch {
+	case fast:
+		s.Shell, s.Argv = shell, argv
+	case raw[0] == '"':
 		if err := json.Unmarshal(raw, &s.Shell); err != nil {
 			return fmt.Errorf(`"command": %w`, err)
 		}
+	default:
+		if err := json.Unmarshal(raw, &s.Argv); err != nil || s.Argv == nil {
+			return fmt.Errorf(`"command" must be a string or an array of strings, not %.40s`, raw)
+		}
+	}
+	if raw[0] == '"' {
 		if strings.TrimSpace(s.Shell) == "" {
 			return errors.New(`"command" is empty`)
 		}
 		return nil
-	}
-	if err := json.Unmarshal(raw, &s.Argv); err != nil || s.Argv == nil {
-		return fmt.Errorf(`"command" must be a string or an array of strings, not %.40s`, raw)
 	}
 	if len(s.Argv) == 0 || s.Argv[0] == "" {
 		return errors.New(`"command" array is empty or its first element is empty`)

@@ -624,6 +624,24 @@ func marshalV1(s Start) []byte {
 }
 
 func TestStartMarshalIsV1s(t *testing.T) {
+	for _, s := range startCorpus() {
+		got, err := s.MarshalJSON()
+		if s.checkUTF8() != nil {
+			// encoding/json would write U+FFFD in their place.
+			if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
+				t.Fatalf("%+v: MarshalJSON = %s, %v; want an error", s, got, err)
+			}
+			continue
+		}
+		if want := marshalV1(s); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%+v:\n got %s (%v)\nwant %s", s, got, err, want)
+		}
+	}
+}
+
+// startCorpus returns requests with every field, odd strings, and 2,000
+// random ones.
+func startCorpus() []Start {
 	g, zero, n := Duration(3*time.Second), Duration(0), int64(64)
 	odd := []string{"", "plain", `q"uote`, `back\slash`, "<tag>&amp;", "tab\there\nnew\r\b\f\x01\x1f\x7f",
 		"naïve ☃", "\xff\xfe bad utf-8", "\u2028\u2029", "emoji 🙂", "a=b;c:d/e?f#g%h"}
@@ -657,19 +675,7 @@ func TestStartMarshalIsV1s(t *testing.T) {
 		}
 		tests = append(tests, Start{Argv: []string{string(b)}, Env: map[string]string{string(b): string(b)}})
 	}
-	for _, s := range tests {
-		got, err := s.MarshalJSON()
-		if s.checkUTF8() != nil {
-			// encoding/json would write U+FFFD in their place.
-			if err == nil || !strings.Contains(err.Error(), "not valid UTF-8") {
-				t.Fatalf("%+v: MarshalJSON = %s, %v; want an error", s, got, err)
-			}
-			continue
-		}
-		if want := marshalV1(s); err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%+v:\n got %s (%v)\nwant %s", s, got, err, want)
-		}
-	}
+	return tests
 }
 
 func TestStartMarshalRefusesNotUTF8(t *testing.T) {
