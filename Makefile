@@ -96,6 +96,7 @@ FUZZTIME ?= 1m
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParseName$$' -fuzztime $(FUZZTIME) ./spool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseStart$$' -fuzztime $(FUZZTIME) ./spool
+	$(GO) test -run '^$$' -fuzz '^FuzzFastJSONIsV1s$$' -fuzztime $(FUZZTIME) ./spool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseControl$$' -fuzztime $(FUZZTIME) ./spool
 	$(GO) test -run '^$$' -fuzz '^FuzzParseState$$' -fuzztime $(FUZZTIME) ./tracker
 	$(GO) test -run '^$$' -fuzz '^FuzzParseBrief$$' -fuzztime $(FUZZTIME) ./tracker

@@ -90,3 +90,29 @@ func checkFastCommand(t *testing.T, raw json.RawMessage, mustTake bool) {
 		t.Fatalf("command %s: written by MarshalJSON, but not taken fast", raw)
 	}
 }
+
+// FuzzFastJSONIsV1s: whatever the body, the fast decoders take only what
+// encoding/json takes, and give what it gives.
+func FuzzFastJSONIsV1s(f *testing.F) {
+	for _, s := range startCorpus()[:40] {
+		if b, err := s.MarshalJSON(); err == nil {
+			f.Add(b)
+		}
+	}
+	f.Add([]byte(`{ "command" : [ "a" , null ], "env": {"A": "1", "A": "2"}, "restart": {"policy": "always"} }`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var want, got startJSON
+		wantErr := decodeStrict(body, &want)
+		if fastStartJSON(body, &got) {
+			if wantErr != nil {
+				t.Fatalf("%q: taken fast, but encoding/json refuses it: %v", body, wantErr)
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("%q:\n fast %+v\n want %+v", body, got, want)
+			}
+		}
+		if invalidUTF8(body) < 0 {
+			checkFastCommand(t, body, false)
+		}
+	})
+}
