@@ -457,19 +457,6 @@ func (w *watcher) loop(fsw *fsnotify.Watcher, sigchld <-chan os.Signal) error {
 			}
 			return nil
 		}
-		// Exits and timers first: a burst of requests is taken a flush at
-		// a time (fsEvents), and the runs it starts end meanwhile. Their
-		// ends wait for no more than one flush of starts, and what waits
-		// for them (a dependent, a client) with them.
-		select {
-		case r := <-w.exited:
-			w.leadersExited(w.moreExited(r))
-			continue
-		case f := <-w.do:
-			f()
-			continue
-		default:
-		}
 		select {
 		case ev, ok := <-fsw.Events:
 			if !ok {
@@ -520,6 +507,19 @@ func (w *watcher) moreExited(r *run) []*run {
 	}
 }
 
+// takeExits takes the exits queued now into the batch of requests under
+// way: the ends of the runs whose processes are all gone are recorded in
+// it, with one commit for both. Taken on the loop's next turn instead,
+// they waited for every request of a burst.
+func (w *watcher) takeExits() {
+	select {
+	case r := <-w.exited:
+		w.leadersExited(w.moreExited(r))
+		w.drain()
+	default:
+	}
+}
+
 // after runs f on the loop after d.
 func (w *watcher) after(d time.Duration, f func()) *time.Timer {
 	return time.AfterFunc(d, func() { w.do <- f })
@@ -549,15 +549,16 @@ const eventBatch = 1024
 // requests dropped together (a burst of starts, a storm of cancels) are
 // recorded with rounds of fsyncs before their runs pass their gates or
 // get their signals. A request written with a temporary name brings the
-// events of that name along; they cost nothing here. After a flush, the
-// turn ends if exits or timers wait, so that a burst of a thousand starts
-// does not hold back the ends of the runs it started first.
+// events of that name along; they cost nothing here. After each flush,
+// the exits that came meanwhile join the batch (takeExits): the ends of
+// the runs a burst started first are recorded with its next records, not
+// after the whole burst.
 func (w *watcher) fsEvents(ev fsnotify.Event, queued <-chan fsnotify.Event) (err error) {
 	w.batched(func() {
 		err = w.fsEvent(ev)
 		for n := 1; n < eventBatch && err == nil; n++ {
-			if w.flushIfFull() && len(w.exited)+len(w.do) > 0 {
-				return // the loop takes those first; the rest stay queued
+			if w.flushIfFull() {
+				w.takeExits()
 			}
 			select {
 			case ev, ok := <-queued:
