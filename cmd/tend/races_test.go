@@ -101,6 +101,14 @@ func raceSessions(ts *testscript.TestScript, root string, i int) {
 		}
 		return ""
 	})
+	// But a request replaced between the watcher's read and its claim is
+	// put back under its name, and examined again at once: between the
+	// two looks above, it may have been at the other name. A request
+	// written after that is answered after it.
+	submitFile(ts, root, a+"-none.cancel", `{}`)
+	if got := waitOutcome(ts, root, a+"-none.cancel"); !strings.HasPrefix(got, spool.NotFound) {
+		ts.Fatalf("canceling no run: %q", got)
+	}
 	if got := waitOutcome(ts, root, a+".cancel"); !strings.HasPrefix(got, spool.NotPermitted) {
 		ts.Fatalf("session B canceling %s: %q", a, got)
 	}
