@@ -56,6 +56,8 @@ type FS struct {
 	marks   int
 	markSeq uint64 // the sequence number of the last mark
 	delay   time.Duration
+	slow    func(Flush) bool // the flushes that take slowFor (SetSlowFlushes)
+	slowFor time.Duration
 	onFlush func(Flush)
 	// replacesKeepData: see SetReplacesKeepData.
 	replacesKeepData bool
@@ -397,6 +399,9 @@ func (f *FS) flush(p string, id uint64, dir bool) syscall.Errno {
 	}
 	c, seq := f.snapshot(p, id), f.m.seq
 	delay := f.delay
+	if f.slow != nil && f.slow(f.flushes[len(f.flushes)-1]) {
+		delay = f.slowFor
+	}
 	f.mu.Unlock()
 	if delay > 0 {
 		time.Sleep(delay)
@@ -455,6 +460,17 @@ func (f *FS) SetFlushDelay(d time.Duration) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.delay = d
+}
+
+// SetSlowFlushes makes every flush that match reports true for (called
+// with the file system's lock held) take d, in place of SetFlushDelay's:
+// a disk completes the fsyncs in flight in its own order, and that of a
+// long file, or of one that waits behind others, may still be under way
+// when those of small files that came after it are done. nil: none.
+func (f *FS) SetSlowFlushes(match func(Flush) bool, d time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slow, f.slowFor = match, d
 }
 
 func (f *FS) newNode(root *fs.LoopbackRoot, parent *fs.Inode, name string, st *syscall.Stat_t) fs.InodeEmbedder {

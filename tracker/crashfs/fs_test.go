@@ -10,6 +10,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -248,6 +249,38 @@ func TestOnFlush(t *testing.T) {
 	}
 	if n := len(f.Flushes()); n != 3 {
 		t.Errorf("%d flushes, want 3", n)
+	}
+}
+
+// TestSlowFlushes checks that a slow flush is still under way, and taken
+// back by a cut, when one of another file that came after it is done.
+func TestSlowFlushes(t *testing.T) {
+	f, _, mnt := mount(t, nil)
+	write(t, filepath.Join(mnt, "log"), "", true)
+	write(t, filepath.Join(mnt, "a"), "", true)
+	syncDir(t, mnt)
+	f.SetSlowFlushes(func(fl Flush) bool { return fl.Path == "log" }, time.Second)
+	slow := make(chan error, 1)
+	go func() {
+		fd, err := os.OpenFile(filepath.Join(mnt, "log"), os.O_WRONLY, 0)
+		if err != nil {
+			slow <- err
+			return
+		}
+		defer fd.Close()
+		if _, err = fd.WriteString("line"); err == nil {
+			err = fd.Sync()
+		}
+		slow <- err
+	}()
+	for time.Sleep(10 * time.Millisecond); len(f.Flushes()) < 4; time.Sleep(time.Millisecond) {
+	}
+	write(t, filepath.Join(mnt, "a"), "a", true)
+	if got := describe(image(t, f, Strict, 1)); got != "a=a log=" {
+		t.Errorf("image %q, want %q", got, "a=a log=")
+	}
+	if err := <-slow; err == nil {
+		t.Error("the slow flush, cut, succeeded") // EIO, or the connection aborted by the unmount
 	}
 }
 
