@@ -124,7 +124,10 @@ func (t *trial) cuts(n int) {
 			// tend wait's flush keeps an end it read, renamed in and not
 			// yet flushed by the watcher; where ends are not flushed at
 			// all, their synced history lines keep them, and it has
-			// nothing left to do for one.
+			// nothing left to do for one. Where they are, their history
+			// lines are synced beside them, and keep them too once that
+			// flush is done: the trial's disk has it outlast the
+			// record's (see mount).
 			t.renameNew = false
 		case t.mutant != "":
 			// The cuts at the mark (markHere) take each path in turn.
@@ -141,7 +144,7 @@ func (t *trial) cuts(n int) {
 		// As the file system the watcher takes it for keeps a replace.
 		t.fs.SetReplacesKeepData(t.renameNew)
 		if t.mutant != "" && t.mark == nil && t.markHere(i) {
-			t.mark = t.fs.CutAfterMark([]int{0, 0, 1, 2, 3}[t.rng.IntN(5)])
+			t.mark = t.fs.CutAfterMark(t.afterMark())
 		}
 		t.cutsOnRoot++
 		if !t.up() {
@@ -190,6 +193,19 @@ func (t *trial) markHere(i int) bool {
 	return i%3 == 1
 }
 
+// afterMark returns at which flush after a mark a mutant's cut comes (see
+// crashfs.CutAfterMark): at the mark itself in two cuts of five. The seen
+// flush's always: it is a reader's, and the window it closes, from the
+// read to the end of the watcher's flushes of what was read, is open at
+// the read; the next flush anyone starts comes once they are done.
+func (t *trial) afterMark() int {
+	k := []int{0, 0, 1, 2, 3}[t.rng.IntN(5)]
+	if t.mutant == string(durable.FlushSeen) {
+		return 0
+	}
+	return k
+}
+
 // markCut runs the scripted sequence, then clients at random, until the
 // cut at the flush after a mark (mark is closed then), and cuts the power
 // keeping only what came after the mark; or, if no mark came, at the end,
@@ -202,6 +218,12 @@ func (t *trial) markCut(mark <-chan struct{}) {
 	}
 	select {
 	case <-mark:
+		if t.mutant == string(durable.FlushSeen) {
+			// The disk holds what it did at the read, and tend wait goes
+			// on (reads do, after a cut) to report what it read: the
+			// processes die once it has returned.
+			t.clientsReturn(time.Second)
+		}
 		t.powerCut(crashfs.AfterMark, "at the first flush after the place of the one left out")
 	default:
 		t.fs.Freeze()
@@ -419,6 +441,20 @@ func (t *trial) mount() {
 	delay := time.Millisecond
 	if t.mutant == string(durable.FlushSeen) {
 		delay = 50 * time.Millisecond
+		// The watcher syncs an end's history line beside its record,
+		// and recovery writes the end again from that line if the cut
+		// took the record's name back (recoverCovered). With flushes
+		// that all take as long, the line, whose flush starts first, is
+		// on disk before the record has its name, and the seen flush
+		// has nothing left to keep. A disk completes them in its own
+		// order: here the history's outlasts, as that of a long file
+		// behind others may, the record's, its directory's, and the
+		// flush of that directory by tend wait (which waits behind the
+		// watcher's), so that an end read in between is on disk only
+		// once tend wait has synced its directory.
+		f.SetSlowFlushes(func(fl crashfs.Flush) bool {
+			return !fl.Dir && filepath.Base(fl.Path) == "history.jsonl"
+		}, 6*delay)
 	}
 	f.SetFlushDelay(delay)
 	t.fs = f
@@ -1034,6 +1070,19 @@ func (t *trial) awaitClients() {
 	}
 }
 
+// clientsReturn waits until no client runs, for at most d, after a cut
+// too.
+func (t *trial) clientsReturn(d time.Duration) {
+	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
+		t.mu.Lock()
+		busy := t.busy
+		t.mu.Unlock()
+		if busy == 0 {
+			return
+		}
+	}
+}
+
 // awaitStart waits until run r's start is answered (or the power is cut).
 func (t *trial) awaitStart(r *plRun) {
 	t.awaitClients()
@@ -1262,8 +1311,11 @@ func (t *trial) recover() bool {
 	if t.downRun == nil {
 		// A request a careful client drops, and syncs, while no watcher
 		// runs: the next one claims it as it starts, and the scripted
-		// sequence deletes it once it has ended.
+		// sequence deletes it once it has ended. In the seen flush's
+		// trial it takes a while, so that its wait, the first of the
+		// sequence and the first mark, is under way when it ends.
 		t.careful = true
+		t.slow = t.mutant == string(durable.FlushSeen)
 		t.downRun = t.submit("short", "rename")
 		t.careful = false
 	}
@@ -1319,7 +1371,7 @@ func (t *trial) verify() {
 		if t.mutant != "" && t.mark == nil {
 			// The repair's flushes are a mutant's too: cut at the next
 			// flush after one it left out.
-			t.mark = t.fs.CutAfterMark([]int{0, 0, 1, 2, 3}[t.rng.IntN(5)])
+			t.mark = t.fs.CutAfterMark(t.afterMark())
 		}
 		rout, rerr, rcode := t.run3("fsck", "--repair")
 		if t.mark != nil && t.fs.Marks() == marks {
