@@ -16,7 +16,8 @@ import (
 // clients write (Start.MarshalJSON) are decoded here with jsontext
 // instead, in a tenth of that. Anything else these decoders report false
 // for, and encoding/json decodes it (or says what is wrong): they accept
-// only what it accepts, and give what it gives (TestFastJSONIsV1s).
+// only what it accepts, and give what it gives (TestFastJSONIsV1s,
+// FuzzFastJSONIsV1s).
 
 // fastStartJSON decodes body into j as decodeStrict does, for a body whose
 // members are named exactly as MarshalJSON names them, each once, none
