@@ -1059,13 +1059,7 @@ func (t *trial) runOne(done func(string), args ...string) {
 // awaitClients waits until no client runs, or the power is cut (those
 // that run then are killed with it).
 func (t *trial) awaitClients() {
-	for !t.fs.Frozen() {
-		t.mu.Lock()
-		busy := t.busy
-		t.mu.Unlock()
-		if busy == 0 {
-			return
-		}
+	for !t.fs.Frozen() && !t.idle() {
 		time.Sleep(time.Millisecond)
 	}
 }
@@ -1073,14 +1067,16 @@ func (t *trial) awaitClients() {
 // clientsReturn waits until no client runs, for at most d, after a cut
 // too.
 func (t *trial) clientsReturn(d time.Duration) {
-	for end := time.Now().Add(d); time.Now().Before(end); time.Sleep(time.Millisecond) {
-		t.mu.Lock()
-		busy := t.busy
-		t.mu.Unlock()
-		if busy == 0 {
-			return
-		}
+	for end := time.Now().Add(d); time.Now().Before(end) && !t.idle(); {
+		time.Sleep(time.Millisecond)
 	}
+}
+
+// idle reports whether no client runs.
+func (t *trial) idle() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.busy == 0
 }
 
 // awaitStart waits until run r's start is answered (or the power is cut).
