@@ -28,7 +28,7 @@ type Stat struct {
 	PGID  int
 	SID   int
 	// StartTime is the process's start time in clock ticks after boot. With
-	// the PID it identifies one process for the life of the machine: a
+	// the PID it identifies one process for the life of a boot (BootID): a
 	// reused PID has a later start time.
 	StartTime uint64
 	// CPU is the CPU time the process used, and CPUChildren that of the
@@ -290,4 +290,21 @@ func Age(startTicks uint64) time.Duration {
 	}
 	started := time.Duration(startTicks) * (time.Second / TicksPerSecond)
 	return max(0, time.Duration(now.Nano())-started)
+}
+
+// BootID returns the kernel's random ID of the current boot
+// (/proc/sys/kernel/random/boot_id). A PID and a start time name one
+// process only within a boot: a process of an earlier boot may have had
+// the same pair as one alive now.
+func BootID() (string, error) {
+	var buf [64]byte
+	n, err := readSmall("/proc/sys/kernel/random/boot_id", buf[:])
+	if err != nil {
+		return "", err
+	}
+	id := string(bytes.TrimSpace(buf[:n]))
+	if id == "" {
+		return "", errors.New("/proc/sys/kernel/random/boot_id is empty")
+	}
+	return id, nil
 }

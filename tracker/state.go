@@ -110,6 +110,10 @@ type State struct {
 	PID       int    `json:"pid,omitempty"`
 	PGID      int    `json:"pgid,omitempty"`
 	ProcStart uint64 `json:"proc_start,omitempty"`
+	// Boot is the boot the process was started in (procfs.BootID): a
+	// PID and a start time name the same process only within it. "" in
+	// the records of a tend before it, and where the boot is unknown.
+	Boot string `json:"boot,omitempty"`
 	// Job identifies a cluster run's job instead (Slurm's), from just
 	// before it is submitted.
 	Job *Job `json:"job,omitempty"`

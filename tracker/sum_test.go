@@ -175,7 +175,7 @@ func fullState(zone *time.Location) *State {
 		Timeout: spool.Duration(time.Hour), Grace: spool.Duration(1500 * time.Millisecond),
 		After: []string{"build", "db:ready"}, NotBefore: &t,
 		Slurm: &spool.Slurm{Partition: "gpu", CPUs: 4, Memory: "8G", GPUs: "a100:1", Nodes: 2, Time: d, Account: "a", QOS: "q", Constraint: "x&y", Args: []string{"--exclusive"}},
-		PID:   10, PGID: 10, ProcStart: 12345,
+		PID:   10, PGID: 10, ProcStart: 12345, Boot: "4d0a0f0e-5b4a-4c53-9a43-0e4a4f0f7a11",
 		Job:       &Job{Engine: "slurm", Tag: "tend.0123456789abcdef.a.3", ID: "42", State: "FAILED", Reason: "NonZeroExitCode", Nodes: "n[1-2]", SubmittedAt: &t},
 		CreatedAt: t, StartedAt: &t, EndedAt: &t, ExitCode: &code, Signal: "SIGTERM", Reason: "exited with code 3",
 		Stop:      &Stop{Cause: CauseCanceled, Requests: []string{"a.cancel"}, RequestedAt: t, KillAt: t},

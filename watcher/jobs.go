@@ -218,7 +218,7 @@ func (w *watcher) launchJob(st *tracker.State, env map[string]string) {
 		cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
 	}
 	st.Attempt++
-	st.PID, st.PGID, st.ProcStart = 0, 0, 0
+	st.PID, st.PGID, st.ProcStart, st.Boot = 0, 0, 0, ""
 	st.Job = &tracker.Job{Engine: w.jobs.engine.Name(), Tag: cluster.Tag(strings.TrimPrefix(w.mark, "TEND_MARK_"), id, st.Attempt)}
 	st.State, st.Reason = tracker.Starting, "being submitted to "+w.jobs.engine.Name()
 	j := &job{run: &run{st: st}, submitting: true, cred: cred}

@@ -317,7 +317,9 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		return
 	}
 	reason := "lost: its process ended while no watcher or keeper ran; exit status unknown"
-	if errors.Is(openErr, procfs.ErrNotSame) {
+	if errors.Is(openErr, errOtherBoot) {
+		reason = "lost: the machine restarted while it ran; exit status unknown"
+	} else if errors.Is(openErr, procfs.ErrNotSame) {
 		reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
 	}
 	w.recordLost(st, reason)
@@ -346,7 +348,7 @@ func recordTime(root string, st *tracker.State) time.Time {
 // is started now, unless it was being canceled or timed out, which it then
 // is; one being restarted starts its next attempt.
 func (w *watcher) neverRan(st *tracker.State, why string) {
-	st.PID, st.PGID, st.ProcStart, st.StartedAt = 0, 0, 0, nil
+	st.PID, st.PGID, st.ProcStart, st.Boot, st.StartedAt = 0, 0, 0, "", nil
 	if st.Stop != nil && st.Stop.Cause == tracker.CauseRestart {
 		// Stopped to be started again: its next attempt is what was
 		// asked for, and its restart requests are answered by it.
@@ -390,7 +392,7 @@ func (w *watcher) startNeverRan(st *tracker.State, why string) {
 // durability watcher_crash, or a file system that broke its order, can
 // leave this). Started again, it would run twice.
 func (w *watcher) ranUnrecorded(st *tracker.State) {
-	st.PID, st.PGID, st.ProcStart = 0, 0, 0
+	st.PID, st.PGID, st.ProcStart, st.Boot = 0, 0, 0, ""
 	w.recordLost(st, "lost: its process passed its start gate, but the record of its start did not survive; exit status unknown")
 }
 
@@ -441,7 +443,7 @@ func (w *watcher) waitFailed(st *tracker.State) bool {
 	if never == "" {
 		return false
 	}
-	st.PID, st.PGID, st.ProcStart, st.StartedAt, st.Attempt = 0, 0, 0, nil, 0
+	st.PID, st.PGID, st.ProcStart, st.Boot, st.StartedAt, st.Attempt = 0, 0, 0, "", nil, 0
 	st.State, st.EndedAt, st.Reason = tracker.Canceled, &now, never+"; it never started"
 	w.save(st)
 	w.log.Printf("recover: run %s: %s", st.ID, st.Reason)
@@ -510,12 +512,28 @@ func (w *watcher) takePassed() {
 // passed on, which refers to it even once it is reaped (and keeps its exit
 // status: see takeExitInfo), or else one opened on its PID and start time.
 func (w *watcher) openProcess(st *tracker.State) (*procfs.Handle, error) {
+	if w.otherBoot(st) {
+		return nil, fmt.Errorf("pid %d: %w", st.PID, errOtherBoot)
+	}
 	name := exitRecordName(st.PID, st.ProcStart)
 	if h := w.fromKeeper[name]; h != nil {
 		delete(w.fromKeeper, name)
 		return h, nil
 	}
 	return procfs.Open(st.PID, st.ProcStart)
+}
+
+// errOtherBoot is why a run's process, recorded in an earlier boot, is not
+// looked for: a process alive now with its PID and start time is
+// another's (see otherBoot).
+var errOtherBoot = errors.New("the machine has restarted since it started")
+
+// otherBoot reports whether run st's process was started in another boot
+// than this one. Its PID and start time then name no process of the run's,
+// however alike: a watcher started at boot starts its runs at about the
+// same ticks each time, with about the same PIDs.
+func (w *watcher) otherBoot(st *tracker.State) bool {
+	return st.Boot != "" && w.boot != "" && st.Boot != w.boot
 }
 
 // closePassed closes the pidfds the keeper passed on that no run needed.

@@ -130,6 +130,7 @@ func (w *watcher) spawned(sp *spawn) {
 	if ps, err := procfs.ReadStat(h.PID()); err == nil {
 		st.ProcStart = ps.StartTime
 	}
+	st.Boot = w.boot
 	w.saveChange(st, tracker.Event{}, w.launchRecord(st))
 	// Watched before it writes, so that the order of its output is seen
 	// from its first byte.

@@ -330,7 +330,7 @@ func (w *watcher) restartNow(st *tracker.State) {
 
 // resetAttempt clears what belongs to one attempt.
 func resetAttempt(st *tracker.State) {
-	st.PID, st.PGID, st.ProcStart = 0, 0, 0
+	st.PID, st.PGID, st.ProcStart, st.Boot = 0, 0, 0, ""
 	st.StartedAt, st.EndedAt, st.ExitCode, st.Signal, st.DurationSeconds = nil, nil, nil, "", 0
 	st.Stop, st.NextStartAt, st.ReadyAt, st.HealthStatus = nil, nil, nil, nil
 	st.PausedAt, st.PausedFor = nil, 0

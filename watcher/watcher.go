@@ -78,6 +78,11 @@ type Config struct {
 	// that orders a new file's data before its name (see
 	// tracker.Store.SetRenameNew), so that a cut can leave it torn.
 	RenameNewAnywhere bool
+	// Boot is the machine's boot ID, recorded with every process the
+	// watcher starts; "" reads it (procfs.BootID). The power-loss trial
+	// gives each power cut's next watcher a boot of its own, as a
+	// restarted machine has.
+	Boot string
 	// Engine runs the runs that go to a cluster (see jobs.go); nil:
 	// Slurm, through its commands in the PATH.
 	Engine cluster.Engine
@@ -231,6 +236,12 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	w.ordersData = cfg.RenameNewAnywhere || procfs.OrdersNewData(w.store.Dir())
 	w.store.SetRenameNew(w.ordersData)
+	w.boot = cfg.Boot
+	if w.boot == "" {
+		if w.boot, err = procfs.BootID(); err != nil {
+			w.log.Printf("%v: a process of an earlier boot is told apart by its PID and start time alone, and gates are synced", err)
+		}
+	}
 	if err := os.MkdirAll(layout.Root(cfg.Root).Exits(), 0o755); err != nil {
 		return err
 	}
@@ -335,6 +346,9 @@ type watcher struct {
 	// renamed in before its flush there, and an end's or a stop's is not
 	// flushed at all (see coverable).
 	ordersData bool
+	// boot is this boot's ID (Config.Boot), recorded with each process the
+	// watcher starts; "" if it could not be read.
+	boot string
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 

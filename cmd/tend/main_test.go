@@ -453,12 +453,19 @@ func namesRoot(pid int, root string) bool {
 	return strings.Contains(string(b), "\x00"+root+"\x00")
 }
 
-// fakerun id pidfile: record run id as running with the PID in pidfile but
-// another start time, as a watcher would have left it had that PID been
-// reused since; and mark it started (it passed its gate).
+// fakerun [-boot BOOT] id pidfile: record run id as running with the PID
+// in pidfile but another start time, as a watcher would have left it had
+// that PID been reused since; and mark it started (it passed its gate).
+// With -boot, the record has the process's own start time, but says it
+// was started in boot BOOT: a run of a boot before a restart, whose PID
+// and start time a process of this boot has.
 func cmdFakeRun(ts *testscript.TestScript, neg bool, args []string) {
+	boot := ""
+	if len(args) == 4 && args[0] == "-boot" {
+		boot, args = args[1], args[2:]
+	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: fakerun ID PIDFILE")
+		ts.Fatalf("usage: fakerun [-boot BOOT] ID PIDFILE")
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[1])))
 	ts.Check(err)
@@ -475,6 +482,10 @@ func cmdFakeRun(ts *testscript.TestScript, neg bool, args []string) {
 	st := &tracker.State{
 		ID: args[0], State: tracker.Running, Rev: 2, Command: []string{"/bin/sh", "-c", "sleep 1000"},
 		PID: pid, PGID: pid, ProcStart: ps.StartTime - 1, CreatedAt: now, StartedAt: &now,
+	}
+	if boot != "" {
+		// The process's very identity, in a boot that is not this one.
+		st.ProcStart, st.Boot = ps.StartTime, boot
 	}
 	ts.Check(store.Write(st))
 	ts.Check(os.WriteFile(filepath.Join(store.RunDir(args[0]), "started"), nil, 0o644))
