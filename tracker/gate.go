@@ -35,7 +35,9 @@ func GateSays(path string) bool {
 
 // MayHaveStarted reports whether run id's process may have passed its
 // gate: its started file is there, or its gate says so (GateSays). A run
-// with neither never had a process past a gate.
+// with neither never had a process past a gate, in the boot that wrote
+// them; a power loss may have taken back the line of a run whose record
+// names a boot (State.Boot), which was not synced.
 func (s *Store) MayHaveStarted(id string) bool {
 	if _, err := os.Lstat(s.Run(id).Started()); err == nil {
 		return true

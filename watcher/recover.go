@@ -238,11 +238,14 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		w.outcome(n, spool.Accepted, "")
 	}
 	if st.PID == 0 || st.ProcStart == 0 {
-		if w.hasStarted(st.ID) {
+		switch {
+		case w.hasStarted(st.ID):
 			w.ranUnrecorded(st)
-			return
+		case st.PID != 0 && !w.gateTrusted(st):
+			w.recordLost(st, lostAtRestart)
+		default:
+			w.neverRan(st, "the watcher stopped before its process passed the start gate")
 		}
-		w.neverRan(st, "the watcher stopped before its process passed the start gate")
 		return
 	}
 	// Open before looking for an exit record: the keeper writes the record
@@ -291,7 +294,8 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		w.runs[st.ID] = r // drained: what is left of its group is ended, then it is finished
 		return
 	}
-	if !w.hasStarted(st.ID) {
+	started := w.hasStarted(st.ID)
+	if !started && w.gateTrusted(st) {
 		w.neverRan(st, "its process ended at the start gate")
 		return
 	}
@@ -317,7 +321,9 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		return
 	}
 	reason := "lost: its process ended while no watcher or keeper ran; exit status unknown"
-	if errors.Is(openErr, errOtherBoot) {
+	if !started {
+		reason = lostAtRestart
+	} else if errors.Is(openErr, errOtherBoot) {
 		reason = "lost: the machine restarted while it ran; exit status unknown"
 	} else if errors.Is(openErr, procfs.ErrNotSame) {
 		reason = "lost: its process ended while no watcher or keeper ran, and pid " + strconv.Itoa(st.PID) + " now belongs to another process; exit status unknown"
@@ -535,6 +541,22 @@ var errOtherBoot = errors.New("the machine has restarted since it started")
 func (w *watcher) otherBoot(st *tracker.State) bool {
 	return st.Boot != "" && w.boot != "" && st.Boot != w.boot
 }
+
+// gateTrusted reports whether run st's gate file says whether its process
+// passed its gate: the line was synced before the command ran (a record
+// without a boot: an earlier tend, or a watcher that could not read the
+// boot), or it was written in this boot, whose page cache every reader
+// sees. A line not synced before a power loss may be gone after it: a
+// run of an earlier boot recorded running may have run, whatever its gate
+// file says (see openGateFile).
+func (w *watcher) gateTrusted(st *tracker.State) bool {
+	return st.Boot == "" || st.Boot == w.boot || durable.FlushGate.Removed() // (the power-loss trial's mutant)
+}
+
+// lostAtRestart is the reason of a run recorded running in a boot before
+// the machine restarted, whose gate file does not say it passed: its
+// command may have run, and is not started again.
+const lostAtRestart = "lost: the machine restarted as it started or ran; whether its command ran, and how it ended, is unknown"
 
 // closePassed closes the pidfds the keeper passed on that no run needed.
 func (w *watcher) closePassed() {

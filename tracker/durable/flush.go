@@ -39,7 +39,10 @@ const (
 	// acts on it (tend wait), before it does.
 	FlushSeen Flush = "seen"
 	// FlushGate: a run's gate file, written by its process once past its
-	// gate, before the command runs (a write with O_DSYNC).
+	// gate, before the command runs (a write with O_DSYNC), where the
+	// watcher cannot read the boot's ID; where it can, the boot recorded
+	// with the run stands for it (a run of an earlier boot may have passed
+	// its gate, whatever the file says), and is left out with it.
 	FlushGate Flush = "gate"
 	// FlushTrash: runs/, once a deleted run's directory was renamed aside.
 	FlushTrash Flush = "trash"
@@ -93,6 +96,12 @@ func (f Flush) Fdatasync(fd int) error {
 	}
 	return unix.Fdatasync(fd)
 }
+
+// Removed reports whether f is left out, as the power-loss trial's mutants
+// leave one out (never in tend itself). What stands for a flush where it
+// is not made (the boot check that stands for the gate's) is left out
+// with it.
+func (f Flush) Removed() bool { return f.removed() }
 
 // SyncFlag returns the flag that makes every write to a file opened with
 // it durable as f (O_DSYNC).
