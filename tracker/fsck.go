@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
@@ -471,6 +472,7 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	}
 	if start, ok := identify(st.PID, id); ok && st.PID > 0 {
 		st.ProcStart = start
+		st.Boot, _ = procfs.BootID() // alive, so of this boot ("" if unknown)
 		st.Reason = "record rebuilt by tend fsck; its process still runs"
 		return st
 	}

@@ -20,8 +20,9 @@ import (
 // ROOT/exits/PID-STARTTIME, a one-line file: "exited CODE" or
 // "killed SIGNAL" (with " core" if it dumped core). The next watcher reads
 // it to record the run's true end, then removes it. PID plus start time
-// names one process for the life of the machine, so a record can never be
-// taken for another process's.
+// names one process for the life of a boot, so a record can never be taken
+// for another process's of that boot (a run of an earlier boot is looked
+// for in none: see otherBoot).
 
 func exitRecordName(pid int, start uint64) string {
 	return strconv.Itoa(pid) + "-" + strconv.FormatUint(start, 10)

@@ -95,7 +95,9 @@ func (w *watcher) drain() {
 	for _, r := range w.runs {
 		leaders[r.st.PID] = true
 		if r.exit != nil {
-			groups[r.st.PGID] = r
+			if !r.pastBoot {
+				groups[r.st.PGID] = r // a group of an earlier boot is another's now
+			}
 			left[r] = nil
 		} else {
 			live++

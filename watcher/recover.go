@@ -242,7 +242,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		case w.hasStarted(st.ID):
 			w.ranUnrecorded(st)
 		case st.PID != 0 && !w.gateTrusted(st):
-			w.recordLost(st, lostAtRestart)
+			w.recoverEnded(st, errOtherBoot) // lost, or started again by its policy
 		default:
 			w.neverRan(st, "the watcher stopped before its process passed the start gate")
 		}
@@ -256,6 +256,9 @@ func (w *watcher) recoverLive(st *tracker.State) {
 		return
 	}
 	r := &run{st: st, proc: h, adopted: true}
+	if st.Boot == "" {
+		st.Boot = w.boot // alive, so of this boot: written with its next change
+	}
 	if st.StartedAt != nil {
 		r.started = *st.StartedAt
 	}
@@ -288,8 +291,9 @@ func (w *watcher) recoverLive(st *tracker.State) {
 // recorded with the status in its exit record, started now if it never
 // ran, or lost.
 func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
+	pastBoot := w.otherBoot(st) || !w.gateTrusted(st)
 	if e, err := readExitRecord(w.cfg.Root, st.PID, st.ProcStart); err == nil {
-		r := &run{st: st, adopted: true, exit: &e, exitedAt: recordTime(w.cfg.Root, st), killAt: time.Now().Add(st.Grace.D())}
+		r := &run{st: st, adopted: true, pastBoot: pastBoot, exit: &e, exitedAt: recordTime(w.cfg.Root, st), killAt: time.Now().Add(st.Grace.D())}
 		w.log.Printf("recover: run %s (pid %d) ended while no watcher ran: %s", st.ID, st.PID, describeExit(e, false))
 		w.runs[st.ID] = r // drained: what is left of its group is ended, then it is finished
 		return
@@ -299,7 +303,7 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 		w.neverRan(st, "its process ended at the start gate")
 		return
 	}
-	if w.keeperHolds(st) {
+	if !pastBoot && w.keeperHolds(st) {
 		// A keeper that took over from a watcher which had adopted the run
 		// holds a pidfd on it, and writes its record from it (see
 		// KeeperConfig.Held): once its parent, init, has reaped it, so not
@@ -315,7 +319,7 @@ func (w *watcher) recoverEnded(st *tracker.State, openErr error) {
 	if st.Restart != nil {
 		// Its end is unknown (the machine restarted, or the keeper died too),
 		// but a service is brought back whatever it was.
-		r := &run{st: st, adopted: true, exit: &procfs.Exit{Code: -1}, unknown: true, exitedAt: time.Now(), killAt: time.Now().Add(st.Grace.D())}
+		r := &run{st: st, adopted: true, pastBoot: pastBoot, exit: &procfs.Exit{Code: -1}, unknown: true, exitedAt: time.Now(), killAt: time.Now().Add(st.Grace.D())}
 		w.log.Printf("recover: run %s (pid %d) ended while no watcher or keeper ran: restarting it per its policy", st.ID, st.PID)
 		w.runs[st.ID] = r
 		return

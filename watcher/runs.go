@@ -30,6 +30,9 @@ type run struct {
 	// children. kept ones are a keeper's, which records their exit status;
 	// the others' status cannot be known.
 	adopted, kept bool
+	// pastBoot is set for a run started in an earlier boot: no process
+	// alive now is its, whatever its PID or group ID (see otherBoot).
+	pastBoot bool
 	// awaiting is set while the leader of an adopted run has exited and its
 	// exit record is not yet written; it gives up at the deadline.
 	awaiting *time.Timer
@@ -158,7 +161,8 @@ func (w *watcher) notStarted(st *tracker.State, err error) {
 
 // gateScript holds a run at the gate: it waits for a line on fd 3 and
 // gives up (exit 125) if the watcher dies first, then marks the run
-// started (a line to its gate file, fd 4, durably; then $1) and execs the
+// started (a line to its gate file, fd 4, synced where the watcher made it
+// so: see openGateFile; then $1) and execs the
 // command. A mark that cannot be written stops it: a run that may have
 // run must say so.
 const gateScript = `IFS= read -r go <&3 || exit 125; exec 3<&-; echo ` + gateWord + ` >&4 || exit 125; exec 4>&-; : >"$1" || exit 125; shift; exec "$@"`
@@ -212,8 +216,9 @@ func setLimits(pid int, st *tracker.State) error {
 }
 
 // hasStarted reports whether run id's process passed its gate: it made
-// started (which a power loss may take back), or wrote to its gate file
-// (which it may not). A run an earlier tend started has no gate file.
+// started, or wrote to its gate file. A power loss may take back either,
+// but for a gate file written through O_DSYNC: see gateTrusted. A run an
+// earlier tend started has no gate file.
 func (w *watcher) hasStarted(id string) bool { return w.store.MayHaveStarted(id) }
 
 // supervise watches r's process: its exit, and its timeout.
@@ -865,7 +870,7 @@ func (w *watcher) finish(r *run) {
 	}
 	w.capOutput(r)
 	if r.adopted {
-		if !w.hasStarted(r.st.ID) {
+		if !w.hasStarted(r.st.ID) && w.gateTrusted(r.st) {
 			w.neverRan(r.st, "its process ended at the start gate")
 			return
 		}

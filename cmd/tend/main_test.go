@@ -21,6 +21,7 @@ import (
 	"github.com/tendhq/tend/cmd/internal/mcpserver"
 	"github.com/tendhq/tend/cmd/internal/top"
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
 	"golang.org/x/sys/unix"
@@ -458,14 +459,18 @@ func namesRoot(pid int, root string) bool {
 // that PID been reused since; and mark it started (it passed its gate).
 // With -boot, the record has the process's own start time, but says it
 // was started in boot BOOT: a run of a boot before a restart, whose PID
-// and start time a process of this boot has.
+// and start time a process of this boot has. With -service, the run
+// restarts always.
 func cmdFakeRun(ts *testscript.TestScript, neg bool, args []string) {
-	boot := ""
+	boot, service := "", false
+	if len(args) > 0 && args[0] == "-service" {
+		service, args = true, args[1:]
+	}
 	if len(args) == 4 && args[0] == "-boot" {
 		boot, args = args[1], args[2:]
 	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: fakerun [-boot BOOT] ID PIDFILE")
+		ts.Fatalf("usage: fakerun [-service] [-boot BOOT] ID PIDFILE")
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(ts.ReadFile(args[1])))
 	ts.Check(err)
@@ -486,6 +491,13 @@ func cmdFakeRun(ts *testscript.TestScript, neg bool, args []string) {
 	if boot != "" {
 		// The process's very identity, in a boot that is not this one.
 		st.ProcStart, st.Boot = ps.StartTime, boot
+	}
+	if service {
+		r := spool.DefaultRestart
+		r.Policy, r.Delay = "always", spool.Duration(10*time.Millisecond)
+		st.Restart = &r
+		// Its claimed request, which each attempt starts with.
+		ts.Check(os.WriteFile(store.Run(args[0]).Request(), []byte(`{"command": "sleep 1000", "restart": {"policy": "always", "delay": "10ms"}}`), 0o644))
 	}
 	ts.Check(store.Write(st))
 	ts.Check(os.WriteFile(filepath.Join(store.RunDir(args[0]), "started"), nil, 0o644))
