@@ -337,7 +337,7 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 //
 // Where the watcher knows the boot, the line is not synced: in this boot
 // every reader finds it in the page cache, and a run recorded running in
-// an earlier one is taken for one that may have ran, whatever its gate
+// an earlier one is taken for one that may have run, whatever its gate
 // says after the power loss (see gateTrusted). Flushing it cost every
 // start a cache flush before its command (0.2-0.7 ms on the bench's disk,
 // performance.md round 26). Elsewhere (and unless the durability is
