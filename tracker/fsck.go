@@ -199,13 +199,24 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 			said = append(said, fmt.Sprintf("%s, rev %d", ev.State, ev.Rev))
 		}
 		problems = append(problems, Problem{path, fmt.Sprintf("its record lacks the changes after rev %d that the history has (%s): a power loss took back a record written without a flush; a watcher records them when it starts", st.Rev, strings.Join(said, "; "))})
-	} else if (st.State == Running || st.State == Stopping) && st.PID > 0 && alive != nil && !alive(st.PID, st.ProcStart) {
+	} else if (st.State == Running || st.State == Stopping) && st.PID > 0 && alive != nil && (!alive(st.PID, st.ProcStart) || ofEarlierBoot(st)) {
 		problems = append(problems, Problem{path, fmt.Sprintf("recorded %s, but its process (pid %d) is gone; a watcher records its end when it starts", st.State, st.PID)})
 	}
 	if _, err := os.Stat(path + ".edited"); err == nil {
 		problems = append(problems, Problem{path + ".edited", "a hand-edited state file the watcher kept aside; it is not used"})
 	}
 	return problems
+}
+
+// ofEarlierBoot reports whether run st's process was started in a boot
+// before this one: a process alive now with its PID and start time is
+// another's.
+func ofEarlierBoot(st *State) bool {
+	if st.Boot == "" {
+		return false
+	}
+	boot, err := procfs.BootID()
+	return err == nil && boot != st.Boot
 }
 
 // leftovers finds temporary files and directories that only a crash
