@@ -117,9 +117,14 @@ type env struct {
 // spool, so that a signal never ends a command halfway through its
 // requests (round 24 of docs/performance.md tried catching them later);
 // commands that never wait keep the default handling.
+//
+// SIGTERM is caught first: signal.Notify enables its signals in the order
+// given, and a SIGINT caught (SigCgt in /proc/PID/status, all a shell or a
+// test can see) must mean a SIGTERM is too. Go's runtime has a handler for
+// SIGTERM from the start, which ends the process until it is asked for.
 func (e *env) context() context.Context {
 	if e.ctx == nil {
-		e.ctx, e.stopSignal = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+		e.ctx, e.stopSignal = signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	}
 	return e.ctx
 }

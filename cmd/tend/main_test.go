@@ -399,11 +399,17 @@ func signalAndPID(ts *testscript.TestScript, cmd string, args []string) (unix.Si
 	return sig, pid
 }
 
-// catches SIGNAL PIDFILE: wait until the process in PIDFILE catches
-// SIGNAL (its handler is installed: /proc/PID/status, SigCgt).
+// catches SIGNAL PIDFILE: wait until the process in PIDFILE has run
+// another program than its parent's (a shell's background command, once
+// exec'd) and catches SIGNAL (its handler is installed: /proc/PID/status,
+// SigCgt). Between its fork and its exec, a shell's child still has the
+// shell's handlers: a SIGINT caught there is the shell's, not the command's.
 func cmdCatches(ts *testscript.TestScript, neg bool, args []string) {
 	sig, pid := signalAndPID(ts, "catches", args)
 	poll(ts, func() string {
+		if msg := execd(pid); msg != "" {
+			return msg
+		}
 		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 		if err != nil {
 			return err.Error()
@@ -415,6 +421,31 @@ func cmdCatches(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return ""
 	})
+}
+
+// execd returns "" once process pid runs another program than its
+// parent, or says why not. Its exe changes within execve, once the old
+// program can run no more; the handlers it had are reset before the new
+// one starts. A handler seen caught after that was caught by the old
+// program before its exec (a shell's background child has set SIGINT
+// ignored by then) or by the new one.
+func execd(pid int) string {
+	st, err := procfs.ReadStat(pid)
+	if err != nil {
+		return err.Error()
+	}
+	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+	if err != nil {
+		return err.Error()
+	}
+	parent, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", st.PPID))
+	if err != nil {
+		return err.Error()
+	}
+	if exe == parent {
+		return fmt.Sprintf("pid %d still runs its parent's %s", pid, exe)
+	}
+	return ""
 }
 
 // killLeftovers kills what a failed script may have left running under

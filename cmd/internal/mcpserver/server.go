@@ -76,7 +76,7 @@ func Main(version string, args []string, stdin io.Reader, stderr io.Writer) int 
 			fmt.Fprintln(stderr, `tend mcp: serving MCP on stdin and stdout, for an agent to run as a command: {"command": "tend", "args": ["mcp"], "env": {"TEND_SESSION": "agent-1"}} (Ctrl-D ends it)`)
 		}
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT) // (see tend's env.context)
 	defer stop()
 	if err := Serve(ctx, client, version); err != nil {
 		fmt.Fprintln(stderr, "tend mcp:", err)
