@@ -48,6 +48,25 @@ func coveredOf(st *State, ev Event) bool {
 	return kind && ev.ID == st.ID && ev.CreatedAt != nil && ev.CreatedAt.Equal(st.CreatedAt)
 }
 
+// BeyondStart reports whether evs (a run's events, oldest first) show
+// the run, since its ID was last deleted, stopped, ended, backing off or
+// paused. A record of such a run found torn is not a first record cut
+// short before anything acted on it (durable.RenameNew), even where no
+// mark says its process started (it never started, or the mark was
+// lost): taken for one, the run would be started again.
+func BeyondStart(evs []Event) bool {
+	for i := len(evs) - 1; i >= 0; i-- {
+		switch evs[i].State {
+		case Deleted:
+			return false
+		case Queued, Starting, Running:
+			continue
+		}
+		return true
+	}
+	return false
+}
+
 // EndWindow is how much of the end of root's history RecentEvents reads:
 // a change recorded without a flush is committed with the file system's next
 // journal commit (every 5 s by default on ext4, the one file system tend

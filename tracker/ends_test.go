@@ -210,3 +210,36 @@ func TestCoveredAfter(t *testing.T) {
 		}
 	}
 }
+
+func TestBeyondStart(t *testing.T) {
+	ev := func(states ...StateName) []Event {
+		var evs []Event
+		for i, s := range states {
+			evs = append(evs, Event{ID: "a", Rev: int64(i + 1), State: s})
+		}
+		return evs
+	}
+	tests := []struct {
+		name string
+		evs  []Event
+		want bool
+	}{
+		{"no events", nil, false},
+		{"queued", ev(Queued), false},
+		{"its first launch", ev(Queued, Starting, Running), false},
+		{"canceled while queued", ev(Queued, Canceled), true},
+		{"stopping", ev(Starting, Running, Stopping), true},
+		{"ended", ev(Starting, Running, Completed), true},
+		{"in backoff", ev(Starting, Running, Backoff), true},
+		{"paused", ev(Starting, Running, Paused), true},
+		{"ended, then deleted: the ID made anew", ev(Starting, Running, Failed, Deleted, Queued), false},
+		{"made anew and ended", ev(Running, Failed, Deleted, Running, Completed), true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := BeyondStart(tt.evs); got != tt.want {
+				t.Errorf("BeyondStart(%v) = %v, want %v", tt.evs, got, tt.want)
+			}
+		})
+	}
+}

@@ -413,7 +413,7 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	switch {
 	case err == nil:
 		return addMissingEvent(root, st, events)
-	case errors.Is(err, ErrTorn) && !s.MayHaveStarted(id):
+	case errors.Is(err, ErrTorn) && !s.MayHaveStarted(id) && !BeyondStart(events):
 		// What a crash can leave of a run's first record before anything
 		// acted on it (durable.RenameNew): the watcher starts the run.
 		return []string{path + ": not rebuilt: cut short by a crash before its run started; the next watcher starts it"}, nil

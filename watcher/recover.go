@@ -63,7 +63,7 @@ func (w *watcher) recoverRuns() error {
 		}
 		st, err := w.store.Read(e.Name())
 		runs = append(runs, found{e.Name(), st, err})
-		if err == nil && !tracker.Final(st.State) {
+		if err == nil && !tracker.Final(st.State) || errors.Is(err, tracker.ErrTorn) {
 			open[e.Name()] = true
 		}
 	}
@@ -86,8 +86,10 @@ func (w *watcher) recoverRuns() error {
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
 			w.recoverClaimed(id)
-		case errors.Is(err, tracker.ErrTorn) && !w.hasStarted(id):
+		case errors.Is(err, tracker.ErrTorn) && !w.hasStarted(id) && !tracker.BeyondStart(recent[id]):
 			w.recoverTorn(id, err)
+		case errors.Is(err, tracker.ErrTorn):
+			w.log.Printf("recover: %v: its run may have started, or its history goes past its start: left as it is, for tend fsck --repair to rebuild from the history", err)
 		case err != nil:
 			w.log.Printf("recover: %v", err)
 		case st.Job != nil && !tracker.Final(st.State) && st.State != tracker.Backoff:
