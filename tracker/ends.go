@@ -49,17 +49,22 @@ func coveredOf(st *State, ev Event) bool {
 }
 
 // BeyondStart reports whether evs (a run's events, oldest first) show
-// the run, since its ID was last deleted, stopped, ended, backing off or
-// paused. A record of such a run found torn is not a first record cut
-// short before anything acted on it (durable.RenameNew), even where no
-// mark says its process started (it never started, or the mark was
-// lost): taken for one, the run would be started again.
+// the run, since its ID was last deleted (a deletion, or a rev that does
+// not follow the one before: a run made anew starts at 1), stopped,
+// ended, backing off or paused. A record of such a run found torn is not
+// a first record cut short before anything acted on it
+// (durable.RenameNew), even where no mark says its process started (it
+// never started, or the mark was lost): taken for one, the run would be
+// started again.
 func BeyondStart(evs []Event) bool {
 	for i := len(evs) - 1; i >= 0; i-- {
 		switch evs[i].State {
 		case Deleted:
 			return false
 		case Queued, Starting, Running:
+			if i > 0 && evs[i-1].Rev >= evs[i].Rev {
+				return false
+			}
 			continue
 		}
 		return true
@@ -74,13 +79,14 @@ func BeyondStart(evs []Event) bool {
 // that much (a burst of short runs appends about 0.4 MiB a second).
 const EndWindow = 8 << 20
 
-// RecentEvents returns the events but deletions of each run that ids
-// names in the last EndWindow bytes of root's history (history.jsonl, and
-// the end of history.1.jsonl if history.jsonl is shorter), by run ID,
-// oldest first. A deletion is passed over: a power loss can take one back,
-// with the run's directory (CoveredAfter tells a run made anew from the
-// one deleted). Only the lines of the runs asked for are parsed; lines
-// that do not parse are skipped: tend fsck reports them.
+// RecentEvents returns the events of each run that ids names in the last
+// EndWindow bytes of root's history (history.jsonl, and the end of
+// history.1.jsonl if history.jsonl is shorter), by run ID, oldest first,
+// deletions included. A power loss can take back a deletion's line with
+// the run's directory, so that a deletion is no sure boundary between a
+// run and one made anew with its ID: CoveredAfter tells them apart by
+// their creation time. Only the lines of the runs asked for are parsed;
+// lines that do not parse are skipped: tend fsck reports them.
 func RecentEvents(root string, ids map[string]bool) (map[string][]Event, error) {
 	recent := make(map[string][]Event)
 	if len(ids) == 0 {
@@ -142,7 +148,7 @@ func scanTail(path string, n int64, ids map[string]bool, recent map[string][]Eve
 	for {
 		line, err := r.ReadBytes('\n')
 		if len(line) > 0 && line[len(line)-1] == '\n' && ids[eventID(line)] {
-			if ev, perr := parseEvent(line); perr == nil && ev.State != Deleted {
+			if ev, perr := parseEvent(line); perr == nil {
 				recent[ev.ID] = append(recent[ev.ID], ev)
 			}
 		}

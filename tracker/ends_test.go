@@ -113,7 +113,7 @@ func TestStopFromEvent(t *testing.T) {
 	}
 }
 
-// TestRecentEvents: the events but deletions of each run asked for,
+// TestRecentEvents: the events of each run asked for,
 // oldest first, in the end of history.jsonl, and before it of
 // history.1.jsonl; bad lines are skipped, and nothing before EndWindow is
 // read.
@@ -137,7 +137,7 @@ func TestRecentEvents(t *testing.T) {
 		t.Fatal(err)
 	}
 	ids := map[string]bool{"ended": true, "live": true, "kept": true, "anew": true, "torn": true, "rotated": true, "both": true, "none": true}
-	want := "anew:completed@5,queued@1 both:completed@3,running@4 ended:running@2,completed@3 kept:completed@3 live:running@2 rotated:running@2,failed@3"
+	want := "anew:completed@5,deleted@6,queued@1 both:completed@3,running@4 ended:running@2,completed@3 kept:completed@3,deleted@4 live:running@2 rotated:running@2,failed@3"
 	if got := describeRecent(t, root, ids); got != want {
 		t.Errorf("last events %q, want %q", got, want)
 	}
@@ -234,6 +234,8 @@ func TestBeyondStart(t *testing.T) {
 		{"paused", ev(Starting, Running, Paused), true},
 		{"ended, then deleted: the ID made anew", ev(Starting, Running, Failed, Deleted, Queued), false},
 		{"made anew and ended", ev(Running, Failed, Deleted, Running, Completed), true},
+		{"made anew, its deletion's line lost", append(ev(Running, Failed), Event{ID: "a", Rev: 1, State: Queued}), false},
+		{"ended, its deletion's line and the new run's lost", ev(Running, Failed), true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
