@@ -45,14 +45,17 @@ func waitReason(st *tracker.State) string {
 }
 
 // checkDeps says why run id may not wait for deps: one that is no run
-// (a dependency must exist when the request is taken), itself, or one that
-// waits for it, directly or not.
-func (w *watcher) checkDeps(id string, deps []spool.Dep) error {
+// (a dependency must exist when the request is taken, unless the run,
+// queued, already waited for it: had), itself, or one that waits for it,
+// directly or not.
+func (w *watcher) checkDeps(id string, deps, had []spool.Dep) error {
 	for _, d := range deps {
 		if d.ID == id {
 			return fmt.Errorf(`"after": run %s cannot wait for itself`, id)
 		}
-		if w.queued(d.ID) == nil && !w.startWaiting(d.ID) {
+		// A run a queued run already waited for may have ended and been
+		// deleted since (it counts as it ended): only a new one must exist.
+		if !slices.Contains(had, d) && w.queued(d.ID) == nil && !w.startWaiting(d.ID) {
 			// A start request in the spool, not taken yet, counts: a client
 			// that drops a run and what waits for it at once has both taken,
 			// in whichever order.

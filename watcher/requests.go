@@ -296,7 +296,11 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	if len(req.After) > 0 {
 		// Checked before anything else: a run that would wait for no run,
 		// or for itself, is refused, as an edit of a queued one too.
-		if err := w.checkDeps(n.ID, req.After); err != nil {
+		var had []spool.Dep // what a queued run already waits for
+		if q := w.queued(n.ID); q != nil {
+			had = q.req.After
+		}
+		if err := w.checkDeps(n.ID, req.After, had); err != nil {
 			w.reject(n.String(), n, nil, err.Error())
 			return
 		}
@@ -362,6 +366,10 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 
 // newRun returns the first record of run id, made from its request.
 func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
+	// An ID is used again once its run is deleted: how that run ended is
+	// not this one's, for the runs that wait for it.
+	delete(w.ended, id)
+	delete(w.deletedAs, id)
 	st := &tracker.State{
 		ID: id, State: tracker.Starting, Session: req.Session, OwnerUID: uid,
 		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: maps.Clone(req.Labels), Timeout: req.Timeout,
