@@ -29,7 +29,7 @@ import (
 // may not be done: the start decides whether the run exists). It returns
 // the claimed file's path, to be removed once the request is carried out.
 func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok bool) {
-	if w.startWaiting(n.ID) {
+	if spool.ValidID(n.ID) == nil && w.startWaiting(n.ID) { // a selector (*) waits for none
 		w.afterStart[n.ID] = append(w.afterStart[n.ID], n.String())
 		return "", false
 	}
@@ -55,9 +55,11 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 
 // startWaiting reports whether a start request for id is in the spool and
 // has not been taken (a queued run's request stays in the spool, but has
-// been taken).
+// been taken), for a run that is not there yet: one for a run that is
+// will be refused, and must not hold up what acts on the run (anyone
+// who may write the spool can keep a file of that name open).
 func (w *watcher) startWaiting(id string) bool {
-	if w.queued(id) != nil {
+	if w.queued(id) != nil || exists(w.store.RunDir(id)) {
 		return false
 	}
 	_, err := os.Lstat(filepath.Join(w.spool.Spool(), id+"."+spool.VerbStart))
