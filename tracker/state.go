@@ -80,6 +80,14 @@ func Final(state StateName) bool {
 	return false
 }
 
+// MaxRev is the highest revision tend takes up from a record it did not
+// write (a hand's edit, whose revision it never goes back from): the
+// highest integer that readers holding JSON numbers as float64 keep
+// exact, and far enough from int64's end that no count of changes after
+// it overflows into negative revisions, which every reader of the shared
+// history would refuse.
+const MaxRev = 1 << 53
+
 // State is a run's record, as kept in runs/<id>/state.json.
 type State struct {
 	ID    string    `json:"id"`

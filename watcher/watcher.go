@@ -746,7 +746,7 @@ func (w *watcher) guard(st *tracker.State) bool {
 	}
 	w.log.Printf("run %s: %v; kept as state.json.edited, replaced by the watcher's record", st.ID, err)
 	os.Rename(path, path+".edited")
-	if disk != nil {
+	if disk != nil && disk.Rev <= tracker.MaxRev {
 		st.Rev = max(st.Rev, disk.Rev) // revisions never go back
 	}
 	return false
