@@ -115,11 +115,17 @@ func parseHealth(raw json.RawMessage) (*Health, error) {
 			return nil, fmt.Errorf(`"health": "http": %q is not an http(s) URL`, h.HTTP)
 		}
 	}
-	if h.Interval <= 0 || h.Timeout <= 0 || h.Retries < 1 || h.StartPeriod < 0 {
-		return nil, errors.New(`"health": want interval > 0, timeout > 0, retries >= 1`)
+	if h.Interval < Duration(MinHealthInterval) || h.Timeout <= 0 || h.Retries < 1 || h.StartPeriod < 0 {
+		return nil, fmt.Errorf(`"health": want interval >= %v, timeout > 0, retries >= 1`, MinHealthInterval)
 	}
 	return &h, nil
 }
+
+// MinHealthInterval is the shortest interval between health checks: each
+// is the watcher's work (a connection, a request, or a process of the
+// run's user), which a shorter one would let any user turn into a busy
+// loop of the watcher's.
+const MinHealthInterval = 100 * time.Millisecond
 
 // parseRlimits parses "limits".
 func parseRlimits(raw json.RawMessage) (*Rlimits, error) {

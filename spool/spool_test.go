@@ -440,6 +440,9 @@ func TestParseServiceFields(t *testing.T) {
 		{`{"command": "x", "health": {"http": "ftp://x/"}}`, "not an http(s) URL", nil},
 		{`{"command": "x", "health": {"tcp": "a:1", "exec": "true"}}`, "exactly one", nil},
 		{`{"command": "x", "health": {}}`, "exactly one", nil},
+		{`{"command": "x", "health": {"tcp": "a:1", "interval": 1e-9}}`, "want interval >= 100ms", nil},
+		{`{"command": "x", "health": {"tcp": "a:1", "interval": "99ms"}}`, "want interval >= 100ms", nil},
+		{`{"command": "x", "health": {"tcp": "a:1", "interval": "100ms"}}`, "", func(s Start) bool { return s.Health.Interval.D() == 100*time.Millisecond }},
 		{`{"command": "x", "limits": {"nofile": 10, "cpu": "2s"}}`, "", func(s Start) bool {
 			l := s.Limits.List()
 			return len(l) == 2 && l[0].Resource == unix.RLIMIT_NOFILE && l[0].Cur == 10 && l[0].Max == 10 &&

@@ -47,6 +47,10 @@ type run struct {
 	killAt   time.Time // when SIGKILL follows, once stopping or draining
 	timers   []*time.Timer
 	timeout  *time.Timer // the timeout's, also in timers
+	// poll is the next health check or look for the ready file: each
+	// schedules the next, in its place (in timers, one a check would add
+	// for good, 86,400 a day at the default interval).
+	poll *time.Timer
 
 	capPending, progressPending bool // a check of its output or progress is scheduled
 
@@ -861,6 +865,9 @@ func (w *watcher) finish(r *run) {
 	})
 	for _, t := range r.timers {
 		t.Stop()
+	}
+	if r.poll != nil {
+		r.poll.Stop()
 	}
 	delete(w.runs, r.st.ID)
 	w.unwatchRunDir(r.st.ID)

@@ -44,7 +44,7 @@ func (w *watcher) watchReadiness(r *run) {
 
 // scheduleReadyPoll looks for r's ready file every 50 ms while it starts.
 func (w *watcher) scheduleReadyPoll(r *run) {
-	r.timers = append(r.timers, w.after(50*time.Millisecond, func() {
+	r.poll = w.after(50*time.Millisecond, func() {
 		if w.runs[r.st.ID] != r || r.exit != nil || r.st.ReadyAt != nil {
 			return
 		}
@@ -53,7 +53,7 @@ func (w *watcher) scheduleReadyPoll(r *run) {
 			return
 		}
 		w.scheduleReadyPoll(r)
-	}))
+	})
 }
 
 // becameReady records r ready: running from now on.
@@ -81,12 +81,12 @@ func (w *watcher) scheduleCheck(r *run, d time.Duration) {
 	if as != nil {
 		check.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
 	}
-	r.timers = append(r.timers, time.AfterFunc(d, func() {
+	r.poll = time.AfterFunc(d, func() {
 		start := time.Now()
 		ok, detail := check.run(w.forker)
 		took := time.Since(start)
 		w.do <- func() { w.checked(r, ok, detail, took) }
-	}))
+	})
 }
 
 // checked takes one health check result of r, which took took.
