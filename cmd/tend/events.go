@@ -49,6 +49,6 @@ func (c *eventsCmd) print(e *env, ev tend.Event) error {
 	if ev.Reason != "" {
 		line += ": " + ev.Reason
 	}
-	_, err := fmt.Fprintln(e.stdout, line)
+	_, err := fmt.Fprintln(e.stdout, runtext.Printable(line)) // a reason may quote what a user wrote
 	return err
 }

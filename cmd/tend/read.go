@@ -306,7 +306,7 @@ func showLastLines(e *env, client *tend.Client, st *tend.Record, n int) error {
 	}
 	fmt.Fprintf(e.stdout, "last output (tend logs %s --both):\n", st.ID)
 	for _, l := range lines {
-		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, strings.TrimSuffix(strings.ToValidUTF8(l.Data, "?"), "\n"))
+		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, runtext.Printable(strings.TrimSuffix(l.Data, "\n")))
 	}
 	return nil
 }
@@ -527,7 +527,7 @@ func (c *waitCmd) Run(e *env) error {
 		return nil
 	}
 	if st.State != tracker.Completed {
-		fmt.Fprintf(e.stderr, "tend: run %s %s: %s\n", st.ID, st.State, st.Reason)
+		fmt.Fprintf(e.stderr, "tend: run %s %s: %s\n", st.ID, st.State, runtext.Printable(st.Reason))
 	}
 	return runExit(st)
 }

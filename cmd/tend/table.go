@@ -70,10 +70,17 @@ type cell struct {
 // printTable prints rows under header (none if nil) in columns two
 // spaces apart. The last column is cut to fit t.width; colors do not count
 // toward widths. It is every table tend prints: ls, show and history.
+// Every cell is printed as runtext.Printable makes it: commands, labels,
+// notes, reasons and progress are what users and their runs wrote, and an
+// escape sequence in them must not reach the terminal of whoever looks
+// (root, on a shared root), in a pipe or a log either.
 func (t term) printTable(w io.Writer, header []string, rows [][]cell) error {
 	columns := len(header)
 	for _, r := range rows {
 		columns = max(columns, len(r))
+		for i := range r {
+			r[i].text = runtext.Printable(r[i].text)
+		}
 	}
 	widths := make([]int, columns)
 	for i, h := range header {
