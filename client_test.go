@@ -98,7 +98,7 @@ func TestInvalidArgumentsWriteNothing(t *testing.T) {
 		{"empty label", func() error {
 			_, err := c.Start(ctx, "a", tend.Request{Shell: "true", Labels: map[string]string{"": "x"}})
 			return err
-		}, "bad label"},
+		}, "a key is empty"},
 		{"negative grace", func() error { _, err := c.Start(ctx, "a", tend.Request{Shell: "true", Grace: &neg}); return err }, "negative"},
 		{"negative timeout", func() error { _, err := c.Start(ctx, "a", tend.Request{Shell: "true", Timeout: neg}); return err }, "negative"},
 		{"NUL in command", func() error { _, err := c.Start(ctx, "a", tend.Request{Shell: "a\x00b"}); return err }, "NUL"},

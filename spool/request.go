@@ -370,7 +370,8 @@ func (s *Start) setCommand(raw json.RawMessage) error {
 		}
 	default:
 		if err := json.Unmarshal(raw, &s.Argv); err != nil || s.Argv == nil {
-			return fmt.Errorf(`"command" must be a string or an array of strings, not %.40s`, raw)
+			// Not quoted: reasons are readable by more users than requests.
+			return errors.New(`"command" must be a string or an array of strings`)
 		}
 	}
 	if raw[0] == '"' {
@@ -398,7 +399,7 @@ func (s *Start) validate() error {
 	}
 	for _, k := range sortedKeys(s.Labels) {
 		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(s.Labels[k]) {
-			return fmt.Errorf(`"labels": bad label %q: keys are non-empty UTF-8`, k)
+			return errors.New(`"labels": a key is empty or not UTF-8: keys are non-empty UTF-8`)
 		}
 	}
 	if s.Session != "" {
@@ -551,14 +552,14 @@ func ParseLabel(body []byte) (Label, error) {
 		}
 		l.Session, l.IfRev = j.Session, j.IfRev
 	} else {
-		for _, line := range strings.Split(string(body), "\n") {
+		for i, line := range strings.Split(string(body), "\n") {
 			line = strings.TrimSpace(line)
 			if line == "" {
 				continue
 			}
 			k, v, ok := strings.Cut(line, "=")
 			if !ok {
-				return l, fmt.Errorf("label %q: want K=V (K= removes K)", line)
+				return l, fmt.Errorf("line %d: want K=V (K= removes K)", i+1) // not quoted, as any label
 			}
 			if v == "" {
 				l.Remove = append(l.Remove, k)
@@ -572,7 +573,7 @@ func ParseLabel(body []byte) (Label, error) {
 	}
 	for k := range l.Set {
 		if k == "" || strings.ContainsAny(k, "\x00\n") {
-			return l, fmt.Errorf("label key %q: want a non-empty key on one line", k)
+			return l, errors.New("a label key is empty or spans lines: want a non-empty key on one line")
 		}
 	}
 	return l, checkControl(l.Session, l.IfRev)

@@ -112,7 +112,7 @@ func parseHealth(raw json.RawMessage) (*Health, error) {
 	}
 	if h.HTTP != "" {
 		if u, err := url.Parse(h.HTTP); err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
-			return nil, fmt.Errorf(`"health": "http": %q is not an http(s) URL`, h.HTTP)
+			return nil, errors.New(`"health": "http": not an http(s) URL with a host`) // not quoted: it may hold a password
 		}
 	}
 	if h.Interval < Duration(MinHealthInterval) || h.Timeout <= 0 || h.Retries < 1 || h.StartPeriod < 0 {

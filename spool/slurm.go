@@ -105,13 +105,15 @@ func (s *Slurm) Check(prefix string) error {
 	if s.Time != 0 && s.Time.D() < time.Second {
 		return fmt.Errorf(`%s"time": %s: a time limit is at least a second (Slurm counts it in minutes)`, prefix, s.Time.D())
 	}
-	for _, a := range s.Args {
+	// An argument is named by its place, not quoted: it may hold a secret,
+	// and reasons are readable by more users than requests.
+	for i, a := range s.Args {
 		if !p.arg.MatchString(a) {
-			return fmt.Errorf(`%s"args": %q: each is one sbatch option, --name or --name=value`, prefix, a)
+			return fmt.Errorf(`%s"args": argument %d: each is one sbatch option, --name or --name=value`, prefix, i+1)
 		}
 		name, _, _ := strings.Cut(strings.TrimPrefix(a, "--"), "=")
 		if slices.Contains(slurmOwnArgs, name) {
-			return fmt.Errorf(`%s"args": %q: tend sets --%s itself, or it has a field of its own`, prefix, a, name)
+			return fmt.Errorf(`%s"args": argument %d: tend sets --%s itself, or it has a field of its own`, prefix, i+1, name)
 		}
 	}
 	return nil

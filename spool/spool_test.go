@@ -194,7 +194,7 @@ func TestParseLabel(t *testing.T) {
 		{"\ufeffkind=test\r\ngone=\r\n", "kind=test", "gone", ""},
 		{`{"labels": {"kind": "test", "gone": null}, "session": "s"}`, "kind=test", "gone", ""},
 		{"\ufeff{\"labels\": {\"k\": \"v\"}}", "k=v", "", ""},
-		{"just words", "", "", `label "just words": want K=V`},
+		{"just words", "", "", `line 1: want K=V`},
 		{"\n\n", "", "", "no labels"},
 		{`{"labels": {"k": 1}}`, "", "", "want string"},
 		{`{"labels": {"k": "v"}, "if_rev": 0}`, "", "", `"if_rev": 0 is not a revision`},
