@@ -43,6 +43,7 @@ type queuedRun struct {
 // addQueued puts q at the end of the queue.
 func (w *watcher) addQueued(q *queuedRun) {
 	w.queue = append(w.queue, q)
+	w.queuedByID[q.st.ID] = q
 	if waits(q.st) {
 		w.waiters++
 	}
@@ -59,6 +60,9 @@ func (w *watcher) removeQueued(q *queuedRun) {
 		q.at = nil
 	}
 	w.queue = slices.DeleteFunc(w.queue, func(x *queuedRun) bool { return x == q })
+	if w.queuedByID[q.st.ID] == q {
+		delete(w.queuedByID, q.st.ID)
+	}
 	if waits(q.st) {
 		w.waiters--
 	}
@@ -70,14 +74,8 @@ func (w *watcher) removeQueued(q *queuedRun) {
 	}
 }
 
-func (w *watcher) queued(id string) *queuedRun {
-	for _, q := range w.queue {
-		if q.st.ID == id {
-			return q
-		}
-	}
-	return nil
-}
+// queued returns the queued run id, or nil.
+func (w *watcher) queued(id string) *queuedRun { return w.queuedByID[id] }
 
 // runsStarted counts the runs with a process: supervised, or being forked.
 func (w *watcher) runsStarted() int {

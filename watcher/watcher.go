@@ -352,13 +352,16 @@ type watcher struct {
 
 	locks []*flock.Flock // watcher.lock, and again each time its file was replaced (see relock)
 
-	runs    map[string]*run     // runs with a live process, by ID
-	jobs    jobs                // runs on a cluster, submitted or being submitted (see jobs.go)
-	queue   []*queuedRun        // runs waiting for a slot, in arrival order
-	waiting map[string]*backoff // runs in backoff, waiting to start again
-	unsaved unsaved
-	passed  []tracker.Event // events of states passed through, for the next save (see passing)
-	batch   batch           // saves held back while runs end together (see batched)
+	runs  map[string]*run // runs with a live process, by ID
+	jobs  jobs            // runs on a cluster, submitted or being submitted (see jobs.go)
+	queue []*queuedRun    // runs waiting for a slot, in arrival order
+	// queuedByID holds queue's runs by ID: a chain of runs that each wait
+	// for the one before looks each one up, at every link.
+	queuedByID map[string]*queuedRun
+	waiting    map[string]*backoff // runs in backoff, waiting to start again
+	unsaved    unsaved
+	passed     []tracker.Event // events of states passed through, for the next save (see passing)
+	batch      batch           // saves held back while runs end together (see batched)
 	// spawning are the runs launched in this batch whose forks are under
 	// way, in no other list until settleSpawns.
 	spawning []*spawn
@@ -455,6 +458,7 @@ func newWatcher(cfg Config) *watcher {
 		waiting:    make(map[string]*backoff),
 		deletedAs:  make(map[string]tracker.StateName),
 		ended:      make(map[string]endedRun),
+		queuedByID: make(map[string]*queuedRun),
 		selections: make(map[spool.Name]*selection),
 		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
 		do:         make(chan func(), 64),
