@@ -342,9 +342,14 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 	for _, verb := range []string{spool.VerbStart, spool.VerbCancel} {
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
 	}
-	if err := w.store.Purge(trash); err != nil {
-		w.log.Printf("run %s: %v", id, err)
-	}
+	// Its directory is its owner's, who may have filled it with any number
+	// of files: removed beside the loop, which goes on (the run is gone
+	// from runs/ already).
+	w.purges.Go(func() {
+		if err := w.store.Purge(trash); err != nil {
+			w.log.Printf("run %s: %v", id, err)
+		}
+	})
 	w.log.Printf("run %s: %s", id, reason)
 }
 

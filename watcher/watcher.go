@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -263,6 +264,9 @@ func runWatcher(cfg Config, started *bool) error {
 			l.Unlock()
 		}
 	}()
+	// Before the lock goes: the next watcher finishes what is left of a
+	// deletion (finishDeletions), and must not find one under way.
+	defer w.purges.Wait()
 	// Descendants of runs that leave their group (setsid, double fork)
 	// become this watcher's children when their parent dies, so they can
 	// be found and ended with their run, and never run on unsupervised.
@@ -328,12 +332,15 @@ func runWatcher(cfg Config, started *bool) error {
 }
 
 type watcher struct {
-	cfg   Config
-	log   *log.Logger
-	uid   int // the watcher's own: its user's requests are taken, and root's
-	spool spool.Dir
-	store *tracker.Store
-	hist  *tracker.History
+	cfg Config
+	log *log.Logger
+	// purges are the deleted runs' directories being removed, beside the
+	// loop: one with 400,000 files held it up 12 s.
+	purges sync.WaitGroup
+	uid    int // the watcher's own: its user's requests are taken, and root's
+	spool  spool.Dir
+	store  *tracker.Store
+	hist   *tracker.History
 	// histUnsynced is set while lines appended to the history are not
 	// yet synced, spoolUnsynced while a claim from the spool is not (see
 	// writeRecords).
