@@ -160,12 +160,12 @@ func takeReadLease(fd int) (bool, error) {
 // so that no other reader can take it and a rewrite of the same name is a
 // new request. If the name was replaced after f was read, Claim moves the
 // replacement and reads it again from dst, so the returned File is always
-// what was claimed.
+// what was claimed. It never replaces what is at dst (a request of the
+// same name being carried out, or anything another user put there): that
+// is an error wrapping fs.ErrExist.
 func (d Dir) Claim(f File, dst string) (File, error) {
-	// Not os.Rename, which first lstats dst to refuse a directory there:
-	// rename(2) refuses to put a file over one by itself (EISDIR).
 	src := filepath.Join(d.Spool(), f.Name)
-	if err := unix.Rename(src, dst); err != nil {
+	if err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
 		return File{}, &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 	}
 	var st unix.Stat_t

@@ -36,6 +36,12 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	taken = takenPath(w.spool, n)
 	claimed, err := w.spool.Claim(f, taken)
 	w.claimed(err)
+	if errors.Is(err, fs.ErrExist) {
+		// A request of the same name under way, or what another user put
+		// in its way: answered, never left unseen in the spool.
+		w.reject(n.String(), n, nil, fmt.Sprintf("%s is in the way (a request of the same name being carried out, or another's file): send it again under another tag", filepath.Base(taken)))
+		return "", false
+	}
 	if err != nil {
 		w.log.Printf("%s: claiming: %v", n, err)
 		return "", false
