@@ -57,19 +57,55 @@ func coveredOf(st *State, ev Event) bool {
 // never started, or the mark was lost): taken for one, the run would be
 // started again.
 func BeyondStart(evs []Event) bool {
-	for i := len(evs) - 1; i >= 0; i-- {
-		switch evs[i].State {
-		case Deleted:
-			return false
+	for _, ev := range Latest(evs) {
+		switch ev.State {
 		case Queued, Starting, Running:
-			if i > 0 && evs[i-1].Rev >= evs[i].Rev {
-				return false
-			}
-			continue
+		default:
+			return true
 		}
-		return true
 	}
 	return false
+}
+
+// Latest returns the events in evs (a run ID's, oldest first) of the run
+// made last with that ID: those after its last deletion, or after a rev
+// that does not follow the one before (a run made anew starts at 1; a
+// power loss can take back a deletion's line with it).
+func Latest(evs []Event) []Event {
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].State == Deleted {
+			return evs[i+1:]
+		}
+		if i > 0 && evs[i-1].Rev >= evs[i].Rev {
+			return evs[i:]
+		}
+	}
+	return evs
+}
+
+// EventsOf returns the events of each run that ids names in the whole of
+// root's history, rotated files and the changes that wait to be appended
+// included, by run ID, oldest first: for the rare run whose record is
+// gone or torn, which RecentEvents's window may not reach back to. Lines
+// that do not parse are skipped, as RecentEvents does.
+func EventsOf(root string, ids map[string]bool) (map[string][]Event, error) {
+	events := make(map[string][]Event)
+	if len(ids) == 0 {
+		return events, nil
+	}
+	for _, path := range historyAndPending(root) {
+		fi, err := os.Stat(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		if err := scanTail(path, fi.Size(), ids, events); err != nil {
+			return nil, err
+		}
+	}
+	return events, nil
 }
 
 // EndWindow is how much of the end of root's history RecentEvents reads:

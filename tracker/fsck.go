@@ -424,7 +424,7 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	if err := os.Rename(path, path+".bad"); err != nil {
 		return nil, err
 	}
-	st = rebuild(s, id, events, identify)
+	st = Rebuild(s, id, events, identify)
 	if err := OpenHistory(root).appendLocked(EventOf(st, time.Now())); err != nil {
 		return nil, err
 	}
@@ -434,8 +434,11 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	return []string{fmt.Sprintf("%s: kept as state.json.bad; rebuilt from the history and request: %s, rev %d", path, st.State, st.Rev)}, nil
 }
 
-// rebuild makes a record of run id from its history and its request.
-func rebuild(s *Store, id string, events []Event, identify Identify) *State {
+// Rebuild makes a record of run id from its history (events, oldest
+// first, not empty) and its request: an ended run as it ended, a live one
+// (identify finds its process) running, one gone as lost. Its rev is the
+// last event's plus one.
+func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].State == Deleted { // the ID was used again: this run's events follow
 			events = events[i+1:]
@@ -484,12 +487,12 @@ func rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	if start, ok := identify(st.PID, id); ok && st.PID > 0 {
 		st.ProcStart = start
 		st.Boot, _ = procfs.BootID() // alive, so of this boot ("" if unknown)
-		st.Reason = "record rebuilt by tend fsck; its process still runs"
+		st.Reason = "record rebuilt from the history; its process still runs"
 		return st
 	}
 	now := time.Now()
 	st.State, st.EndedAt = Failed, &now
-	st.Reason = "lost: its record was broken; tend fsck rebuilt it, and its process is gone; exit status unknown"
+	st.Reason = "lost: its record was broken and rebuilt from the history, and its process is gone; exit status unknown"
 	return st
 }
 

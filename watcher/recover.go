@@ -56,15 +56,19 @@ func (w *watcher) recoverRuns() error {
 		err error
 	}
 	var runs []found
-	open := make(map[string]bool) // the runs whose end or stop the history may have
+	open := make(map[string]bool)   // the runs whose end or stop the history may have
+	broken := make(map[string]bool) // the runs whose record is gone or torn
 	for _, e := range ents {
 		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
 			continue
 		}
 		st, err := w.store.Read(e.Name())
 		runs = append(runs, found{e.Name(), st, err})
-		if err == nil && !tracker.Final(st.State) || errors.Is(err, tracker.ErrTorn) {
+		if err == nil && !tracker.Final(st.State) {
 			open[e.Name()] = true
+		}
+		if errors.Is(err, tracker.ErrNotFound) || errors.Is(err, tracker.ErrTorn) {
+			broken[e.Name()] = true
 		}
 	}
 	w.recovering = true
@@ -73,8 +77,17 @@ func (w *watcher) recoverRuns() error {
 	if err != nil {
 		return fmt.Errorf("recover: reading the history for ends and stops the records lack: %w", err)
 	}
+	before, err := tracker.EventsOf(w.cfg.Root, broken)
+	if err != nil {
+		return fmt.Errorf("recover: reading the history for the runs whose records are gone or torn: %w", err)
+	}
 	for _, f := range runs {
 		id, st, err := f.id, f.st, f.err
+		if broken[id] {
+			if rebuilt := w.rebuildBroken(id, err, tracker.Latest(before[id])); rebuilt != nil {
+				st, err = rebuilt, nil
+			}
+		}
 		if err == nil {
 			if changes := tracker.CoveredAfter(st, recent[id]); len(changes) > 0 {
 				st = w.recoverCovered(st, changes)
@@ -86,10 +99,10 @@ func (w *watcher) recoverRuns() error {
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
 			w.recoverClaimed(id)
-		case errors.Is(err, tracker.ErrTorn) && !w.hasStarted(id) && !tracker.BeyondStart(recent[id]):
+		case errors.Is(err, tracker.ErrTorn) && !w.hasStarted(id):
 			w.recoverTorn(id, err)
 		case errors.Is(err, tracker.ErrTorn):
-			w.log.Printf("recover: %v: its run may have started, or its history goes past its start: left as it is, for tend fsck --repair to rebuild from the history", err)
+			w.log.Printf("recover: %v: its run may have started, and the history has nothing of it: left as it is, for tend fsck", err)
 		case err != nil:
 			w.log.Printf("recover: %v", err)
 		case st.Job != nil && !tracker.Final(st.State) && st.State != tracker.Backoff:
@@ -175,6 +188,43 @@ func (w *watcher) recoverClaimed(id string) {
 		w.launch(st, req.Env)
 	})
 	w.accepted(n)
+}
+
+// rebuildBroken makes run id's record anew from events, its history since
+// it was made, where the record is gone or torn (err) and that history
+// says more than a first record that never came through: the run went
+// past its start (an end, a stop), or it passed its gate. Such a record
+// was there, and what it said is in the history: a hand removed it, or a
+// file system broke its order. Taken for a first record never written,
+// the run would be started again (a canceled one, one that completed),
+// or one still running recorded lost and its processes ended. It returns
+// the record written, or nil to recover the run as before.
+func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *tracker.State {
+	if len(events) == 0 || !tracker.BeyondStart(events) && !w.hasStarted(id) {
+		return nil
+	}
+	st := tracker.Rebuild(w.store, id, events, identifyRun)
+	path := w.store.Run(id).State()
+	if errors.Is(err, tracker.ErrTorn) {
+		os.Rename(path, path+".bad")
+	}
+	w.log.Printf("recover: %v: rebuilt from the history: %s, rev %d", err, st.State, st.Rev)
+	st.Rev-- // Rebuild's rev is the next one, which save gives it
+	w.save(st)
+	return st
+}
+
+// identifyRun returns the start time of pid if it is alive and is run id's
+// process (its environment says TEND_RUN_ID=id), as tend fsck does.
+func identifyRun(pid int, id string) (uint64, bool) {
+	st, err := procfs.ReadStat(pid)
+	if err != nil || st.State == 'Z' {
+		return 0, false
+	}
+	if v, ok := procfs.Getenv(pid, "TEND_RUN_ID"); !ok || v != id {
+		return 0, false
+	}
+	return st.StartTime, true
 }
 
 // recoverTorn takes run id's record, which is not JSON at all (err), for
