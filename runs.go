@@ -15,6 +15,7 @@ import (
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 )
 
@@ -284,14 +285,21 @@ func (c *Client) Describe(runs ...*Record) []Listed {
 }
 
 // queuePositions reads ROOT/queue: the queued runs' positions, from 1.
+// Only a regular file, not through a link, and no larger than a queue of
+// every run could be: anything else put there (a FIFO would hang the
+// read) leaves positions out.
 func (c *Client) queuePositions() map[string]int {
-	b, _ := os.ReadFile(layout.Root(c.root).Queue())
+	b, _, _ := durable.ReadRegular(layout.Root(c.root).Queue(), maxQueueFile)
 	pos := make(map[string]int)
 	for i, id := range strings.Fields(string(b)) {
 		pos[id] = i + 1
 	}
 	return pos
 }
+
+// maxQueueFile is the largest ROOT/queue read: a million queued IDs of
+// the longest kind.
+const maxQueueFile = 256 << 20
 
 // Live reports whether the run r records has a live process group.
 func Live(r *Record) bool {

@@ -162,13 +162,16 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
-	if st, err := c.store.Read(id); err == nil && until(st) {
-		return st, c.seen(id) // no watcher needed, so none is started
+	first, ferr := c.store.Read(id)
+	if ferr == nil && until(first) {
+		return first, c.seen(id) // no watcher needed, so none is started
 	}
 	if err := c.autoStart(ctx); err != nil {
 		return nil, err
 	}
-	if c.startWaiting(id) {
+	// A queued run's request stays in the spool; only one whose run has
+	// no record yet is waited for there.
+	if ferr != nil && c.startWaiting(id) {
 		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) { return !c.startWaiting(id), nil }); err != nil {
 			return nil, err
 		}
@@ -182,8 +185,15 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	var st *Record
 	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		read, err := c.store.Read(id)
+		if errors.Is(err, tracker.ErrNotFound) && st == nil && ferr != nil {
+			if _, derr := os.Stat(c.store.RunDir(id)); derr == nil {
+				return false, nil // claimed, its first state not written yet
+			}
+		}
 		if errors.Is(err, tracker.ErrNotFound) {
-			return false, nil // claimed, its first state not written yet
+			// Its record was there, or its directory is gone: removed by
+			// hand, the run is not waited for.
+			return false, errorf(ErrNotFound, "run %s: its record is gone from %s (removed by hand?)", id, c.store.RunDir(id))
 		}
 		if err != nil {
 			return false, err
