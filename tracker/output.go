@@ -131,6 +131,9 @@ func (s *Store) RecordedOutputSize(st *State, stream string) int64 {
 // anything there).
 func openOutput(path string) (*os.File, error) {
 	fd, _, err := durable.OpenRegular(path)
+	if errors.Is(err, durable.ErrNotRegular) {
+		return nil, fmt.Errorf("%s: %w", path, err) // OpenRegular names the kind, not the file
+	}
 	if err != nil {
 		return nil, err
 	}
