@@ -176,3 +176,43 @@ func TestOutcomeErr(t *testing.T) {
 		}
 	}
 }
+
+// TestFindRootRefusesOthers: a .tend above the working directory that
+// another user owns (made in /tmp, say) is not taken for the client's
+// root, nor is a link to one; the client's own, and root's, are.
+func TestFindRootRefusesOthers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving a directory to another user needs root")
+	}
+	top := t.TempDir()
+	work := filepath.Join(top, "a", "b")
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(top, ".tend")
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tend.FindRoot(work); err != nil || got != root {
+		t.Fatalf("FindRoot with root's own .tend = %q, %v; want %q", got, err, root)
+	}
+	if err := os.Chown(root, 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tend.FindRoot(work); err == nil || !strings.Contains(err.Error(), "belongs to uid 4242") {
+		t.Errorf("FindRoot with another's .tend = %q, %v; want an error naming uid 4242", got, err)
+	}
+	other := filepath.Join(top, "other")
+	if err := os.Mkdir(other, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(other, filepath.Join(top, "a", ".tend")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Lchown(filepath.Join(top, "a", ".tend"), 4242, 4242); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tend.FindRoot(work); err == nil || !strings.Contains(err.Error(), "belongs to uid 4242") {
+		t.Errorf("FindRoot with another's link = %v; want an error naming uid 4242", err)
+	}
+}

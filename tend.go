@@ -23,6 +23,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // Record is a run's record, as its state.json holds it.
@@ -82,15 +83,29 @@ func Open(root string, opts Options) (*Client, error) {
 }
 
 // FindRoot returns the root a client in directory dir uses when none is
-// named: the nearest .tend directory at or above dir, else dir/.tend.
+// named: the nearest .tend directory at or above dir, else dir/.tend. One
+// found there that belongs to another user than this one and root (or a
+// link to one, or a link of theirs) is an error: anyone may make a .tend
+// in /tmp or a shared directory above someone's work, and take their
+// requests (as git refuses a repository that another user owns). Such a
+// root is used only when named (--root, TEND_ROOT): a shared root is
+// root's.
 func FindRoot(dir string) (string, error) {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return "", err
 	}
+	uid := uint32(os.Geteuid())
 	for d := dir; ; d = filepath.Dir(d) {
-		if fi, err := os.Stat(filepath.Join(d, ".tend")); err == nil && fi.IsDir() {
-			return filepath.Join(d, ".tend"), nil
+		path := filepath.Join(d, ".tend")
+		var link, st unix.Stat_t
+		if unix.Lstat(path, &link) == nil && unix.Stat(path, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			for _, owner := range []uint32{link.Uid, st.Uid} {
+				if owner != uid && owner != 0 {
+					return "", fmt.Errorf("%s belongs to uid %d, not to you or root: a root found above the working directory is used only if it is yours (name it with --root or TEND_ROOT to use it)", path, owner)
+				}
+			}
+			return path, nil
 		}
 		if d == filepath.Dir(d) {
 			return filepath.Join(dir, ".tend"), nil
