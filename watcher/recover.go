@@ -193,14 +193,16 @@ func (w *watcher) recoverClaimed(id string) {
 // rebuildBroken makes run id's record anew from events, its history since
 // it was made, where the record is gone or torn (err) and that history
 // says more than a first record that never came through: the run went
-// past its start (an end, a stop), or it passed its gate. Such a record
+// past its start (an end, a stop), or its process passed its gate and the
+// history has it running (its PID, to adopt it by). Such a record
 // was there, and what it said is in the history: a hand removed it, or a
 // file system broke its order. Taken for a first record never written,
 // the run would be started again (a canceled one, one that completed),
 // or one still running recorded lost and its processes ended. It returns
 // the record written, or nil to recover the run as before.
 func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *tracker.State {
-	if len(events) == 0 || !tracker.BeyondStart(events) && !w.hasStarted(id) {
+	running := slices.ContainsFunc(events, func(ev tracker.Event) bool { return ev.State == tracker.Running })
+	if len(events) == 0 || !tracker.BeyondStart(events) && !(running && w.hasStarted(id)) {
 		return nil
 	}
 	st := tracker.Rebuild(w.store, id, events, identifyRun)
