@@ -297,17 +297,20 @@ func (w *watcher) strayOf(p procfs.Stat, keepers map[int]bool, escapes bool) (id
 	default:
 		return "", own
 	}
-	if !inTree && !w.mayOwn(p.PID, id) {
-		return "", false
+	if !w.mayOwn(p.PID, id) {
+		// Its mark says another user's run: anyone can put a mark in an
+		// environment, and a run's process that left its group (and
+		// became this watcher's child) is taken for no run, not for the
+		// one it names, whose end it would hold up.
+		return "", own
 	}
 	return id, true
 }
 
-// mayOwn reports whether process pid, which is outside this watcher's
-// tree and carries run id's mark, runs as a user that run id's processes
-// run as: the watcher's, or the run's owner. Anyone can put a mark in an
-// environment; only a process it could have come from is taken for the
-// run's.
+// mayOwn reports whether process pid, which carries run id's mark, runs
+// as a user that run id's processes run as: the watcher's, or the run's
+// owner. Anyone can put a mark in an environment; only a process it could
+// have come from is taken for the run's.
 func (w *watcher) mayOwn(pid int, id string) bool {
 	fi, err := os.Lstat(fmt.Sprintf("/proc/%d", pid))
 	if err != nil {
