@@ -35,6 +35,20 @@ type Liveness func(pid int, start uint64) bool
 // (it carries TEND_RUN_ID=id); repair uses it to keep a live run's record.
 type Identify func(pid int, id string) (start uint64, ok bool)
 
+// IdentifyRun is the Identify of tend fsck and of the watcher's recovery:
+// pid's start time if it is alive and is run id's process (its
+// environment says TEND_RUN_ID=id).
+func IdentifyRun(pid int, id string) (uint64, bool) {
+	st, err := procfs.ReadStat(pid)
+	if err != nil || st.State == 'Z' {
+		return 0, false
+	}
+	if v, ok := procfs.Getenv(pid, "TEND_RUN_ID"); !ok || v != id {
+		return 0, false
+	}
+	return st.StartTime, true
+}
+
 // Check examines a whole root and returns every problem it finds: what
 // breaks the access rules for a watcher running as the root's owner (see
 // CheckAccess), bad history lines (each with its file and line), state

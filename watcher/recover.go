@@ -205,7 +205,7 @@ func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *t
 	if len(events) == 0 || !tracker.BeyondStart(events) && !(running && w.hasStarted(id)) {
 		return nil
 	}
-	st := tracker.Rebuild(w.store, id, events, identifyRun)
+	st := tracker.Rebuild(w.store, id, events, tracker.IdentifyRun)
 	path := w.store.Run(id).State()
 	if errors.Is(err, tracker.ErrTorn) {
 		os.Rename(path, path+".bad")
@@ -214,19 +214,6 @@ func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *t
 	st.Rev-- // Rebuild's rev is the next one, which save gives it
 	w.save(st)
 	return st
-}
-
-// identifyRun returns the start time of pid if it is alive and is run id's
-// process (its environment says TEND_RUN_ID=id), as tend fsck does.
-func identifyRun(pid int, id string) (uint64, bool) {
-	st, err := procfs.ReadStat(pid)
-	if err != nil || st.State == 'Z' {
-		return 0, false
-	}
-	if v, ok := procfs.Getenv(pid, "TEND_RUN_ID"); !ok || v != id {
-		return 0, false
-	}
-	return st.StartTime, true
 }
 
 // recoverTorn takes run id's record, which is not JSON at all (err), for

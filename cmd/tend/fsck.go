@@ -39,7 +39,7 @@ func (c *fsckCmd) Run(e *env) error {
 			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
 		}
 		var err error
-		repaired, err = tracker.Repair(e.root, identifyRun)
+		repaired, err = tracker.Repair(e.root, tracker.IdentifyRun)
 		for _, line := range repaired {
 			if !c.JSON {
 				fmt.Fprintln(e.stdout, "repaired:", line)
@@ -101,15 +101,3 @@ func processAlive(pid int, start uint64) bool {
 	return err == nil && st.StartTime == start && st.State != 'Z'
 }
 
-// identifyRun returns the start time of pid if it is alive and is run id's
-// process (its environment says TEND_RUN_ID=id).
-func identifyRun(pid int, id string) (uint64, bool) {
-	st, err := procfs.ReadStat(pid)
-	if err != nil || st.State == 'Z' {
-		return 0, false
-	}
-	if v, ok := procfs.Getenv(pid, "TEND_RUN_ID"); !ok || v != id {
-		return 0, false
-	}
-	return st.StartTime, true
-}
