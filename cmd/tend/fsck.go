@@ -100,4 +100,3 @@ func processAlive(pid int, start uint64) bool {
 	st, err := procfs.ReadStat(pid)
 	return err == nil && st.StartTime == start && st.State != 'Z'
 }
-
