@@ -2,6 +2,8 @@ package spool
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -266,6 +268,15 @@ func (s *Start) Args() []string {
 		return s.Argv
 	}
 	return []string{"/bin/sh", "-c", s.Shell}
+}
+
+// BodySum names a version of a request body: the hex of the first 16
+// bytes of its SHA-256. Two bodies with the same sum are taken as the
+// same version (an owner who made them collide would only hide an edit
+// of their own request from their own watcher).
+func BodySum(body []byte) string {
+	sum := sha256.Sum256(body)
+	return hex.EncodeToString(sum[:16])
 }
 
 // ParseStart parses a start request body: plain text is a shell command,

@@ -108,6 +108,10 @@ type State struct {
 	// is queued until then (see spool.Dep).
 	After     []string   `json:"after,omitempty"`
 	NotBefore *time.Time `json:"not_before,omitempty"`
+	// RequestSum names the version of the start request the record was
+	// made from (spool.BodySum), while that request waits in the spool: a
+	// watcher that restarts tells by it a request edited while none ran.
+	RequestSum string `json:"request_sum,omitempty"`
 	// Slurm is set for a run submitted to a Slurm cluster: the settings it
 	// is submitted with, its request's over config.json's defaults.
 	Slurm *spool.Slurm `json:"slurm,omitempty"`

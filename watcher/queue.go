@@ -114,6 +114,7 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 	}
 	st := w.newRun(n.ID, f.UID, req)
 	st.State, st.Reason = tracker.Queued, waitReason(st)
+	st.RequestSum = spool.BodySum(f.Body)
 	w.handOverQueued(st)
 	w.save(st)
 	w.keep(f)
@@ -152,18 +153,24 @@ func (w *watcher) editQueued(q *queuedRun, n spool.Name, f spool.File, req spool
 
 // updateQueued takes a new version of queued run q's request: the record
 // shows the new command (and the rest), and its revision grows. It
-// reports whether the record changed.
+// reports whether the run changed; a new version that changes nothing
+// the run is made from (a blank line, a field moved) only has the record
+// name it (RequestSum), for the next watcher.
 func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool {
 	q.ino = f.Ino
-	next := w.newRun(q.st.ID, f.UID, req)
-	if slices.Equal(next.Command, q.st.Command) && next.Cwd == q.st.Cwd && next.Session == q.st.Session &&
-		next.Timeout == q.st.Timeout && next.Grace == q.st.Grace && maps.Equal(req.Labels, q.req.Labels) &&
-		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) && reflect.DeepEqual(next.Slurm, q.st.Slurm) {
+	st := q.st
+	sum := spool.BodySum(f.Body)
+	next := w.newRun(st.ID, f.UID, req)
+	if sameRun(next, st) && maps.Equal(req.Labels, q.req.Labels) &&
+		fmt.Sprint(req.Env) == fmt.Sprint(q.req.Env) && sameWaits(req, q.req) {
+		if st.RequestSum != sum {
+			st.RequestSum = sum
+			w.save(st)
+		}
 		return false
 	}
 	old := q.req
 	q.req = req
-	st := q.st
 	if waits(st) {
 		w.waiters--
 	}
@@ -171,7 +178,9 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 		w.jobs.queued--
 	}
 	st.Command, st.Cwd, st.Session, st.Timeout, st.Grace = next.Command, next.Cwd, next.Session, next.Timeout, next.Grace
+	st.Restart, st.Health, st.ReadyFile, st.Limits, st.Output = next.Restart, next.Health, next.ReadyFile, next.Limits, next.Output
 	st.Labels = relabel(st.Labels, old.Labels, req.Labels)
+	st.RequestSum = sum
 	if st.Slurm = next.Slurm; isJob(st) {
 		w.jobs.queued++
 	}
@@ -192,6 +201,17 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	w.save(st)
 	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
 	return true
+}
+
+// sameRun reports whether queued runs a and b, made from two versions of
+// a request, run the same: the same process, the same way, under the
+// same supervision. Labels, the environment and the waits are the
+// request's, compared by updateQueued.
+func sameRun(a, b *tracker.State) bool {
+	return slices.Equal(a.Command, b.Command) && a.Cwd == b.Cwd && a.Session == b.Session &&
+		a.Timeout == b.Timeout && a.Grace == b.Grace && reflect.DeepEqual(a.Slurm, b.Slurm) &&
+		reflect.DeepEqual(a.Restart, b.Restart) && reflect.DeepEqual(a.Health, b.Health) &&
+		a.ReadyFile == b.ReadyFile && reflect.DeepEqual(a.Limits, b.Limits) && reflect.DeepEqual(a.Output, b.Output)
 }
 
 // dequeue starts queued runs, in order, while slots are free, in one
@@ -398,8 +418,12 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
 	if f, err := w.spool.Read(n.String()); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		// One that does not parse now, or is not its owner's, is decided on
-		// rescan.
+		// rescan. So is one edited while no watcher ran: it is compared
+		// there with what the record was made from.
 		req, _ := spool.ParseStart(f.Body)
+		if st.RequestSum != "" && st.RequestSum != spool.BodySum(f.Body) {
+			req = recordedRequest(st)
+		}
 		w.addQueued(&queuedRun{st: st, req: req})
 		return
 	}
@@ -414,6 +438,26 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 	q := &queuedRun{st: st}
 	w.addQueued(q)
 	w.queuedRequestRemoved(q)
+}
+
+// recordedRequest returns what queued run st's record tells of the
+// request it was made from, for a new version to be compared with (see
+// updateQueued): its waits, with its not_before as the time it was made;
+// not its environment or labels, which a record does not keep apart from
+// those set since. So a new version that sets any of them, or gives
+// not_before as a duration, is taken as changing them: its duration
+// counts from when it is taken, and the labels it no longer sets stay.
+func recordedRequest(st *tracker.State) spool.Start {
+	var req spool.Start
+	for _, a := range st.After {
+		if d, err := spool.ParseDep(a); err == nil {
+			req.After = append(req.After, d)
+		}
+	}
+	if st.NotBefore != nil {
+		req.NotBefore = &spool.NotBefore{At: *st.NotBefore}
+	}
+	return req
 }
 
 // relabel returns a queued run's labels once its request's labels went
