@@ -89,13 +89,13 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 	if err := c.autoStart(ctx); err != nil {
 		return nil, err
 	}
-	n := spool.Name{ID: spool.SelectID, Tag: newTag(), Verb: verb}
+	n := spool.Name{ID: spool.SelectID, Tag: newTag(), Verb: verb, Owner: os.Geteuid()}
 	if err := c.dir.Submit(n, body, false); err != nil {
 		return nil, fmt.Errorf("cannot submit %s: %w", n, err)
 	}
 	var runs []spool.RunOutcome
 	watcher := c.checkWatcher()
-	err = watchUntil(ctx, c.dir.Outcomes(), answerEvery, func() (bool, error) {
+	err = c.watchAnswers(ctx, n.Owner, func() (bool, error) {
 		b, _, err := durable.ReadRegular(c.dir.OutcomePath(n), 64<<20)
 		if err == nil {
 			if runs, err = spool.ParseSelectOutcome(b); err != nil {

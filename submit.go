@@ -89,6 +89,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		if reqs[i].name.Verb != spool.VerbStart {
 			reqs[i].name.Tag = newTag()
 		}
+		reqs[i].name.Owner = os.Geteuid() // the owner of the file Submit makes
 	}
 	// An outcome from an earlier request of the same name must not be
 	// taken for this one's: it is removed, or where this user may not (a
@@ -111,7 +112,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
 	watcher := c.checkWatcher()
-	err := watchUntil(ctx, c.dir.Outcomes(), answerEvery, func() (bool, error) {
+	err := c.watchAnswers(ctx, os.Geteuid(), func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name
 			if ino, ok := stale[n]; ok {
@@ -140,6 +141,17 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		return false, nil
 	})
 	return outcomes, err
+}
+
+// watchAnswers calls check as watchUntil does, on changes in the
+// directory of uid's answers (spool.Dir.OutcomesOf), and in outcomes/
+// until that is there.
+func (c *Client) watchAnswers(ctx context.Context, uid int, check func() (bool, error)) error {
+	dir := c.dir.OutcomesOf(uid)
+	if dir == c.dir.Outcomes() {
+		return watchUntil(ctx, dir, answerEvery, check)
+	}
+	return watchUntilIn(ctx, c.dir.Outcomes(), dir, answerEvery, check)
 }
 
 // submitOne submits one request and returns its outcome, and the outcome's

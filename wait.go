@@ -39,6 +39,13 @@ const (
 // recheckEvery. Past the first checks it blocks on inotify, not on a
 // timer; the regular check notices a watcher that died.
 func watchUntil(ctx context.Context, dir string, every time.Duration, check func() (done bool, err error)) error {
+	return watchUntilIn(ctx, dir, "", every, check)
+}
+
+// watchUntilIn is watchUntil, watching also dir's subdirectory sub (if
+// not "") once it is there: the directory of a user's answers, which the
+// watcher makes with the first (spool.Dir.OutcomesOf).
+func watchUntilIn(ctx context.Context, dir, sub string, every time.Duration, check func() (done bool, err error)) error {
 	if done, err := spin(ctx, every, check); done || err != nil {
 		return err
 	}
@@ -53,6 +60,9 @@ func watchUntil(ctx context.Context, dir string, every time.Duration, check func
 	tick := time.NewTicker(recheckEvery)
 	defer tick.Stop()
 	for {
+		if sub != "" && fsw.Add(sub) == nil {
+			sub = "" // watched from now on
+		}
 		// Check after the watch is in place, so no change falls in between.
 		if done, err := check(); done || err != nil {
 			return err

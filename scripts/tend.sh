@@ -18,13 +18,27 @@ tend_root() {
 
 _tend_n=0
 
+# tend_outcomes: print the directory of this user's answers: outcomes/,
+# or in a root of another user's (a shared root) outcomes/<uid>/, which
+# only the watcher writes, so that no other user's request is ever
+# answered there.
+tend_outcomes() {
+	_u=$(id -u)
+	_o=$(ls -dnL "$(tend_root)" 2>/dev/null | awk '{ print $3 }')
+	if [ "$_u" = 0 ] || [ "$_u" = "$_o" ]; then
+		printf '%s\n' "$(tend_root)/outcomes"
+	else
+		printf '%s\n' "$(tend_root)/outcomes/$_u"
+	fi
+}
+
 # tend_submit NAME BODY: write request NAME (<id>.<verb>) whole under a
 # hidden name, then rename it into the spool, so the watcher only ever sees
 # it complete. A previous outcome of the same name is removed first.
 tend_submit() {
 	_r=$(tend_root)
 	[ -d "$_r/spool" ] || { echo "tend.sh: no spool in $_r (is it a tend root?)" >&2; return 1; }
-	rm -f "$_r/outcomes/$1"
+	rm -f "$(tend_outcomes)/$1"
 	printf '%s\n' "$2" >"$_r/spool/.$1.sh$$.tmp" || return 1
 	# Root's requests carry a mark in a shared root, where anyone could
 	# move a file of root's into the spool (setfattr is in Debian's attr).
@@ -55,7 +69,7 @@ _tend_poll() {
 
 # tend_outcome NAME: wait for request NAME's outcome, and print it.
 tend_outcome() {
-	_tend_poll -s "$(tend_root)/outcomes/$1" && cat "$(tend_root)/outcomes/$1"
+	_tend_poll -s "$(tend_outcomes)/$1" && cat "$(tend_outcomes)/$1"
 }
 
 # tend_field ID FIELD: print a top-level field of run ID's state.json (a
@@ -137,7 +151,7 @@ tend_control() {
 	_name="$1@sh$$-$_tend_n.$2"
 	tend_submit "$_name" "${3:-}" || return 1
 	_o=$(tend_outcome "$_name") || return 1
-	rm -f "$(tend_root)/outcomes/$_name"
+	rm -f "$(tend_outcomes)/$_name"
 	printf '%s\n' "$_o"
 }
 
@@ -151,7 +165,7 @@ tend_select() {
 	_name="*@sh$$-$_tend_n.$1"
 	tend_submit "$_name" "$2" || return 1
 	_o=$(tend_outcome "$_name") || return 1
-	rm -f "$(tend_root)/outcomes/$_name"
+	rm -f "$(tend_outcomes)/$_name"
 	printf '%s\n' "$_o"
 	case $_o in selected:*) return 0 ;; esac
 	return 4

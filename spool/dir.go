@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -100,10 +101,12 @@ func (d Dir) Read(name string) (File, error) {
 func readFile(path, name string) (File, error) {
 	fd, st, err := durable.OpenRegular(path)
 	if errors.Is(err, durable.ErrNotRegular) {
-		return File{}, fmt.Errorf("%s: %w", name, err)
+		// Its owner is known (from the handle that found it not regular):
+		// the answer is that owner's.
+		return File{Name: name, UID: int(st.Uid)}, fmt.Errorf("%s: %w", name, err)
 	}
 	if errors.Is(err, unix.EACCES) {
-		return File{}, fmt.Errorf("%s: the watcher (uid %d) may not read it (mode %04o, owned by uid %d): %w",
+		return File{Name: name, UID: int(st.Uid)}, fmt.Errorf("%s: the watcher (uid %d) may not read it (mode %04o, owned by uid %d): %w",
 			name, os.Geteuid(), st.Mode&0o7777, st.Uid, unix.EACCES)
 	}
 	if err != nil {
@@ -308,9 +311,52 @@ const (
 var Outcomes = []string{Accepted, Rejected, Canceled, AlreadyFinished, NotFound, NotCancellable, NotPermitted,
 	StillActive, Deleted, Updated, Conflict, Signaled, Restarted, Paused, Resumed, NotRunning}
 
-// OutcomePath returns the path of the outcome file for request n.
+// OutcomePath returns the path of the outcome file for request n, in
+// the directory of its owner's answers (OutcomesOf).
 func (d Dir) OutcomePath(n Name) string {
-	return filepath.Join(d.Outcomes(), n.String())
+	return filepath.Join(d.OutcomesOf(n.Owner), n.String())
+}
+
+// OutcomesOf returns the directory of the answers to uid's requests:
+// outcomes/ for root's and for those of the root's owner, and for every
+// other user (a member of a shared root) outcomes/<uid>/, which only the
+// watcher writes. So no user's request, whatever its name, is answered
+// where another user's client reads its answer.
+func (d Dir) OutcomesOf(uid int) string {
+	if uid == 0 || uid == d.owner() {
+		return d.Outcomes()
+	}
+	return filepath.Join(d.Outcomes(), strconv.Itoa(uid))
+}
+
+// owner returns the uid of the root's owner, or -1 if it cannot be read.
+func (d Dir) owner() int {
+	var st unix.Stat_t
+	if err := unix.Stat(d.Root, &st); err != nil {
+		return -1
+	}
+	return int(st.Uid)
+}
+
+// writeOutcome replaces the file of request n's answer with b, making the
+// directory of its owner's answers (outcomes/<uid>/) first if it is not
+// there; a link or a file in its place is not written through.
+func (d Dir) writeOutcome(n Name, b []byte) error {
+	dir := d.OutcomesOf(n.Owner)
+	write := func() error { return durable.ReplaceUnsynced(d.OutcomePath(n), b, durable.Perm{Mode: 0o644}) }
+	if dir == d.Outcomes() {
+		return writeIn(dir, write)
+	}
+	err := writeIn(dir, func() error {
+		if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
+			return fmt.Errorf("%s: not a directory", dir)
+		}
+		return write()
+	})
+	if errors.Is(err, os.ErrNotExist) && makeDir(d.Outcomes()) == nil && makeDir(dir) == nil {
+		err = write()
+	}
+	return err
 }
 
 // WriteOutcome replaces the outcome of request n, atomically, readable by
@@ -326,15 +372,13 @@ func (d Dir) WriteOutcome(n Name, outcome, detail string) error {
 	if detail != "" {
 		line += ": " + oneLine(detail)
 	}
-	return writeIn(d.Outcomes(), func() error {
-		return durable.ReplaceUnsynced(d.OutcomePath(n), []byte(line+"\n"), durable.Perm{Mode: 0o644})
-	})
+	return d.writeOutcome(n, []byte(line+"\n"))
 }
 
 // WriteSelectOutcome replaces the outcome of selector request n with b
 // (see SelectOutcome), as WriteOutcome does.
 func (d Dir) WriteSelectOutcome(n Name, b []byte) error {
-	return writeIn(d.Outcomes(), func() error { return durable.ReplaceUnsynced(d.OutcomePath(n), b, durable.Perm{Mode: 0o644}) })
+	return d.writeOutcome(n, b)
 }
 
 // ReadOutcome returns the outcome and detail of request n, or an error

@@ -9,6 +9,7 @@ package spool
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -37,10 +38,45 @@ const MaxIDLen = 64
 // clients acting on the same run at once write different files and read
 // their own outcomes; '@' is not in the ID alphabet, so the split is
 // unambiguous.
+//
+// Owner is not part of the name: it is the uid of the request's owner,
+// where it is known (0, root's, where not), and decides where its answer
+// goes (Dir.OutcomePath). Two requests of the same name and different
+// owners are different requests: in a shared root a member can name a
+// request as another's, and must never be taken for, or answer as, it.
 type Name struct {
-	ID   string
-	Tag  string
-	Verb string
+	ID    string
+	Tag   string
+	Verb  string
+	Owner int
+}
+
+// Key returns how a record names request n among the answers still due
+// (a stop's requests) or the requests carried out (done): its name, after
+// "<uid>/" for another owner than root's. The slash is in no name.
+func (n Name) Key() string {
+	if n.Owner != 0 {
+		return strconv.Itoa(n.Owner) + "/" + n.String()
+	}
+	return n.String()
+}
+
+// ParseKey parses what Key returns.
+func ParseKey(key string) (Name, error) {
+	owner := 0
+	if uid, name, ok := strings.Cut(key, "/"); ok {
+		u, err := strconv.Atoi(uid)
+		if err != nil || u < 0 || strconv.Itoa(u) != uid {
+			return Name{}, fmt.Errorf("%q: not a request's key (<uid>/<name>)", key)
+		}
+		owner, key = u, name
+	}
+	n, err := ParseName(key)
+	if sn, ok := ParseSelectorName(key); ok {
+		n, err = sn, nil
+	}
+	n.Owner = owner
+	return n, err
 }
 
 func (n Name) String() string {

@@ -250,6 +250,7 @@ func leftovers(root string) []Problem {
 	add("*", "a temporary file left by an interrupted write", isTemp)
 	add("runs/*/*", "a temporary file left by an interrupted write", isTemp)
 	add("outcomes/*", "a temporary file left by an interrupted write", isTemp)
+	add("outcomes/*/*", "a temporary file left by an interrupted write", isTemp) // users' answers (spool.Dir.OutcomesOf)
 	add("exits/.record-*", "a temporary file left by an interrupted write", nil)
 	add("runs/.*.deleted-*", "a deletion cut short (the next watcher finishes it)", nil)
 	return problems
@@ -259,6 +260,8 @@ func leftovers(root string) []Problem {
 func orphanOutcomes(root string) []Problem {
 	d := spool.Dir{Root: root}
 	paths, _ := filepath.Glob(filepath.Join(d.Outcomes(), "*."+spool.VerbStart))
+	users, _ := filepath.Glob(filepath.Join(d.Outcomes(), "*", "*."+spool.VerbStart)) // spool.Dir.OutcomesOf
+	paths = append(paths, users...)
 	var problems []Problem
 	for _, p := range paths {
 		n, err := spool.ParseName(filepath.Base(p))

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -161,7 +162,7 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		if req.Grace != nil {
 			grace = req.Grace.D()
 		}
-		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.String())
+		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.Key())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
 }
@@ -175,7 +176,7 @@ func (w *watcher) cancelRestart(r *run, n spool.Name) {
 		r.st.Stop = &tracker.Stop{RequestedAt: time.Now()}
 	}
 	r.st.Stop.Cause = tracker.CauseCanceled
-	r.st.Stop.Requests = append(r.st.Stop.Requests, n.String())
+	r.st.Stop.Requests = append(r.st.Stop.Requests, n.Key())
 	r.st.State, r.st.Reason = tracker.Stopping, "canceled"
 	w.save(r.st)
 	w.log.Printf("%s: canceling: its process has exited, and it will not start again", n)
@@ -244,7 +245,7 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	default:
 		if ok, why := permitted(f.UID, session, st); !ok {
 			w.answer(n, spool.NotPermitted, why)
-		} else if slices.Contains(st.Done, n.String()) {
+		} else if slices.Contains(st.Done, n.Key()) {
 			w.answerDone(n, st)
 		} else if !w.conflict(n, st, ifRev) {
 			return st, done, true
@@ -265,7 +266,7 @@ func markDone(st *tracker.State, n spool.Name) {
 	if n.Tag == "" {
 		return
 	}
-	st.Done = append(st.Done, n.String())
+	st.Done = append(st.Done, n.Key())
 	if len(st.Done) > doneKept {
 		st.Done = st.Done[len(st.Done)-doneKept:]
 	}
@@ -333,11 +334,11 @@ func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 		w.deletedAs[st.ID] = st.State // what the runs that wait for it ask
 		w.startSoon()
 	}
-	w.finishDeletion(st.ID, st.Rev+1, st.Session, reason, trash)
+	w.finishDeletion(st.ID, st.Rev+1, st.Session, st.OwnerUID, reason, trash)
 	return nil
 }
 
-func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash string) {
+func (w *watcher) finishDeletion(id string, rev int64, session string, owner int, reason, trash string) {
 	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason}
 	if err := w.hist.Append(ev); err != nil {
 		w.log.Printf("run %s: history: %v", id, err)
@@ -347,6 +348,7 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 	}
 	for _, verb := range []string{spool.VerbStart, spool.VerbCancel} {
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
+		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb, Owner: owner}))
 	}
 	// Its directory is its owner's, who may have filled it with any number
 	// of files: removed beside the loop, which goes on (the run is gone
@@ -362,14 +364,14 @@ func (w *watcher) finishDeletion(id string, rev int64, session, reason, trash st
 // finishDeletions completes the deletions an earlier watcher cut short.
 func (w *watcher) finishDeletions() {
 	for id, trash := range w.store.Trashed() {
-		rev, session := int64(0), ""
+		rev, session, owner := int64(0), "", 0
 		path := layout.Run(trash).State()
 		if b, _, err := durable.ReadRegular(path, spool.MaxBody); err == nil {
 			if st, err := tracker.ParseState(path, b); err == nil {
-				rev, session = st.Rev+1, st.Session
+				rev, session, owner = st.Rev+1, st.Session, st.OwnerUID
 			}
 		}
-		w.finishDeletion(id, rev, session, "deleted (finished after a restart)", trash)
+		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", trash)
 	}
 }
 
@@ -448,16 +450,29 @@ const keepTaggedOutcomes = time.Hour
 // outcomes/ is the watcher's) or that died before it did leaves them, and
 // their names are used once.
 func (w *watcher) sweepTaggedOutcomes(cutoff time.Time) {
-	ents, err := os.ReadDir(w.spool.Outcomes())
+	sweepTaggedIn(w.spool.Outcomes(), cutoff, true)
+}
+
+// sweepTaggedIn sweeps the tagged answers in dir, and with users, in
+// the directories of users' answers there (outcomes/<uid>/: see
+// spool.Dir.OutcomesOf), which the watcher alone writes.
+func sweepTaggedIn(dir string, cutoff time.Time, users bool) {
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
 	}
 	for _, e := range ents {
+		if users && e.IsDir() {
+			if uid, err := strconv.Atoi(e.Name()); err == nil && uid > 0 {
+				sweepTaggedIn(filepath.Join(dir, e.Name()), cutoff, false)
+			}
+			continue
+		}
 		if n, err := spool.ParseName(e.Name()); err != nil || n.Tag == "" {
 			continue
 		}
 		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
-			os.Remove(filepath.Join(w.spool.Outcomes(), e.Name()))
+			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
 }

@@ -877,7 +877,7 @@ func (w *watcher) cancelJob(j *job, n spool.Name, req spool.Cancel) {
 	if req.Grace != nil {
 		grace = req.Grace.D()
 	}
-	w.stopJob(j, tracker.CauseCanceled, "canceled", grace, n.String())
+	w.stopJob(j, tracker.CauseCanceled, "canceled", grace, n.Key())
 	w.log.Printf("%s: canceling %s job %s (grace %s)", n, w.jobs.engine.Name(), j.st.Job.ID, grace)
 }
 
@@ -896,7 +896,7 @@ func (w *watcher) restartJob(j *job, n spool.Name, req spool.Cancel) {
 	if req.Grace != nil {
 		grace = req.Grace.D()
 	}
-	w.stopJob(j, tracker.CauseRestart, "restart requested", grace, n.String())
+	w.stopJob(j, tracker.CauseRestart, "restart requested", grace, n.Key())
 }
 
 // jobRunning answers n not_running, and reports false, unless j's job
@@ -1041,7 +1041,7 @@ func (w *watcher) stopJobs(kill bool) {
 // cluster (or was about to): it is followed as before, and one whose job's
 // ID was never recorded is looked for by its tag first (see resolved).
 func (w *watcher) recoverJob(st *tracker.State) {
-	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart, Owner: st.OwnerUID}
 	if fi, err := os.Stat(w.spool.OutcomePath(n)); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
 		w.outcome(n, spool.Accepted, "")
 	}

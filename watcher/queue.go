@@ -255,7 +255,7 @@ func (w *watcher) startQueuedRuns() {
 // It reports false if the request cannot be taken now (a writer has it
 // open, or it does not parse yet); the run stays queued.
 func (w *watcher) startQueued(q *queuedRun) bool {
-	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
+	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart, Owner: q.st.OwnerUID}
 	f, err := w.spool.Read(n.String())
 	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
 		return false // another's file is never its request: examine rejects it
@@ -321,7 +321,7 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 // user's file put under the name while the owner's was away), or being
 // written, is left for examine to reject.
 func (w *watcher) keepRequest(q *queuedRun) {
-	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart}
+	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart, Owner: q.st.OwnerUID}
 	f, err := w.spool.Read(n.String())
 	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
 		w.leaveToExamine(n.String())
@@ -415,7 +415,7 @@ func (w *watcher) writeQueue() {
 // ends canceled unless it is back within the edit window (the watcher may
 // have stopped in the middle of an editor's save).
 func (w *watcher) recoverQueued(st *tracker.State) {
-	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart, Owner: st.OwnerUID}
 	if f, err := w.spool.Read(n.String()); err == nil || !errors.Is(err, fs.ErrNotExist) {
 		// One that does not parse now, or is not its owner's, is decided on
 		// rescan. So is one edited while no watcher ran: it is compared

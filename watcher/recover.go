@@ -159,7 +159,7 @@ func (w *watcher) recoverClaimed(id string) {
 		removeEmpty(dir) // a claim cut short, or a launch a power loss took back
 		return
 	}
-	n := spool.Name{ID: id, Verb: spool.VerbStart}
+	n := spool.Name{ID: id, Verb: spool.VerbStart, Owner: int(fi.Uid)}
 	req, perr := spool.ParseStart(b)
 	if err == nil {
 		// Checked again: whoever owns the run's directory could have put
@@ -274,7 +274,7 @@ func (w *watcher) recoverLive(st *tracker.State) {
 	// A watcher that died between launching a run and answering its start
 	// request leaves a client waiting: answer it now. Outcomes are not
 	// synced, so after a power loss the answer may also be there but empty.
-	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart, Owner: st.OwnerUID}
 	if fi, err := os.Stat(w.spool.OutcomePath(n)); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
 		w.outcome(n, spool.Accepted, "")
 	}
@@ -420,7 +420,7 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 
 // startNeverRan starts run st, which never ran, from its claimed request.
 func (w *watcher) startNeverRan(st *tracker.State, why string) {
-	n := spool.Name{ID: st.ID, Verb: spool.VerbStart}
+	n := spool.Name{ID: st.ID, Verb: spool.VerbStart, Owner: st.OwnerUID}
 	b, _, err := w.readRequest(st.ID)
 	req, perr := spool.ParseStart(b)
 	if err != nil || perr != nil {

@@ -92,6 +92,7 @@ func (w *watcher) examine(name string) {
 		n, nameErr = sn, nil
 	}
 	f, err := w.spool.Read(name)
+	n.Owner = f.UID // it is answered as its owner's (see spool.Name)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		w.forget(name) // taken, renamed away or removed
@@ -164,7 +165,7 @@ func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
 		return false
 	}
 	st, err := w.lookup(n.ID)
-	if err != nil || !slices.Contains(st.Done, n.String()) {
+	if err != nil || !slices.Contains(st.Done, n.Key()) {
 		return false
 	}
 	if ok, _ := permitted(f.UID, "", st); !ok {

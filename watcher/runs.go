@@ -929,8 +929,8 @@ func (w *watcher) answerStop(st *tracker.State, detail string) {
 	if st.Stop == nil {
 		return
 	}
-	for _, name := range st.Stop.Requests {
-		n, err := spool.ParseName(name)
+	for _, key := range st.Stop.Requests {
+		n, err := spool.ParseKey(key)
 		switch {
 		case err != nil:
 		case n.Verb == spool.VerbRestart:

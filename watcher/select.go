@@ -49,7 +49,7 @@ func (w *watcher) takeSelect(n spool.Name, f spool.File, req spool.Select) {
 	}
 	parts := make([]spool.Name, len(ids))
 	for i, id := range ids {
-		parts[i] = spool.Name{ID: id, Tag: n.Tag, Verb: n.Verb}
+		parts[i] = spool.Name{ID: id, Tag: n.Tag, Verb: n.Verb, Owner: n.Owner}
 		w.selections[parts[i]] = sel
 	}
 	sel.left = len(parts)

@@ -312,7 +312,7 @@ func (w *watcher) restartNow(st *tracker.State) {
 	st.Restarts++
 	resetAttempt(st)
 	for _, name := range requests {
-		if n, err := spool.ParseName(name); err == nil {
+		if n, err := spool.ParseKey(name); err == nil {
 			markDone(st, n) // with the record the launch writes
 		}
 	}
@@ -322,7 +322,7 @@ func (w *watcher) restartNow(st *tracker.State) {
 	attempt := st.Attempt + 1 // counted once forked (see launch)
 	w.launch(st, req.Env)
 	for _, name := range requests {
-		if n, err := spool.ParseName(name); err == nil {
+		if n, err := spool.ParseKey(name); err == nil {
 			w.outcome(n, spool.Restarted, fmt.Sprintf("attempt %d", attempt))
 		}
 	}

@@ -63,7 +63,7 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 	}
 	defer done()
 	if b := w.waiting[st.ID]; b != nil {
-		b.st.Stop = &tracker.Stop{Cause: tracker.CauseRestart, Requests: []string{n.String()}, RequestedAt: time.Now()}
+		b.st.Stop = &tracker.Stop{Cause: tracker.CauseRestart, Requests: []string{n.Key()}, RequestedAt: time.Now()}
 		w.restartNow(b.st)
 		return
 	}
@@ -86,7 +86,7 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 		w.answer(n, spool.NotRunning, "it is being stopped ("+string(st.Stop.Cause)+")")
 		return
 	}
-	w.stop(r, tracker.CauseRestart, "restart requested", grace, n.String())
+	w.stop(r, tracker.CauseRestart, "restart requested", grace, n.Key())
 	w.log.Printf("%s: restarting (grace %s)", n, grace)
 }
 

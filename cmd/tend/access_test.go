@@ -190,15 +190,19 @@ func cmdForge(ts *testscript.TestScript, neg bool, args []string) {
 
 // waitglob n pattern: wait until at least n files match pattern.
 func cmdWaitGlob(ts *testscript.TestScript, neg bool, args []string) {
-	if len(args) != 2 {
-		ts.Fatalf("usage: waitglob N PATTERN")
+	if len(args) < 2 {
+		ts.Fatalf("usage: waitglob N PATTERN...")
 	}
 	want, err := strconv.Atoi(args[0])
 	ts.Check(err)
 	poll(ts, func() string {
-		matches, _ := filepath.Glob(ts.MkAbs(args[1]))
-		if len(matches) < want {
-			return fmt.Sprintf("%d files match %s, want %d", len(matches), args[1], want)
+		n := 0
+		for _, pattern := range args[1:] {
+			matches, _ := filepath.Glob(ts.MkAbs(pattern))
+			n += len(matches)
+		}
+		if n < want {
+			return fmt.Sprintf("%d files match %s, want %d", n, strings.Join(args[1:], " "), want)
 		}
 		return ""
 	})

@@ -107,6 +107,13 @@ func scriptParams(dir string) testscript.Params {
 			// Scripts start watchers themselves, except where they test
 			// that clients do.
 			e.Setenv("TEND_NO_START", "1")
+			// The POSIX sh library, for scripts that drive tend as a shell
+			// client does (. $TEND_SH).
+			lib, err := filepath.Abs("../../scripts/tend.sh")
+			if err != nil {
+				return err
+			}
+			e.Setenv("TEND_SH", lib)
 			root := filepath.Join(e.WorkDir, ".tend")
 			e.Defer(func() { killLeftovers(root) })
 			return nil
