@@ -16,7 +16,12 @@ tend_root() {
 	printf '%s\n' "${TEND_ROOT:-./.tend}"
 }
 
-_tend_n=0
+# _tend_tag: print a new request tag: random, so that no other user of a
+# shared root can tell it before the request is in the spool (and plant a
+# file in the way of its claim).
+_tend_tag() {
+	printf 'sh%s\n' "$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+}
 
 # tend_outcomes: print the directory of this user's answers: outcomes/,
 # or in a root of another user's (a shared root) outcomes/<uid>/, which
@@ -147,8 +152,7 @@ _tend_signum() {
 # signal, restart, pause, resume, label, note) under a name of its own
 # (<id>@<tag>.<verb>), wait for its outcome, print it, and remove it.
 tend_control() {
-	_tend_n=$((_tend_n + 1))
-	_name="$1@sh$$-$_tend_n.$2"
+	_name="$1@$(_tend_tag).$2"
 	tend_submit "$_name" "${3:-}" || return 1
 	_o=$(tend_outcome "$_name") || return 1
 	rm -f "$(tend_outcomes)/$_name"
@@ -161,8 +165,7 @@ tend_control() {
 # Prints its outcome ("selected: N", then "ID: outcome" a line); returns 0
 # if it was carried out, 4 if it was refused.
 tend_select() {
-	_tend_n=$((_tend_n + 1))
-	_name="*@sh$$-$_tend_n.$1"
+	_name="*@$(_tend_tag).$1"
 	tend_submit "$_name" "$2" || return 1
 	_o=$(tend_outcome "$_name") || return 1
 	rm -f "$(tend_outcomes)/$_name"

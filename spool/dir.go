@@ -347,16 +347,42 @@ func (d Dir) writeOutcome(n Name, b []byte) error {
 	if dir == d.Outcomes() {
 		return writeIn(dir, write)
 	}
-	err := writeIn(dir, func() error {
-		if fi, err := os.Lstat(dir); err == nil && !fi.IsDir() {
-			return fmt.Errorf("%s: not a directory", dir)
+	// Only the watcher makes it (outcomes/ is the watcher's): a link or a
+	// file in its place is an operator's doing, and is not written through.
+	fi, err := os.Lstat(dir)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		if err = makeDir(d.Outcomes()); err == nil { // an operator may clear outcomes/
+			err = makeUsersDir(dir)
 		}
-		return write()
-	})
-	if errors.Is(err, os.ErrNotExist) && makeDir(d.Outcomes()) == nil && makeDir(dir) == nil {
-		err = write()
+	case err == nil && !fi.IsDir():
+		err = fmt.Errorf("%s: not a directory", dir)
 	}
-	return err
+	if err != nil {
+		return err
+	}
+	return write()
+}
+
+// makeUsersDir makes dir, the directory of a user's answers, readable
+// by all who may enter outcomes/ whatever the watcher's umask: its user
+// reads it, and nobody else can write there.
+func makeUsersDir(dir string) error {
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	if err := unix.Fchmod(fd, 0o755); err != nil {
+		return &os.PathError{Op: "chmod", Path: dir, Err: err}
+	}
+	return nil
 }
 
 // WriteOutcome replaces the outcome of request n, atomically, readable by
