@@ -28,6 +28,41 @@ type Dir struct {
 func (d Dir) Spool() string    { return layout.Root(d.Root).Spool() }
 func (d Dir) Outcomes() string { return layout.Root(d.Root).Outcomes() }
 func (d Dir) Rejected() string { return layout.Root(d.Root).Rejected() }
+func (d Dir) Claims() string   { return layout.Root(d.Root).Claims() }
+
+// MakeClaims makes claims/, the watcher's alone (mode 0700), where it
+// claims control requests away from the spool, in which anyone who may
+// submit could put a file in the way of a claim. A link or a file in its
+// place is an error: nothing is claimed through it.
+func (d Dir) MakeClaims() error {
+	if err := os.Mkdir(d.Claims(), 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return err
+	}
+	fi, err := os.Lstat(d.Claims())
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("%s: not a directory", d.Claims())
+	}
+	return nil
+}
+
+// ClaimedName returns the name, in claims/, of control request n claimed:
+// its owner's uid, ':', its name (no ID, tag or verb has a ':'), so that
+// two users' requests of the same name never meet.
+func ClaimedName(n Name) string { return strconv.Itoa(n.Owner) + ":" + n.String() }
+
+// ParseClaimedName returns the request name of a file in claims/, and
+// whether it is one (ClaimedName); a selector's chosen runs end in
+// ".chosen".
+func ParseClaimedName(file string) (string, bool) {
+	uid, name, ok := strings.Cut(file, ":")
+	if !ok || uid == "" || strings.Trim(uid, "0123456789") != "" || strings.HasSuffix(name, ".chosen") {
+		return "", false
+	}
+	return name, true
+}
 
 // Make creates the root (mode 0700) and the request directories, as needed.
 func (d Dir) Make() error {
@@ -110,7 +145,7 @@ func readFile(path, name string) (File, error) {
 			name, os.Geteuid(), st.Mode&0o7777, st.Uid, unix.EACCES)
 	}
 	if err != nil {
-		return File{}, err
+		return File{Name: name, UID: int(st.Uid)}, err // (its owner, if it was found)
 	}
 	defer unix.Close(fd)
 	out := File{Name: name, UID: int(st.Uid), Dev: st.Dev, Ino: st.Ino, Links: int(st.Nlink)}
@@ -435,7 +470,9 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 	defer unix.Close(dir)
 	var suffix [6]byte
 	rand.Read(suffix[:])
-	tmp := "." + n.String() + "." + hex.EncodeToString(suffix[:]) + ".tmp"
+	// Random, not the request's name: the spool may be listed by other
+	// users, who must not learn a name before its request is there.
+	tmp := "." + hex.EncodeToString(suffix[:]) + ".tmp"
 	dst := filepath.Join(d.Spool(), n.String())
 	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {

@@ -38,9 +38,10 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	claimed, err := w.spool.Claim(f, taken)
 	w.claimed(err)
 	if errors.Is(err, fs.ErrExist) {
-		// A request of the same name under way, or what another user put
-		// in its way: answered, never left unseen in the spool.
-		w.reject(n.String(), n, nil, fmt.Sprintf("%s is in the way (a request of the same name being carried out, or another's file): send it again under another tag", filepath.Base(taken)))
+		// A request of the same name and owner under way (only the
+		// watcher writes in claims/): answered, never left unseen in the
+		// spool, nor put over the other.
+		w.reject(n.String(), n, nil, fmt.Sprintf("claims/%s is in the way (a request of the same name of its owner's, being carried out): send it again under another tag", filepath.Base(taken)))
 		return "", false
 	}
 	if err != nil {
@@ -375,9 +376,10 @@ func (w *watcher) finishDeletions() {
 	}
 }
 
-// takenPath is where a control request is kept while it is carried out.
+// takenPath is where control request n is kept while it is carried out:
+// in claims/, which only the watcher writes (see spool.Dir.MakeClaims).
 func takenPath(d spool.Dir, n spool.Name) string {
-	return filepath.Join(d.Spool(), "."+n.String()+".taken")
+	return filepath.Join(d.Claims(), spool.ClaimedName(n))
 }
 
 // restoreControls puts back the control requests that an earlier watcher
@@ -386,6 +388,67 @@ func takenPath(d spool.Dir, n spool.Name) string {
 // one of an ended run gets already_finished, and a second delete finds
 // nothing to delete.
 func (w *watcher) restoreControls() {
+	claimed, _ := os.ReadDir(w.spool.Claims())
+	for _, e := range claimed {
+		if name, ok := spool.ParseClaimedName(e.Name()); ok && e.Type().IsRegular() {
+			w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name)
+		}
+	}
+	for _, e := range claimed {
+		claim, chosen := strings.CutSuffix(e.Name(), ".chosen")
+		_, name, _ := strings.Cut(claim, ":")
+		if chosen && !exists(filepath.Join(w.spool.Claims(), claim)) && !exists(filepath.Join(w.spool.Spool(), name)) {
+			os.Remove(filepath.Join(w.spool.Claims(), e.Name())) // its request was answered
+		}
+	}
+	w.restoreLegacyClaims()
+}
+
+// restoreClaim puts claimed control request name (the file taken, in
+// claims/) back in the spool, to be taken again. A request of the same
+// name there is taken instead if it is of the same owner (a newer one);
+// if it is another's, the claimed one is rejected, with the reason, and
+// answered to its owner: never lost, nor put over another's.
+func (w *watcher) restoreClaim(taken, name string) {
+	if _, selector := spool.ParseSelectorName(name); !selector {
+		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
+			return
+		}
+	}
+	dst := filepath.Join(w.spool.Spool(), name)
+	err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+	if err == nil {
+		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
+		return
+	}
+	var mine, there unix.Stat_t
+	if unix.Lstat(taken, &mine) != nil {
+		return
+	}
+	if errors.Is(err, unix.EEXIST) && unix.Lstat(dst, &there) == nil && there.Uid == mine.Uid {
+		os.Remove(taken) // a newer request of the same name, its owner's: it will do
+		return
+	}
+	reason := fmt.Sprintf("claimed before the watcher stopped, and not to be put back in the spool (%v): send it again", err)
+	if errors.Is(err, unix.EEXIST) {
+		reason = "claimed before the watcher stopped; another user's file has its name in the spool now: send it again under another tag"
+	}
+	n, _ := spool.ParseName(name)
+	if sn, ok := spool.ParseSelectorName(name); ok {
+		n = sn
+	}
+	n.Owner = int(mine.Uid)
+	if _, err := w.spool.RejectFrom(taken, name, reason); err != nil {
+		w.log.Printf("recover: %s: %v", name, err)
+		return
+	}
+	w.log.Printf("recover: %s: rejected: %s", name, reason)
+	w.outcome(n, spool.Rejected, reason)
+}
+
+// restoreLegacyClaims puts back the control requests a watcher before
+// claims/ claimed in the spool, as .<name>.taken.
+func (w *watcher) restoreLegacyClaims() {
 	names, err := filepath.Glob(filepath.Join(w.spool.Spool(), ".*.taken"))
 	if err != nil {
 		return
@@ -405,7 +468,7 @@ func (w *watcher) restoreControls() {
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
 	}
 	chosen, _ := filepath.Glob(filepath.Join(w.spool.Spool(), ".*.chosen"))
-	for _, path := range chosen {
+	for _, path := range chosen { // a legacy selector's, by a watcher before claims/
 		name := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(path), "."), ".chosen")
 		fi, err := os.Lstat(path)
 		if err != nil || fi.Sys().(*syscall.Stat_t).Uid != uint32(os.Geteuid()) {

@@ -152,7 +152,7 @@ func describeSelect(req spool.Select) string {
 // though those it canceled have ended and no longer match "all" or its
 // labels. The name is hidden, so never taken for a request.
 func chosenPath(d spool.Dir, n spool.Name) string {
-	return filepath.Join(d.Spool(), "."+n.String()+".chosen")
+	return filepath.Join(d.Claims(), spool.ClaimedName(n)+".chosen")
 }
 
 // writeChosen keeps ids, the runs selected by the request file with inode

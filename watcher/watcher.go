@@ -202,6 +202,9 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := (spool.Dir{Root: cfg.Root}).Make(); err != nil {
 		return err
 	}
+	if err := (spool.Dir{Root: cfg.Root}).MakeClaims(); err != nil {
+		return err
+	}
 	// The root by the path with no link in it: one that went through a
 	// link would go wherever whoever may change the link wants.
 	real, err := filepath.EvalSymlinks(cfg.Root)

@@ -19,6 +19,11 @@ func (r Root) Spool() string { return r.join("spool") }
 // Outcomes holds the answers to requests.
 func (r Root) Outcomes() string { return r.join("outcomes") }
 
+// Claims holds the control requests the watcher has claimed, and the
+// runs its selector requests selected, while they are carried out: only
+// the watcher writes there.
+func (r Root) Claims() string { return r.join("claims") }
+
 // Rejected holds refused requests, each beside its reason.
 func (r Root) Rejected() string { return r.join("rejected") }
 
