@@ -89,7 +89,7 @@ func (c *Client) selectRequest(ctx context.Context, verb string, sel spool.Selec
 	if err := c.autoStart(ctx); err != nil {
 		return nil, err
 	}
-	n := spool.Name{ID: spool.SelectID, Tag: newTag(), Verb: verb, Owner: os.Geteuid()}
+	n := spool.Name{ID: spool.SelectID, Tag: newTag(), Verb: verb, Owner: c.answeredAs()}
 	if err := c.dir.Submit(n, body, false); err != nil {
 		return nil, fmt.Errorf("cannot submit %s: %w", n, err)
 	}

@@ -89,7 +89,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		if reqs[i].name.Verb != spool.VerbStart {
 			reqs[i].name.Tag = newTag()
 		}
-		reqs[i].name.Owner = os.Geteuid() // the owner of the file Submit makes
+		reqs[i].name.Owner = c.answeredAs()
 	}
 	// An outcome from an earlier request of the same name must not be
 	// taken for this one's: it is removed, or where this user may not (a
@@ -112,7 +112,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
 	watcher := c.checkWatcher()
-	err := c.watchAnswers(ctx, os.Geteuid(), func() (bool, error) {
+	err := c.watchAnswers(ctx, c.answeredAs(), func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name
 			if ino, ok := stale[n]; ok {
@@ -141,6 +141,22 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		return false, nil
 	})
 	return outcomes, err
+}
+
+// answeredAs returns whose requests the watcher answers this client's as
+// (spool.Name.Owner): its own, its user's; or, while a watcher of tend
+// before 2026-11-28 runs (a package upgraded under a running watcher),
+// which answered every request in outcomes/, root's, whose answers are
+// there.
+func (c *Client) answeredAs() int {
+	uid := os.Geteuid()
+	if c.dir.OutcomesOf(uid) == c.dir.Outcomes() {
+		return uid
+	}
+	if info, alive := c.LiveInfo(); alive && !info.AnswersByOwner {
+		return 0
+	}
+	return uid
 }
 
 // watchAnswers calls check as watchUntil does, on changes in the

@@ -187,7 +187,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		}
 	}
 	if _, err := os.Stat(c.store.RunDir(id)); err != nil {
-		if outcome, detail, oerr := c.dir.ReadOutcome(spool.Name{ID: id, Verb: spool.VerbStart, Owner: os.Geteuid()}); oerr == nil && outcome == spool.Rejected {
+		if outcome, detail, oerr := c.dir.ReadOutcome(spool.Name{ID: id, Verb: spool.VerbStart, Owner: c.answeredAs()}); oerr == nil && outcome == spool.Rejected {
 			return nil, &OutcomeError{Outcome{ID: id, Verb: spool.VerbStart, Outcome: outcome, Detail: detail}}
 		}
 		return nil, c.notFound(id)

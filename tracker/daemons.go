@@ -101,6 +101,11 @@ type WatcherInfo struct {
 	// names (through the system's name services), so tend status and tend
 	// top report a name it does not know from here.
 	ConfigProblem string `json:"config_problem,omitempty"`
+	// AnswersByOwner says that the watcher answers each user's requests
+	// in that user's directory (spool.Dir.OutcomesOf); one of tend before
+	// 2026-11-28 answered every request in outcomes/, and a client of a
+	// member reads its answers there while such a watcher runs.
+	AnswersByOwner bool `json:"answers_by_owner,omitempty"`
 }
 
 // ReadWatcherInfo reads root's watcher.json.

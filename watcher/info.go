@@ -20,7 +20,7 @@ import (
 func (w *watcher) writeInfo() error {
 	info := tracker.WatcherInfo{PID: os.Getpid(), KeeperPID: w.keeper, Version: w.cfg.Version, StartedAt: w.startedAt, Root: w.cfg.Root,
 		Durability: w.settings.Durability, MaxRunning: w.settings.MaxRunning, MaxPerSession: w.settings.MaxPerSession,
-		ConfigProblem: w.configProblem}
+		ConfigProblem: w.configProblem, AnswersByOwner: true}
 	b, _ := json.MarshalIndent(info, "", "  ")
 	if err := durable.ReplaceUnsynced(w.root().WatcherPID(), []byte(strconv.Itoa(os.Getpid())+"\n"), durable.Perm{Mode: 0o644}); err != nil {
 		return fmt.Errorf("%s: %w", w.root().WatcherPID(), err)
