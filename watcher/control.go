@@ -39,9 +39,9 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	w.claimed(err)
 	if errors.Is(err, fs.ErrExist) {
 		// A request of the same name and owner under way (only the
-		// watcher writes in claims/): answered, never left unseen in the
-		// spool, nor put over the other.
-		w.reject(n.String(), n, nil, fmt.Sprintf("claims/%s is in the way (a request of the same name of its owner's, being carried out): send it again under another tag", filepath.Base(taken)))
+		// watcher writes in claims/): this one is taken once that one is
+		// done, as the same file written twice is, never put over it.
+		w.examineAfter(n.String(), claimedRetry)
 		return "", false
 	}
 	if err != nil {
@@ -60,6 +60,11 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	}
 	return taken, true
 }
+
+// claimedRetry is how often a control request whose name is claimed by
+// one of its owner's under way is looked at again: most are done within
+// a flush.
+const claimedRetry = 10 * time.Millisecond
 
 // startWaiting reports whether a start request for id is in the spool and
 // has not been taken (a queued run's request stays in the spool, but has
