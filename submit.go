@@ -85,11 +85,12 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	if err := c.autoStart(ctx); err != nil {
 		return nil, err
 	}
+	owner := c.answeredAs() // once: where every answer is looked for
 	for i := range reqs {
 		if reqs[i].name.Verb != spool.VerbStart {
 			reqs[i].name.Tag = newTag()
 		}
-		reqs[i].name.Owner = c.answeredAs()
+		reqs[i].name.Owner = owner
 	}
 	// An outcome from an earlier request of the same name must not be
 	// taken for this one's: it is removed, or where this user may not (a
@@ -112,7 +113,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
 	watcher := c.checkWatcher()
-	err := c.watchAnswers(ctx, c.answeredAs(), func() (bool, error) {
+	err := c.watchAnswers(ctx, owner, func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name
 			if ino, ok := stale[n]; ok {

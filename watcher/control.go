@@ -37,11 +37,19 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	taken = takenPath(w.spool, n)
 	claimed, err := w.spool.Claim(f, taken)
 	w.claimed(err)
+	if _, live := w.claims[taken]; live && errors.Is(err, fs.ErrExist) {
+		// A request of the same name and owner under way: this one is
+		// taken once that one is done (unclaim), as the same file written
+		// twice is, never put over it.
+		if !slices.Contains(w.claims[taken], n.String()) {
+			w.claims[taken] = append(w.claims[taken], n.String())
+		}
+		return "", false
+	}
 	if errors.Is(err, fs.ErrExist) {
-		// A request of the same name and owner under way (only the
-		// watcher writes in claims/): this one is taken once that one is
-		// done, as the same file written twice is, never put over it.
-		w.examineAfter(n.String(), claimedRetry)
+		// Not a claim of this watcher's (only it writes in claims/): put
+		// there by hand. Answered, never left unseen in the spool.
+		w.reject(n.String(), n, nil, fmt.Sprintf("claims/%s is in the way, and is no request under way: remove it", filepath.Base(taken)))
 		return "", false
 	}
 	if err != nil {
@@ -58,13 +66,20 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 		w.examine(n.String())
 		return "", false
 	}
+	w.claims[taken] = nil
 	return taken, true
 }
 
-// claimedRetry is how often a control request whose name is claimed by
-// one of its owner's under way is looked at again: most are done within
-// a flush.
-const claimedRetry = 10 * time.Millisecond
+// unclaim removes claimed control request taken, carried out, and takes
+// the requests of the same name and owner that waited for it.
+func (w *watcher) unclaim(taken string) {
+	os.Remove(taken)
+	waiting := w.claims[taken]
+	delete(w.claims, taken)
+	for _, name := range waiting {
+		w.examineAfter(name, 0) // from the loop, not from inside a flush's effects
+	}
+}
 
 // startWaiting reports whether a start request for id is in the spool and
 // has not been taken (a queued run's request stays in the spool, but has
@@ -240,7 +255,7 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 		}
 		// Removed once what it did is recorded: until then it is what the
 		// next watcher would take again.
-		done = func() { w.follow(effectUnclaim, n.ID, func() { os.Remove(taken) }) }
+		done = func() { w.follow(effectUnclaim, n.ID, func() { w.unclaim(taken) }) }
 	}
 	st, err := w.lookup(n.ID)
 	switch {

@@ -120,7 +120,7 @@ func (w *watcher) answerSelection(sel *selection) {
 	if err := w.spool.WriteSelectOutcome(sel.n, spool.SelectOutcome(sel.answers)); err != nil {
 		w.log.Printf("%s: writing its outcome: %v", sel.n, err)
 	}
-	os.Remove(sel.taken)
+	w.unclaim(sel.taken)
 	os.Remove(sel.chosen)
 	w.log.Printf("%s: answered for %d runs", sel.n, len(sel.answers))
 }

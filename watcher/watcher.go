@@ -404,6 +404,10 @@ type watcher struct {
 	// afterStart holds cancel requests that wait for a start request of the
 	// same ID to be decided.
 	afterStart map[string][]string
+	// claims holds the control requests claimed and under way, by their
+	// path in claims/, each with the spool names of the requests of the
+	// same name and owner that wait for it to be done (see claimControl).
+	claims map[string][]string
 
 	keeper int // the keeper above this watcher, 0 if there is none
 	// startedAt is when this watcher started taking requests.
@@ -463,6 +467,7 @@ func newWatcher(cfg Config) *watcher {
 		forker:     newForker(cfg.ForkProcs),
 		stdin:      -1,
 		afterStart: make(map[string][]string),
+		claims:     make(map[string][]string),
 		strays:     make(map[int]*stray),
 		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
