@@ -256,3 +256,26 @@ func TestSweepTaggedOutcomes(t *testing.T) {
 		t.Fatalf("left %v, want %v", left, want)
 	}
 }
+
+// TestReadyPollKeepsOneTimer: a service that waits for its ready file is
+// looked at every 50 ms for as long as it starts; each look replaces the
+// run's one poll timer instead of adding one it keeps until the run ends
+// (86,400 a day at a health check's default interval).
+func TestReadyPollKeepsOneTimer(t *testing.T) {
+	root := t.TempDir()
+	w := &watcher{do: make(chan func(), 1), store: tracker.NewStore(root), runs: map[string]*run{}}
+	r := &run{st: &tracker.State{ID: "svc", State: tracker.Starting, ReadyFile: true}}
+	w.runs["svc"] = r
+	w.scheduleReadyPoll(r)
+	for range 5 {
+		first := r.poll
+		(<-w.do)()
+		if r.poll == nil || r.poll == first {
+			t.Fatalf("a look did not schedule the next in the run's poll timer")
+		}
+		if len(r.timers) != 0 {
+			t.Fatalf("the run keeps %d timers, want none besides its poll", len(r.timers))
+		}
+	}
+	r.poll.Stop()
+}
