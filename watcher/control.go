@@ -266,7 +266,7 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	default:
 		if ok, why := permitted(f.UID, session, st); !ok {
 			w.answer(n, spool.NotPermitted, why)
-		} else if slices.Contains(st.Done, n.Key()) {
+		} else if carried(st, n) {
 			w.answerDone(n, st)
 		} else if !w.conflict(n, st, ifRev) {
 			return st, done, true
@@ -274,6 +274,18 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	}
 	done()
 	return nil, nil, false
+}
+
+// carried reports whether run st's record names tagged request n among
+// those carried out (see markDone). A record written before requests
+// were told apart by owner (by a tend without answers_by_owner) names a
+// member's without "<uid>/": such a name, on the member's own run, is
+// taken for theirs, so that one claimed across the upgrade is not carried
+// out twice. Written since, it is root's, on the member's run, with the
+// same tag: which happens only on purpose, and root may.
+func carried(st *tracker.State, n spool.Name) bool {
+	return slices.Contains(st.Done, n.Key()) ||
+		n.Owner != 0 && n.Owner == st.OwnerUID && slices.Contains(st.Done, n.String())
 }
 
 // doneKept is how many tagged requests a record remembers (Done): more

@@ -8,7 +8,6 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -165,7 +164,7 @@ func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
 		return false
 	}
 	st, err := w.lookup(n.ID)
-	if err != nil || !slices.Contains(st.Done, n.Key()) {
+	if err != nil || !carried(st, n) {
 		return false
 	}
 	if ok, _ := permitted(f.UID, "", st); !ok {

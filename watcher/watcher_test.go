@@ -279,3 +279,32 @@ func TestReadyPollKeepsOneTimer(t *testing.T) {
 	}
 	r.poll.Stop()
 }
+
+// TestCarried: a member's tagged request is carried out once across an
+// upgrade, whose record names it without its owner, and no other user's
+// request is taken for it.
+func TestCarried(t *testing.T) {
+	label := func(owner int) spool.Name {
+		return spool.Name{ID: "r", Tag: "t1", Verb: spool.VerbLabel, Owner: owner}
+	}
+	for _, tc := range []struct {
+		name  string
+		owner int // the run's
+		done  []string
+		n     spool.Name
+		want  bool
+	}{
+		{"root's, named", 1001, []string{"r@t1.label"}, label(0), true},
+		{"a member's, named with its owner", 1001, []string{"1001/r@t1.label"}, label(1001), true},
+		{"a member's, by a tend before owners", 1001, []string{"r@t1.label"}, label(1001), true},
+		{"another member's with that name", 1001, []string{"1002/r@t1.label"}, label(1001), false},
+		{"root's name is not another owner's", 1002, []string{"r@t1.label"}, label(1001), false},
+		{"a member's is not root's", 1001, []string{"1001/r@t1.label"}, label(0), false},
+		{"another tag", 1001, []string{"1001/r@t2.label"}, label(1001), false},
+	} {
+		st := &tracker.State{ID: "r", OwnerUID: tc.owner, Done: tc.done}
+		if got := carried(st, tc.n); got != tc.want {
+			t.Errorf("%s: carried = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
