@@ -102,7 +102,14 @@ func cmdSlurm(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Setenv("SLURM_CONF", slurmCluster.conf)
 	prefix := rootTagPrefix(ts)
 	ts.Defer(func() {
-		for _, j := range slurmJobs(ts, prefix) {
+		// Not through ts.Fatalf: a deferred function that fails the
+		// script panics the test process, and every script still running
+		// with it goes unreported.
+		jobs, err := listSlurmJobs(prefix)
+		if err != nil {
+			ts.Logf("cleanup: %v", err)
+		}
+		for _, j := range jobs {
 			if j.live {
 				exec.Command("scancel", j.id).Run()
 			}
@@ -124,11 +131,18 @@ type slurmJob struct {
 
 // slurmJobs lists the jobs Slurm knows whose names begin with prefix.
 func slurmJobs(ts *testscript.TestScript, prefix string) []slurmJob {
+	jobs, err := listSlurmJobs(prefix)
+	ts.Check(err)
+	return jobs
+}
+
+// listSlurmJobs is slurmJobs, with squeue's failure returned.
+func listSlurmJobs(prefix string) ([]slurmJob, error) {
 	cmd := exec.Command("squeue", "--noheader", "--states=all", "--Format=JobID:|,Name:|,State:|")
 	cmd.Env = append(os.Environ(), "SLURM_CONF="+slurmCluster.conf)
 	out, err := cmd.Output()
 	if err != nil {
-		ts.Fatalf("squeue: %v", err)
+		return nil, fmt.Errorf("squeue: %w", err)
 	}
 	var jobs []slurmJob
 	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
@@ -140,7 +154,7 @@ func slurmJobs(ts *testscript.TestScript, prefix string) []slurmJob {
 		live := state == "PENDING" || state == "RUNNING" || state == "COMPLETING" || state == "CONFIGURING" || state == "SUSPENDED"
 		jobs = append(jobs, slurmJob{id: strings.TrimSpace(f[0]), name: strings.TrimSpace(f[1]), live: live})
 	}
-	return jobs
+	return jobs, nil
 }
 
 // cmdSlurmJobs is "slurmjobs ID N": Slurm knows exactly N jobs of run
