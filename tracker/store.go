@@ -529,7 +529,7 @@ func (s *Store) readCached(c *listCache, dirfd int, id, stamp string, buf []byte
 // Trash takes run id's directory out of the store at once, by renaming it
 // to a hidden name, so readers see the whole record or none of it; unless
 // the store's durability is WatcherCrash, durably. It returns the new
-// path, for Purge; with an error, the directory was renamed if the path
+// path, for the watcher to remove; with an error, the directory was renamed if the path
 // is not empty, but the rename may not survive a power loss.
 func (s *Store) Trash(id string) (string, error) {
 	var buf [8]byte
@@ -548,12 +548,16 @@ func (s *Store) Trash(id string) (string, error) {
 	return trash, nil
 }
 
-// Purge removes a directory that Trash returned.
-func (s *Store) Purge(trash string) error {
-	if err := os.RemoveAll(trash); err != nil {
-		return fmt.Errorf("%s: %w", trash, err)
+// ReadTrashed reads the record in trash, a directory Trash returned, and
+// checks its seal as Read does: the directory is its run's owner's, who
+// may have written anything there since.
+func (s *Store) ReadTrashed(trash string) (*State, error) {
+	path := layout.Run(trash).State()
+	b, _, err := durable.ReadRegular(path, maxRecord)
+	if err != nil {
+		return nil, err
 	}
-	return nil
+	return s.parseSealed(path, b)
 }
 
 // Trashed returns what Trash left behind and Purge did not remove (a crash

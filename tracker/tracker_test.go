@@ -12,6 +12,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 func newStore(t testing.TB) (*Store, string) {
@@ -189,11 +191,20 @@ func TestTrashPurge(t *testing.T) {
 	if got := s.Trashed(); len(got) != 1 || got["a"] != trash {
 		t.Fatalf("Trashed = %v, want a: %s", got, trash)
 	}
-	if err := s.Purge(trash); err != nil {
+	if st, err := s.ReadTrashed(trash); err != nil || st.ID != "a" {
+		t.Fatalf("ReadTrashed = %v, %v; want a's record", st, err)
+	}
+	if err := os.WriteFile(layout.Run(trash).State(), []byte(`{"id": "a", "state": "completed", "rev": 9}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.ReadTrashed(trash); err == nil {
+		t.Fatal("ReadTrashed took a record written by hand")
+	}
+	if err := os.RemoveAll(trash); err != nil {
 		t.Fatal(err)
 	}
 	if got := s.Trashed(); len(got) != 0 {
-		t.Fatalf("Trashed after Purge = %v", got)
+		t.Fatalf("Trashed once removed = %v", got)
 	}
 	if _, err := s.Trash("a"); err == nil {
 		t.Fatal("Trash of a missing run succeeded")

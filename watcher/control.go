@@ -14,8 +14,6 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
-	"github.com/tendhq/tend/tracker/durable"
-	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/config"
 	"golang.org/x/sys/unix"
 )
@@ -383,25 +381,40 @@ func (w *watcher) finishDeletion(id string, rev int64, session string, owner int
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb, Owner: owner}))
 	}
-	// Its directory is its owner's, who may have filled it with any number
-	// of files: removed beside the loop, which goes on (the run is gone
-	// from runs/ already).
-	w.purges.Go(func() {
-		if err := w.store.Purge(trash); err != nil {
-			w.log.Printf("run %s: %v", id, err)
-		}
-	})
+	w.purge(id, trash) // beside the loop: the run is gone from runs/ already
 	w.log.Printf("run %s: %s", id, reason)
 }
 
 // finishDeletions completes the deletions an earlier watcher cut short.
+// The record left in a run's renamed directory is believed only sealed:
+// the directory is its owner's, who may have written one of their own
+// there since. Else the run's last change in the history says the rest,
+// and the directory's owner whose answers go with it.
 func (w *watcher) finishDeletions() {
-	for id, trash := range w.store.Trashed() {
+	trashed := w.store.Trashed()
+	ids := make(map[string]bool, len(trashed))
+	for id := range trashed {
+		ids[id] = true
+	}
+	var history map[string][]tracker.Event // read only if a record is not believed
+	for id, trash := range trashed {
 		rev, session, owner := int64(0), "", 0
-		path := layout.Run(trash).State()
-		if b, _, err := durable.ReadRegular(path, spool.MaxBody); err == nil {
-			if st, err := tracker.ParseState(path, b); err == nil {
-				rev, session, owner = st.Rev+1, st.Session, st.OwnerUID
+		if st, err := w.store.ReadTrashed(trash); err == nil {
+			rev, session, owner = st.Rev+1, st.Session, st.OwnerUID
+		} else {
+			if history == nil {
+				history, _ = tracker.EventsOf(w.cfg.Root, ids)
+			}
+			if evs := history[id]; len(evs) > 0 {
+				last := evs[len(evs)-1]
+				rev, session = last.Rev+1, last.Session
+				if last.State == tracker.Deleted {
+					rev = last.Rev // this deletion's, written before the crash
+				}
+			}
+			var dir unix.Stat_t
+			if unix.Lstat(trash, &dir) == nil {
+				owner = int(dir.Uid)
 			}
 		}
 		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", trash)

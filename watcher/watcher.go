@@ -269,7 +269,8 @@ func runWatcher(cfg Config, started *bool) error {
 	}()
 	// Before the lock goes: the next watcher finishes what is left of a
 	// deletion (finishDeletions), and must not find one under way.
-	defer w.purges.Wait()
+	defer w.purging.Wait()
+	defer w.purges.stop() // first: what is under way is ended
 	// Descendants of runs that leave their group (setsid, double fork)
 	// become this watcher's children when their parent dies, so they can
 	// be found and ended with their run, and never run on unsupervised.
@@ -337,13 +338,14 @@ func runWatcher(cfg Config, started *bool) error {
 type watcher struct {
 	cfg Config
 	log *log.Logger
-	// purges are the deleted runs' directories being removed, beside the
-	// loop: one with 400,000 files held it up 12 s.
-	purges sync.WaitGroup
-	uid    int // the watcher's own: its user's requests are taken, and root's
-	spool  spool.Dir
-	store  *tracker.Store
-	hist   *tracker.History
+	// purging are the deleted runs' directories being removed, beside
+	// the loop (one with 400,000 files held it up 12 s): see purge.
+	purging sync.WaitGroup
+	purges  purges
+	uid     int // the watcher's own: its user's requests are taken, and root's
+	spool   spool.Dir
+	store   *tracker.Store
+	hist    *tracker.History
 	// histUnsynced is set while lines appended to the history are not
 	// yet synced, spoolUnsynced while a claim from the spool is not (see
 	// writeRecords).
@@ -465,6 +467,7 @@ func newWatcher(cfg Config) *watcher {
 		pending:    make(map[string]*pending),
 		faulted:    make(map[string]string),
 		forker:     newForker(cfg.ForkProcs),
+		purges:     newPurges(),
 		stdin:      -1,
 		afterStart: make(map[string][]string),
 		claims:     make(map[string][]string),
