@@ -14,7 +14,7 @@ type cancelCmd struct {
 	ID      string        `arg:"" optional:"" help:"The run to cancel."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
 	Session *string       `help:"Act as this session: only its runs may be canceled (default: $TEND_SESSION)."`
-	All     bool          `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with --session '', else of every session (an operator's)."`
+	All     bool          `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with an empty --session (--session=), else of every session (an operator's)."`
 	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7)."`
 	JSON    bool          `help:"Print the outcome as a JSON line, one a run with --all (docs/schema/outcome.schema.json)."`
 }

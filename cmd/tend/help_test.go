@@ -81,6 +81,32 @@ func examples(detail string) []string {
 
 var exampleHead = regexp.MustCompile(`Examples?:(.*)$`)
 
+// Every --help prints what was written, so that what it shows can be
+// pasted: kong's renderer (go/doc) turns two single quotes, or two
+// backquotes, into a typographic quote, which a shell passes on as it is
+// (--session ” names the session ”, not the empty one).
+func TestHelpHasNoTypographicQuotes(t *testing.T) {
+	var c cli
+	var out bytes.Buffer
+	parser, err := kong.New(&c, kong.Name("tend"), kong.Vars{"version": "test"}, kong.Writers(&out, &out), kong.Exit(func(int) {}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	helps := [][]string{{"--help"}}
+	for _, n := range parser.Model.Node.Children {
+		helps = append(helps, []string{n.Name, "--help"})
+	}
+	for _, args := range helps {
+		out.Reset()
+		parser.Parse(args)
+		for i, line := range strings.Split(out.String(), "\n") {
+			if strings.ContainsAny(line, "\u201c\u201d\u2018\u2019") {
+				t.Errorf("tend %s: line %d has a typographic quote (write --session= or \"\" in the help, not ''):\n%s", strings.Join(args, " "), i+1, line)
+			}
+		}
+	}
+}
+
 // Every tend command in a help example parses: its flags and arguments
 // are the command's own (the words are split as sh would, at && || ; |
 // and braces).
