@@ -9,7 +9,7 @@ import (
 
 type eventsCmd struct {
 	Follow  bool   `short:"f" help:"Keep printing events as they happen."`
-	Session string `help:"Only events of this session's runs."`
+	Session string `help:"Only events of this session's runs." env:"TEND_SESSION"`
 	ID      string `help:"Only events of this run."`
 	JSON    bool   `help:"Print the events as JSON lines, as history.jsonl has them."`
 }

@@ -21,7 +21,7 @@ type lsCmd struct {
 	JSON    bool          `help:"Print a JSON array of state records (queued ones with their position)."`
 	All     bool          `help:"List every run, not only the active ones and those that ended in the last 24 hours."`
 	State   []string      `help:"Only runs in these states (comma-separated or repeated)." placeholder:"STATE"`
-	Session string        `help:"Only runs of this session." placeholder:"S"`
+	Session string        `help:"Only runs of this session." placeholder:"S" env:"TEND_SESSION"`
 	Label   []string      `short:"l" sep:"none" help:"Only runs with this label (repeatable: all must match)." placeholder:"K=V"`
 	Since   time.Duration `help:"Only runs created within this long (e.g. 2h)."`
 }
