@@ -136,7 +136,7 @@ every 10 minutes. Example:
 }
 
 func (c *gcCmd) Run(e *env) error {
-	limits, err := config.Load(e.root, config.Default, config.Names{})
+	limits, err := config.LoadAsOwner(e.root, config.Default, config.Names{})
 	if err != nil {
 		return err
 	}

@@ -95,7 +95,7 @@ func readStatus(root string) (status, error) {
 	}
 	if configProblem != "" {
 		s.Problems = append(s.Problems, configProblem+" (the watcher keeps the settings it has; a new one will not start)")
-	} else if _, err := config.Load(root, config.Default, config.Names{}); err != nil {
+	} else if _, err := config.LoadAsOwner(root, config.Default, config.Names{}); err != nil {
 		s.Problems = append(s.Problems, err.Error()+" (a running watcher keeps the settings it has; a new one will not start)")
 	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
+	"golang.org/x/sys/unix"
 )
 
 // Settings are the watcher's settings that ROOT/config.json may change
@@ -170,6 +171,25 @@ type Names struct {
 // no one else, never through a link and never blocking: anything else is
 // a bad config.
 func Load(root string, base Settings, names Names) (Settings, error) {
+	return LoadAs(root, base, names, os.Geteuid())
+}
+
+// LoadAsOwner is Load as the root's watcher judges config.json: one that
+// runs as the owner of the root directory, whoever calls it (a member of a
+// shared root reads root's config.json, which lists users and groups only
+// a watcher running as root may take). A root it cannot look at is judged
+// as this process's user would be.
+func LoadAsOwner(root string, base Settings, names Names) (Settings, error) {
+	uid := os.Geteuid()
+	var st unix.Stat_t
+	if unix.Stat(root, &st) == nil {
+		uid = int(st.Uid)
+	}
+	return LoadAs(root, base, names, uid)
+}
+
+// LoadAs is Load as a watcher running as uid would judge config.json.
+func LoadAs(root string, base Settings, names Names, uid int) (Settings, error) {
 	path := layout.Root(root).Config()
 	b, fi, err := durable.ReadRegular(path, maxConfig)
 	if errors.Is(err, os.ErrNotExist) {
@@ -178,8 +198,8 @@ func Load(root string, base Settings, names Names) (Settings, error) {
 	if err != nil {
 		return base, fmt.Errorf("%s: %w", path, err)
 	}
-	if uid := int(fi.Uid); uid != os.Geteuid() && uid != 0 {
-		return base, fmt.Errorf("%s: owned by uid %d: only this user (uid %d) or root may configure tend here", path, uid, os.Geteuid())
+	if owner := int(fi.Uid); owner != uid && owner != 0 {
+		return base, fmt.Errorf("%s: owned by uid %d: only this user (uid %d) or root may configure tend here", path, owner, uid)
 	}
 	if fi.Mode&0o022 != 0 {
 		return base, fmt.Errorf("%s: writable by others (mode %04o): not trusted", path, fi.Mode&0o7777)
@@ -258,9 +278,9 @@ func Load(root string, base Settings, names Names) (Settings, error) {
 		l.Slurm.Poll = DefaultSlurmPoll
 	}
 	listed := c.Users != nil && len(*c.Users) > 0 || c.Groups != nil && len(*c.Groups) > 0
-	if (listed || len(l.Users)+len(l.Groups) > 0) && os.Geteuid() != 0 {
+	if (listed || len(l.Users)+len(l.Groups) > 0) && uid != 0 {
 		return base, fmt.Errorf("%s: %q and %q need a watcher running as root, to run requests as their writers (this is uid %d)",
-			layout.Root(root).Config(), "users", "groups", os.Geteuid())
+			layout.Root(root).Config(), "users", "groups", uid)
 	}
 	return l, nil
 }

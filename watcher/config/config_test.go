@@ -122,3 +122,48 @@ func TestLoadNames(t *testing.T) {
 		}
 	}
 }
+
+// LoadAs judges config.json as a watcher running as the uid given would,
+// whoever calls it; LoadAsOwner as one running as the root's owner.
+func TestLoadAs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("makes files of other users: needs root")
+	}
+	tests := []struct {
+		config  string
+		owner   int // of config.json
+		uid     int // of the watcher
+		wantErr string
+	}{
+		{`{"groups": ["ci"]}`, 0, 0, ""},
+		{`{"groups": ["ci"]}`, 0, 1001, `"users" and "groups" need a watcher running as root, to run requests as their writers (this is uid 1001)`},
+		{`{"max_running": 1}`, 0, 1001, ""},
+		{`{"max_running": 1}`, 1001, 1001, ""},
+		{`{"max_running": 1}`, 1001, 0, `owned by uid 1001: only this user (uid 0) or root may configure tend here`},
+		{`{"max_running": 1}`, 1001, 1002, `owned by uid 1001: only this user (uid 1002) or root may configure tend here`},
+	}
+	for _, tt := range tests {
+		for _, asOwner := range []bool{false, true} {
+			root := t.TempDir()
+			path := layout.Root(root).Config()
+			if err := os.WriteFile(path, []byte(tt.config), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(path, tt.owner, -1); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if asOwner {
+				if err := os.Chown(root, tt.uid, -1); err != nil {
+					t.Fatal(err)
+				}
+				_, err = LoadAsOwner(root, Default, Names{})
+			} else {
+				_, err = LoadAs(root, Default, Names{}, tt.uid)
+			}
+			if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+				t.Errorf("config %s of uid %d, a watcher of uid %d (as the root's owner: %v): err = %v, want %q", tt.config, tt.owner, tt.uid, asOwner, err, tt.wantErr)
+			}
+		}
+	}
+}

@@ -437,7 +437,7 @@ func probeRoot(client *tend.Client) topProbeMsg {
 	}
 	if p.infoOK && p.info.ConfigProblem != "" {
 		p.config = p.info.ConfigProblem // the watcher alone resolves the users and groups named
-	} else if _, err := config.Load(root, config.Default, config.Names{}); err != nil {
+	} else if _, err := config.LoadAsOwner(root, config.Default, config.Names{}); err != nil {
 		p.config = err.Error()
 	}
 	if err := tracker.CheckHistoryEnd(root); err != nil {
