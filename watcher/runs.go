@@ -318,9 +318,13 @@ func (w *watcher) prepareStart(st *tracker.State, extraEnv map[string]string) (_
 	// Found here, for a clear error; the gate's shell finds it the same way.
 	// Not for a run of another user: the watcher would look as root, and
 	// tell that user of paths only root may see; its shell says, as it.
+	// The reason does not name the program (the history, readable by the
+	// group in a shared root, has every reason, and a reason never quotes
+	// a command); the run's stderr, its owner's alone, does.
 	if as == nil {
 		if _, err := lookPath(st.Command[0], st.Cwd, sp.env); err != nil {
-			return nil, err
+			unix.Write(sp.files[1], []byte("tend: could not start: "+err.Error()+"\n"))
+			return nil, errNotInPath
 		}
 	}
 	if as != nil {
@@ -540,6 +544,10 @@ func childEnv(base []string, layers ...map[string]string) []string {
 	}
 	return env
 }
+
+// errNotInPath is why a run whose program lookPath did not find could not
+// start, without its name: the run's stderr has that.
+var errNotInPath = errors.New("executable not found in PATH (its stderr names it)")
 
 // lookPath finds name the way a shell would, but in the child's PATH and
 // relative to the child's working directory.
