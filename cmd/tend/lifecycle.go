@@ -70,8 +70,9 @@ type downCmd struct {
 
 func (c *downCmd) Help() string {
 	return `Stops the watcher: SIGTERM, which cancels every run (or, with
---keep-runs, leaves them running), then SIGKILL if it has not exited within
---timeout. Examples:
+--keep-runs, leaves them running); if it has not exited within --timeout, a
+second SIGTERM, which kills the runs at once, and SIGKILL as a last resort.
+Examples:
   tend down
   tend down --keep-runs     # upgrade tend: the next watcher adopts the runs`
 }
