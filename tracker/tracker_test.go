@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -430,6 +431,41 @@ func TestReadOutputBounds(t *testing.T) {
 		sl, err := s.ReadOutput(st, "stdout", tt.off, tt.max)
 		if err != nil || string(sl.Data) != tt.want || sl.Next != tt.wantNext {
 			t.Errorf("ReadOutput(%d, %d) = %q next %d, %v; want %q next %d", tt.off, tt.max, sl.Data, sl.Next, err, tt.want, tt.wantNext)
+		}
+	}
+}
+
+// TestRebuildTakesOnlyTheOwnersRequest: a rebuilt record takes its command
+// from the run's claimed request only if that file is the owner's and has
+// no other name: the owner may have put there one they may not read, for
+// the record, sealed by root's fsck, to show it.
+func TestRebuildTakesOnlyTheOwnersRequest(t *testing.T) {
+	s, _ := newStore(t)
+	events := []Event{{Time: time.Now(), ID: "r", Rev: 1, State: Completed}}
+	noProcess := func(int, string) (uint64, bool) { return 0, false }
+	for _, tc := range []struct {
+		name string
+		make func(path string) error
+		want []string
+	}{
+		{"the owner's", func(path string) error { return os.WriteFile(path, []byte("echo mine\n"), 0o600) }, []string{"/bin/sh", "-c", "echo mine"}},
+		{"a second name of a file", func(path string) error {
+			other := filepath.Join(t.TempDir(), "other")
+			if err := os.WriteFile(other, []byte("echo theirs\n"), 0o600); err != nil {
+				return err
+			}
+			return os.Link(other, path)
+		}, nil},
+	} {
+		os.RemoveAll(s.RunDir("r"))
+		if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.make(s.Run("r").Request()); err != nil {
+			t.Fatal(err)
+		}
+		if st := Rebuild(s, "r", events, noProcess); !slices.Equal(st.Command, tc.want) {
+			t.Errorf("%s: command %q, want %q", tc.name, st.Command, tc.want)
 		}
 	}
 }

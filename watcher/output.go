@@ -3,6 +3,7 @@ package watcher
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker/durable"
 	"os"
@@ -331,7 +332,10 @@ func outputStream(st *tracker.State, name string) *tracker.Stream {
 
 // readProgress takes what r wrote to its progress file.
 func (w *watcher) readProgress(r *run) {
-	b, err := readHead(w.store.Run(r.st.ID).Progress(), 4096)
+	b, err := readHead(w.store.Run(r.st.ID).Progress(), 4096, r.st.OwnerUID)
+	if errors.Is(err, errNotTheOwners) {
+		w.log.Printf("run %s: %v", r.st.ID, err)
+	}
 	if err != nil {
 		return
 	}
@@ -350,15 +354,28 @@ func (w *watcher) readProgress(r *run) {
 	w.save(r.st)
 }
 
+// errNotTheOwners is readHead's error for a file it does not read.
+var errNotTheOwners = errors.New("not read")
+
 // readHead reads at most the first limit bytes of the regular file at
 // path, never through a link or from a FIFO (a run writes the file, and
-// may put anything in its place).
-func readHead(path string, limit int) ([]byte, error) {
-	fd, _, err := durable.OpenRegular(path)
+// may put anything in its place). Its owner, where the watcher is root,
+// must be the run's owner, and it must have no other name: a user may
+// rename into their run's directory a file they may not read (root's, or
+// another user's in a directory they share), or link one there, for the
+// watcher to read it as root and copy it into their record.
+func readHead(path string, limit, owner int) ([]byte, error) {
+	fd, st, err := durable.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
+	switch {
+	case st.Nlink != 1:
+		return nil, fmt.Errorf("%s: %w: it has %d links", path, errNotTheOwners, st.Nlink)
+	case tracker.RunPerm(owner).Owner > 0 && int(st.Uid) != owner:
+		return nil, fmt.Errorf("%s: %w: owned by uid %d, not by the run's owner (uid %d)", path, errNotTheOwners, st.Uid, owner)
+	}
 	b := make([]byte, limit)
 	n, err := unix.Read(fd, b)
 	if err != nil {
