@@ -3,12 +3,15 @@ package watcher
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -77,7 +80,7 @@ func (w *watcher) scheduleCheck(r *run, d time.Duration) {
 		w.log.Printf("run %s: health check: %v", r.st.ID, err)
 		return
 	}
-	check := check{health: h, cwd: r.st.Cwd, env: childEnv(as.baseEnv(), as.env())}
+	check := check{health: h, cwd: r.st.Cwd, env: childEnv(as.baseEnv(), as.env()), netCheck: w.cfg.NetCheck}
 	if as != nil {
 		check.cred = &syscall.Credential{Uid: uint32(as.uid), Gid: uint32(as.gid), Groups: as.groups}
 	}
@@ -138,40 +141,58 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 // A check is one health check of a run, as it is performed: an exec
 // check's command runs in cwd with env, as cred's user if cred is set.
 type check struct {
-	health spool.Health
-	cwd    string
-	env    []string
-	cred   *syscall.Credential
+	health   spool.Health
+	cwd      string
+	env      []string
+	cred     *syscall.Credential
+	netCheck []string // Config.NetCheck
 }
 
 // run performs the check, and says whether it passed and what it found.
+// A tcp or http check of another user's run is made as that user, as an
+// exec check is: from the watcher (root) it would connect as root, past
+// the firewall rules that hold that user back (--uid-owner), and tell
+// them what only root may reach.
 func (c check) run(f *forker) (bool, string) {
 	h := c.health
 	ctx, cancel := context.WithTimeout(context.Background(), h.Timeout.D())
 	defer cancel()
-	switch {
-	case h.TCP != "":
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "tcp", h.TCP)
+	if h.TCP == "" && h.HTTP == "" {
+		cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Exec)
+		cmd.Dir, cmd.Env = c.cwd, c.env
+		out, err := c.runCommand(f, cmd)
 		if err != nil {
-			return false, err.Error()
+			return false, fmt.Sprintf("%v: %.100s", err, out)
 		}
-		c.Close()
-		return true, "connected to " + h.TCP
-	case h.HTTP != "":
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.HTTP, nil)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return false, err.Error()
-		}
-		resp.Body.Close()
-		return resp.StatusCode/100 == 2, resp.Status
+		return true, "exited 0"
 	}
-	cmd := exec.CommandContext(ctx, "/bin/sh", "-c", h.Exec)
-	cmd.Dir, cmd.Env = c.cwd, c.env
+	if c.cred == nil || len(c.netCheck) == 0 {
+		return CheckNetwork(ctx, h.TCP, h.HTTP)
+	}
+	args := slices.Clone(c.netCheck[1:])
+	if h.TCP != "" {
+		args = append(args, "--tcp", h.TCP)
+	} else {
+		args = append(args, "--http", h.HTTP)
+	}
+	cmd := exec.CommandContext(ctx, "/proc/self/exe", append(args, "--timeout", h.Timeout.D().String())...)
+	cmd.Args[0] = c.netCheck[0]
+	cmd.Dir, cmd.Env = "/", []string{"PATH=/usr/bin:/bin"}
+	out, err := c.runCommand(f, cmd)
+	detail := strings.TrimSpace(string(out))
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return true, detail
+	case errors.As(err, &exit) && exit.ExitCode() == 1 && detail != "":
+		return false, detail // the check's own failure
+	}
+	return false, fmt.Sprintf("checking as uid %d: %v: %.100s", c.cred.Uid, err, detail)
+}
+
+// runCommand runs cmd, a check's, as c's user, in a group of its own
+// that its context's end kills, and returns its output.
+func (c check) runCommand(f *forker, cmd *exec.Cmd) ([]byte, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	var out bytes.Buffer
@@ -181,10 +202,32 @@ func (c check) run(f *forker) (bool, string) {
 	if err == nil {
 		err = cmd.Wait()
 	}
-	if err != nil {
-		return false, fmt.Sprintf("%v: %.100s", err, out.Bytes())
+	return out.Bytes(), err
+}
+
+// CheckNetwork makes a tcp health check (tcp: an address to connect to)
+// or an http one (httpURL: a URL to GET, which passes with a 2xx status),
+// as the calling process, and says whether it passed and what it found.
+func CheckNetwork(ctx context.Context, tcp, httpURL string) (bool, string) {
+	if tcp != "" {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", tcp)
+		if err != nil {
+			return false, err.Error()
+		}
+		c.Close()
+		return true, "connected to " + tcp
 	}
-	return true, "exited 0"
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, httpURL, nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	resp.Body.Close()
+	return resp.StatusCode/100 == 2, resp.Status
 }
 
 // restartDelay returns how long run st waits before its next attempt: its

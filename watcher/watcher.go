@@ -61,6 +61,12 @@ type Config struct {
 	// that turns this process into a keeper, should its own keeper die:
 	// the runs are this process's children, so only this PID can keep them.
 	BecomeKeeper []string
+	// NetCheck, if set, is the command line (run as /proc/self/exe) of a
+	// tcp or http health check made as another user than the watcher's,
+	// followed by --tcp ADDR or --http URL and --timeout D: it prints the
+	// check's detail, and exits 0 if it passed (see CheckNetwork). Without
+	// it, such checks are made by the watcher itself.
+	NetCheck []string
 	// ForkProcs, if above GOMAXPROCS, is GOMAXPROCS while the watcher
 	// forks: a fork holds its thread's P until the child has exec'd, and
 	// a watcher on one P does nothing else meanwhile.

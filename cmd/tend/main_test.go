@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -137,6 +138,7 @@ func scriptParams(dir string) testscript.Params {
 			"maxlive":   cmdMaxLive,
 			"races":     cmdRaces,
 			"freeport":  cmdFreePort,
+			"uidserver": cmdUIDServer,
 			"gaps":      cmdGaps,
 			"pstate":    cmdPState,
 			"holds":     cmdHolds,
@@ -636,6 +638,44 @@ func cmdFreePort(ts *testscript.TestScript, neg bool, args []string) {
 	ts.Check(err)
 	ts.Setenv(args[0], strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
 	l.Close()
+}
+
+// uidserver PORTVAR FILE: an HTTP server on a free port of 127.0.0.1,
+// set in PORTVAR, until the script ends, which answers 200 to any request
+// once it has appended to FILE the uid that owns the client's socket (from
+// /proc/net/tcp, read while the client waits for the answer).
+func cmdUIDServer(ts *testscript.TestScript, neg bool, args []string) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	ts.Check(err)
+	ts.Setenv(args[0], strconv.Itoa(l.Addr().(*net.TCPAddr).Port))
+	file := ts.MkAbs(args[1])
+	ts.Defer(func() { l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			port := c.RemoteAddr().(*net.TCPAddr).Port
+			uid := "unknown"
+			if b, err := os.ReadFile("/proc/net/tcp"); err == nil {
+				for _, line := range strings.Split(string(b), "\n") {
+					f := strings.Fields(line)
+					if len(f) > 7 && f[1] == fmt.Sprintf("0100007F:%04X", port) {
+						uid = f[7]
+					}
+				}
+			}
+			if f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+				fmt.Fprintln(f, uid)
+				f.Close()
+			}
+			c.SetReadDeadline(time.Now().Add(time.Second))
+			c.Read(make([]byte, 4096))
+			io.WriteString(c, "HTTP/1.0 200 OK\r\nContent-Length: 0\r\n\r\n")
+			c.Close()
+		}
+	}()
 }
 
 // gaps id: the delays between run id's attempts (from the end of one to

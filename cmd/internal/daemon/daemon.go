@@ -27,6 +27,7 @@ type cli struct {
 	Watch   watchCmd   `cmd:"" help:"Run a keeper and, under it, the watcher (tend watch)."`
 	Watcher watcherCmd `cmd:"" hidden:"" help:"The watcher proper, as a keeper runs it."`
 	Share   shareCmd   `cmd:"" help:"Share the root with the members of a group (tend up --shared)."`
+	Check   checkCmd   `cmd:"" name:"health-check" hidden:"" help:"A tcp or http health check, as the watcher makes it as a run's owner."`
 }
 
 // env is what commands run with.

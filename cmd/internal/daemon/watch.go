@@ -95,6 +95,7 @@ func (c *watcherCmd) Run(e *env) error {
 	cfg := watcher.Config{
 		Root: e.root, Log: e.stderr, Settle: c.Settle, Stop: stop, Version: e.version, Settings: settings(c.Flags),
 		BecomeKeeper: append([]string{os.Args[0], "--root", e.root, "watch", "--successor"}, c.Args()...),
+		NetCheck:     []string{os.Args[0], "--root", "/", "health-check"},
 		ForkProcs:    forkProcs,
 	}
 	if steps := os.Getenv("TEND_TEST_CRASH_AT"); steps != "" {
