@@ -51,6 +51,9 @@ type run struct {
 	// schedules the next, in its place (in timers, one a check would add
 	// for good, 86,400 a day at the default interval).
 	poll *time.Timer
+	// healthSaved is when a health check's result was last saved on its
+	// own (see saveHealth).
+	healthSaved time.Time
 
 	capPending, progressPending bool // a check of its output or progress is scheduled
 

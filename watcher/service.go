@@ -114,7 +114,7 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 		if r.st.ReadyAt == nil {
 			w.becameReady(r, "its health check passed")
 		} else if was != "healthy" {
-			w.save(r.st)
+			w.saveHealth(r)
 		}
 		return
 	}
@@ -124,19 +124,43 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	}
 	hs.Failures++
 	if hs.Failures < h.Retries {
-		w.save(r.st)
+		w.saveHealth(r)
 		return
 	}
+	was := hs.Status
 	hs.Status = "unhealthy"
-	w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, hs.Failures, detail)
 	if r.st.Restart == nil {
-		w.save(r.st)
+		if w.saveHealth(r) && was != "unhealthy" {
+			w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, hs.Failures, detail)
+		}
 		return
 	}
+	w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, hs.Failures, detail)
 	// The check's output stays in the record, its owner's: the reason goes
 	// to the history too, which every user of a shared root reads.
 	w.stop(r, tracker.CauseRestart, fmt.Sprintf("unhealthy: %d health checks failed in a row (tend show %s)", hs.Failures, r.st.ID), r.grace(), "")
 }
+
+// saveHealth saves run r's record for its health checks' last results,
+// at most every healthSavedEvery, and reports whether it did. Each save
+// is a line in the history too, which every user of a shared root keeps:
+// a check that keeps failing every 100 ms, or passing and failing by
+// turns, would add ten lines a second for as long as its run lives. What
+// is not saved rides along with the next record written. (A run's
+// readiness, and a stop to restart it, are saved at once.)
+func (w *watcher) saveHealth(r *run) bool {
+	now := time.Now()
+	if now.Sub(r.healthSaved) < healthSavedEvery {
+		return false
+	}
+	r.healthSaved = now
+	w.save(r.st)
+	return true
+}
+
+// healthSavedEvery is how often at most a run's health checks are saved
+// on their own.
+const healthSavedEvery = 10 * time.Second
 
 // A check is one health check of a run, as it is performed: an exec
 // check's command runs in cwd with env, as cred's user if cred is set.
