@@ -480,7 +480,8 @@ type waitCmd struct {
 
 func (c *waitCmd) Help() string {
 	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
-could not start), or 124 if --timeout came first. Examples:
+never ran, 1 if it was canceled or timed out but exited 0), or 124 if
+--timeout came first. Examples:
   tend wait build && echo built
   tend start --id svc --ready-file -- 'sleep 1; touch "$TEND_READY"; exec sleep 600' && tend wait svc --ready --timeout 1m`
 }
