@@ -139,12 +139,19 @@ func (s *Store) TrimSwitches(id string, owner int, keep int) (int64, error) {
 }
 
 // A Line is a line of a run's output, or its last bytes if they have no
-// newline yet (then Data does not end in one).
+// newline yet (then Data does not end in one), or a piece of MaxLine
+// bytes of a longer line (nor then).
 type Line struct {
 	Stream string // "stdout" or "stderr"
 	Offset int64  // the absolute offset of its first byte in Stream
 	Data   []byte
 }
+
+// MaxLine is the most an Interleaver holds of one line: a longer one is
+// passed in pieces of MaxLine bytes. The output is its run's owner's, who
+// may write a line as long as the disk, or make the file a sparse one of
+// zeros with no newline at all; a reader must not hold it all.
+const MaxLine = 1 << 20
 
 // An Interleaver reads a run's two streams as one sequence of lines, in
 // the order its switches record.
@@ -266,25 +273,30 @@ func (it *Interleaver) take(st *State, i int, end int64, emit func(Line) error) 
 }
 
 // split passes the lines of sl that end in it, and keeps its last bytes
-// as stream i's partial line if they do not end in a newline.
+// as stream i's partial line if they do not end in a newline. A line that
+// reaches MaxLine bytes is passed in pieces of MaxLine bytes.
 func (it *Interleaver) split(i int, sl Slice, emit func(Line) error) error {
 	data, off := sl.Data, sl.Offset
 	for len(data) > 0 {
-		n := bytes.IndexByte(data, '\n')
 		p := &it.partial[i]
 		if len(p.Data) == 0 {
 			p.Stream, p.Offset = streams[i], off
 		}
-		if n < 0 {
+		room := MaxLine - len(p.Data)
+		n := bytes.IndexByte(data[:min(len(data), room)], '\n') + 1 // the line's length here, if it ends
+		if n == 0 && len(data) < room {
 			p.Data = append(p.Data, data...)
 			return nil
 		}
-		line := Line{Stream: p.Stream, Offset: p.Offset, Data: append(p.Data, data[:n+1]...)}
+		if n == 0 {
+			n = room // a full piece of a line that goes on
+		}
+		line := Line{Stream: p.Stream, Offset: p.Offset, Data: append(p.Data, data[:n]...)}
 		*p = Line{}
 		if err := emit(line); err != nil {
 			return err
 		}
-		data, off = data[n+1:], off+int64(n+1)
+		data, off = data[n:], off+int64(n)
 	}
 	return nil
 }

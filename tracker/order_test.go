@@ -3,6 +3,7 @@ package tracker
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -132,5 +133,52 @@ func TestTrimSwitches(t *testing.T) {
 	got, next, err := s.ReadSwitches("r", 0)
 	if err != nil || next != size || len(got) != 3 || got[0] != sw[7] || got[2] != sw[9] {
 		t.Errorf("after trimming to 3: %v, next %d, size %d, %v", got, next, size, err)
+	}
+}
+
+// A line longer than MaxLine is passed in pieces of MaxLine bytes, each
+// at its own offset, so a reader never holds more of one line: the output
+// is its owner's, who may write one line as long as the disk.
+func TestInterleaveSplitsLongLines(t *testing.T) {
+	tests := []struct {
+		name string
+		data string
+		want []int // the pieces' lengths; their offsets follow
+	}{
+		{name: "short lines", data: "a\nbc\n", want: []int{2, 3}},
+		{name: "exactly MaxLine with its newline", data: strings.Repeat("x", MaxLine-1) + "\n", want: []int{MaxLine}},
+		{name: "one byte more", data: strings.Repeat("x", MaxLine) + "\n", want: []int{MaxLine, 1}},
+		{name: "no newline at all", data: strings.Repeat("\x00", 2*MaxLine+5), want: []int{MaxLine, MaxLine, 5}},
+		{name: "a long line, then a short one", data: strings.Repeat("x", MaxLine+3) + "\nend\n", want: []int{MaxLine, 4, 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			st := &State{ID: "r", State: Completed}
+			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(s.RunDir("r"), "stdout"), []byte(tt.data), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			var got []int
+			var off int64
+			var joined strings.Builder
+			err := s.Interleave("r", 0).Read(st, true, func(l Line) error {
+				if l.Offset != off {
+					t.Errorf("piece %d at offset %d, want %d", len(got), l.Offset, off)
+				}
+				got = append(got, len(l.Data))
+				off += int64(len(l.Data))
+				joined.Write(l.Data)
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(got, tt.want) || joined.String() != tt.data {
+				t.Errorf("pieces %v, want %v (all bytes passed once: %v)", got, tt.want, joined.String() == tt.data)
+			}
+		})
 	}
 }

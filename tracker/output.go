@@ -25,6 +25,10 @@ type Slice struct {
 // "stderr") from absolute offset off. After the read it reads st's record,
 // and the file's layout (see Layout), again, and reads again if the file
 // was cut meanwhile, so it never returns bytes at the wrong offset.
+//
+// It holds up to max bytes in memory at once, so callers bound max: the
+// file is the run owner's, who may make it as large as they like (a
+// sparse file of terabytes costs them nothing).
 func (s *Store) ReadOutput(st *State, stream string, off, max int64) (Slice, error) {
 	f, err := openOutput(s.Run(st.ID).Stream(stream))
 	if errors.Is(err, os.ErrNotExist) {
