@@ -2,6 +2,7 @@ package tend
 
 import (
 	"context"
+	"errors"
 
 	"github.com/tendhq/tend/tracker"
 )
@@ -32,7 +33,10 @@ type LogSlice struct {
 }
 
 // LogLine is a line of a run's output, or its last bytes if they have no
-// newline yet, with the stream it was written to.
+// newline yet, with the stream it was written to. A line longer than
+// MaxLogLine comes in pieces of MaxLogLine bytes, each but the last
+// without a newline: the output is its owner's, who may write one line
+// as long as the disk, or make a sparse file of zeros without one.
 type LogLine struct {
 	Stream string `json:"stream"`
 	Offset int64  `json:"offset"`
@@ -40,8 +44,20 @@ type LogLine struct {
 	Data   string `json:"data"`
 }
 
-// ReadLog reads at most max bytes (all there is, if max is 0) of run id's
-// stream (Stdout or Stderr) from absolute offset offset.
+// MaxLogLine is the most a LogLine holds (1 MiB).
+const MaxLogLine = tracker.MaxLine
+
+// MaxLogRead is the most one ReadLog or ReadLines call returns (4 MiB),
+// however much is asked for: a run's output may be as large as its
+// owner makes the file (a sparse file costs them nothing), and a reader
+// holds what it returns in memory. A read cut short says so (EOF false)
+// and says where to go on (Next).
+const MaxLogRead = 4 << 20
+
+// ReadLog reads at most max bytes of run id's stream (Stdout or Stderr)
+// from absolute offset offset: all there is now if max is 0, but never
+// more than MaxLogRead. When it stops short of what the stream holds, EOF
+// is false: read on from Next.
 func (c *Client) ReadLog(ctx context.Context, id, stream string, offset, max int64) (LogSlice, error) {
 	st, err := c.readForLogs(ctx, id, stream, offset, max)
 	if err != nil {
@@ -52,8 +68,8 @@ func (c *Client) ReadLog(ctx context.Context, id, stream string, offset, max int
 
 func (c *Client) readLog(st *Record, stream string, offset, max int64) (LogSlice, error) {
 	size := c.store.OutputSize(st, stream)
-	if max <= 0 {
-		max = size - offset
+	if max <= 0 || max > MaxLogRead {
+		max = MaxLogRead // the file's size is its owner's to choose
 	}
 	sl, err := c.store.ReadOutput(st, stream, offset, max)
 	if err != nil {
@@ -61,6 +77,40 @@ func (c *Client) readLog(st *Record, stream string, offset, max int64) (LogSlice
 	}
 	return LogSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
 		EOF: sl.Next >= size, Final: tracker.Final(st.State), Data: string(sl.Data)}, nil
+}
+
+// TailLog returns the last n lines (n > 0) of run id's stream as a slice
+// (Offset is where the first of them starts), and reads no more than it
+// needs: windows from the end, each four times the last, from 16 KiB up
+// to MaxLogRead. If the last n lines are longer than that, it returns
+// their last MaxLogRead bytes, so Data may start inside a line; then
+// Offset is past the stream's first byte kept, and not just after a
+// newline.
+func (c *Client) TailLog(ctx context.Context, id, stream string, n int) (LogSlice, error) {
+	if n <= 0 {
+		return LogSlice{Stream: stream}, invalidf("tail %d: want at least one line", n)
+	}
+	st, err := c.readForLogs(ctx, id, stream, 0, 0)
+	if err != nil {
+		return LogSlice{Stream: stream}, err
+	}
+	size := c.store.OutputSize(st, stream)
+	for window := int64(16 << 10); ; window *= 4 {
+		window = min(window, MaxLogRead)
+		from := max(0, size-window)
+		sl, err := c.readLog(st, stream, from, window)
+		if err != nil {
+			return sl, err
+		}
+		tail := LastLines([]byte(sl.Data), n)
+		// All n lines are in the window if a newline comes before them;
+		// else only if the window starts at the first byte there is.
+		if len(tail) < len(sl.Data) || from == 0 || sl.Dropped > 0 || window == MaxLogRead {
+			sl.Offset += int64(len(sl.Data) - len(tail))
+			sl.Data = string(tail)
+			return sl, nil
+		}
+	}
 }
 
 // readForLogs checks a read's arguments and returns the run's record.
@@ -80,21 +130,55 @@ func (c *Client) readForLogs(ctx context.Context, id, stream string, offset, max
 // what is written now: a line not ended yet is returned only once the run
 // has ended. It also returns how many bytes were gone (capped) when their
 // turn came.
-func (c *Client) ReadLines(ctx context.Context, id string, offset int64) ([]LogLine, int64, error) {
+//
+// It returns at most about max bytes of lines (MaxLogRead if max is 0 or
+// more): it stops before the line that would pass max, though it returns
+// one line at least, and then more is true. The two streams' offsets
+// differ there: read each on from the Next of its last line returned
+// (with ReadLog), or ask again from a later offset.
+func (c *Client) ReadLines(ctx context.Context, id string, offset, max int64) (lines []LogLine, dropped int64, more bool, err error) {
+	if max <= 0 || max > MaxLogRead {
+		max = MaxLogRead
+	}
+	var size int64
+	dropped, err = c.EachLine(ctx, id, offset, func(l LogLine) error {
+		if size += int64(len(l.Data)); size > max && len(lines) > 0 {
+			more = true
+			return errBudget
+		}
+		lines = append(lines, l)
+		return nil
+	})
+	if errors.Is(err, errBudget) {
+		err = nil
+	}
+	return lines, dropped, more, err
+}
+
+// errBudget stops ReadLines' walk through the lines at its byte budget.
+var errBudget = errors.New("the lines read reached their budget")
+
+// EachLine passes run id's lines of both streams from absolute offset
+// offset of each to emit, in the order ReadLines returns them, and returns
+// how many bytes were gone (capped) when their turn came. It holds one
+// line (at most MaxLogLine bytes) at a time, so it reads output of any
+// size; an error from emit stops it and is returned.
+func (c *Client) EachLine(ctx context.Context, id string, offset int64, emit func(LogLine) error) (int64, error) {
 	if offset < 0 {
-		return nil, 0, invalidf("offset %d is negative", offset)
+		return 0, invalidf("offset %d is negative", offset)
 	}
 	st, err := c.Show(ctx, id)
 	if err != nil {
-		return nil, 0, err
+		return 0, err
 	}
-	var lines []LogLine
 	it := c.store.Interleave(id, offset)
 	err = it.Read(st, true, func(l tracker.Line) error {
-		lines = append(lines, logLine(l))
-		return nil
+		if err := ctx.Err(); err != nil {
+			return err // a huge output takes a while: let the caller give up
+		}
+		return emit(logLine(l))
 	})
-	return lines, it.Dropped, err
+	return it.Dropped, err
 }
 
 // TailLines returns the last n lines of both streams of the run st

@@ -190,7 +190,8 @@ type logsOut struct {
 	Lines []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
 }
 
-// maxLogBytes bounds what one logs call returns.
+// maxLogBytes bounds what one logs call returns, of one stream or of
+// both's lines: the output is as large as its run's owner makes it.
 const maxLogBytes = 4 << 20
 
 type cancelIn struct {
@@ -229,7 +230,7 @@ func addTools(s *mcp.Server, t *tools) {
 	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
 	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
-	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice.", t.logs)
+	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: if eof is false, read each stream on from the next of its last line.", t.logs)
 	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
 	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
 	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
@@ -385,7 +386,7 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 		if in.MaxBytes != 0 {
 			return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
 		}
-		lines, dropped, err := t.client.ReadLines(ctx, in.ID, in.Offset)
+		lines, dropped, more, err := t.client.ReadLines(ctx, in.ID, in.Offset, maxLogBytes)
 		if err != nil {
 			return errorResult("logs", err), nil, nil
 		}
@@ -396,7 +397,7 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 		if lines == nil {
 			lines = []tend.LogLine{}
 		}
-		return nil, &logsOut{LogSlice: tend.LogSlice{Stream: "both", Offset: in.Offset, Next: in.Offset, Dropped: dropped, EOF: true, Final: tend.Ended(st)}, Lines: lines}, nil
+		return nil, &logsOut{LogSlice: tend.LogSlice{Stream: "both", Offset: in.Offset, Next: in.Offset, Dropped: dropped, EOF: !more, Final: tend.Ended(st)}, Lines: lines}, nil
 	}
 	return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream)), nil, nil
 }
