@@ -316,16 +316,18 @@ type logsCmd struct {
 	Stderr   bool   `help:"Print standard error instead of standard output."`
 	Both     bool   `help:"Print both streams' lines in the order the run wrote them, each marked with its stream."`
 	Offset   int64  `help:"Start at this absolute byte offset of the stream (as --json's next gave it)." default:"0"`
-	MaxBytes int64  `name:"max-bytes" help:"Print at most this many bytes (0: all)." default:"0"`
+	MaxBytes int64  `name:"max-bytes" help:"Print at most this many bytes (0: all; with --json, 4 MiB at most)." default:"0"`
 	Tail     int    `help:"Print only the last N lines." default:"0"`
-	JSON     bool   `help:"Print {offset, next, dropped, eof, data} for the slice read, so an agent reads incrementally: ask next time from next."`
+	JSON     bool   `help:"Print {offset, next, dropped, eof, data} for the slice read, so an agent reads incrementally: ask next time from next. A slice is 4 MiB at most: eof false says there is more."`
 	Follow   bool   `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
 }
 
 func (c *logsCmd) Help() string {
 	return `Offsets are absolute byte positions in all the run wrote to the stream,
 so reads never overlap or skip, even when the oldest output was dropped
-(capped; then --json says how many bytes). Examples:
+(capped; then --json says how many bytes). --json prints at most 4 MiB
+(MaxLogRead) at once, whatever --max-bytes asks: if eof is false, read on
+from next. Examples:
   tend logs -f build
   tend logs build --tail 20
   tend logs build --offset 0 --max-bytes 65536 --json   # then --offset <next>`
@@ -353,12 +355,54 @@ func (c *logsCmd) Run(e *env) error {
 	case c.Follow:
 		return c.follow(e, client)
 	}
-	sl, err := client.ReadLog(e.context(), c.ID, c.stream(), c.Offset, c.MaxBytes)
+	switch {
+	case c.Tail > 0:
+		return c.tail(e, client)
+	case c.JSON:
+		sl, err := client.ReadLog(e.context(), c.ID, c.stream(), c.Offset, c.MaxBytes)
+		if err != nil {
+			return err
+		}
+		return writeJSONLine(e, sl)
+	}
+	return c.copy(e, client)
+}
+
+// copyChunk is how much of a stream copy holds at once.
+const copyChunk = 1 << 20
+
+// copy prints the stream from --offset, at most --max-bytes of it, a
+// piece at a time: the output is as large as its run's owner makes it.
+func (c *logsCmd) copy(e *env, client *tend.Client) error {
+	offset, left := c.Offset, c.MaxBytes
+	for {
+		n := int64(copyChunk)
+		if c.MaxBytes > 0 {
+			n = min(n, left)
+		}
+		sl, err := client.ReadLog(e.context(), c.ID, c.stream(), offset, n)
+		if err != nil {
+			return err
+		}
+		if sl.Dropped > 0 {
+			fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
+		}
+		if _, err := io.WriteString(e.stdout, sl.Data); err != nil {
+			return err
+		}
+		offset, left = sl.Next, left-int64(len(sl.Data))
+		if sl.EOF || sl.Data == "" || (c.MaxBytes > 0 && left <= 0) {
+			return nil
+		}
+	}
+}
+
+// tail prints the stream's last --tail lines, read from its end (of the
+// --max-bytes from --offset, if given).
+func (c *logsCmd) tail(e *env, client *tend.Client) error {
+	sl, err := c.tailSlice(e, client)
 	if err != nil {
 		return err
-	}
-	if c.Tail > 0 {
-		sl.Data = string(tend.LastLines([]byte(sl.Data), c.Tail))
 	}
 	if c.JSON {
 		return writeJSONLine(e, sl)
@@ -370,17 +414,46 @@ func (c *logsCmd) Run(e *env) error {
 	return err
 }
 
+func (c *logsCmd) tailSlice(e *env, client *tend.Client) (tend.LogSlice, error) {
+	if c.MaxBytes > 0 {
+		sl, err := client.ReadLog(e.context(), c.ID, c.stream(), c.Offset, c.MaxBytes)
+		tail := tend.LastLines([]byte(sl.Data), c.Tail)
+		sl.Offset, sl.Data = sl.Offset+int64(len(sl.Data)-len(tail)), string(tail)
+		return sl, err
+	}
+	sl, err := client.TailLog(e.context(), c.ID, c.stream(), c.Tail)
+	if err != nil {
+		return sl, err
+	}
+	if len(sl.Data) == tend.MaxLogRead && sl.Offset > 0 && sl.Dropped == 0 &&
+		len(tend.LastLines([]byte(sl.Data), c.Tail)) == len(sl.Data) {
+		fmt.Fprintf(e.stderr, "tend: the last %d lines are longer than %d bytes: these are their last bytes, from offset %d\n", c.Tail, tend.MaxLogRead, sl.Offset)
+	}
+	if skip := c.Offset - sl.Offset; skip > 0 { // the lines start before --offset
+		skip = min(skip, int64(len(sl.Data)))
+		sl.Offset, sl.Data, sl.Dropped = sl.Offset+skip, sl.Data[skip:], 0
+	}
+	return sl, nil
+}
+
 // both prints both streams' lines in the order the run wrote them (as the
-// watcher recorded it), each marked with its stream.
+// watcher recorded it), each marked with its stream, as it reads them
+// (with --tail, it keeps the last lines only).
 func (c *logsCmd) both(e *env, client *tend.Client) error {
-	lines, dropped, err := client.ReadLines(e.context(), c.ID, c.Offset)
+	var last []tend.LogLine
+	dropped, err := client.EachLine(e.context(), c.ID, c.Offset, func(l tend.LogLine) error {
+		if c.Tail == 0 {
+			return c.printLine(e.stdout, l)
+		}
+		if last = append(last, l); len(last) > c.Tail {
+			last = last[1:]
+		}
+		return nil
+	})
 	if err != nil {
 		return err
 	}
-	if c.Tail > 0 && len(lines) > c.Tail {
-		lines = lines[len(lines)-c.Tail:]
-	}
-	for _, l := range lines {
+	for _, l := range last {
 		if err := c.printLine(e.stdout, l); err != nil {
 			return err
 		}
