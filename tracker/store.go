@@ -548,16 +548,21 @@ func (s *Store) Trash(id string) (string, error) {
 	return trash, nil
 }
 
-// ReadTrashed reads the record in trash, a directory Trash returned, and
-// checks its seal as Read does: the directory is its run's owner's, who
+// ReadTrashed reads the record of run id in trash, the directory Trash
+// returned, and checks its seal as Read does, and that it is id's: the directory is its run's owner's, who
 // may have written anything there since.
-func (s *Store) ReadTrashed(trash string) (*State, error) {
+func (s *Store) ReadTrashed(id, trash string) (*State, error) {
 	path := layout.Run(trash).State()
 	b, _, err := durable.ReadRegular(path, maxRecord)
 	if err != nil {
 		return nil, err
 	}
-	return s.parseSealed(path, b)
+	st, err := s.parseSealed(path, b)
+	if err == nil && st.ID != id {
+		// Sealed, but another run's, put there by the owner of both.
+		return nil, fmt.Errorf("%s: the record of run %s, not of %s", path, st.ID, id)
+	}
+	return st, err
 }
 
 // Trashed returns what Trash left behind and Purge did not remove (a crash

@@ -192,13 +192,13 @@ func TestTrashPurge(t *testing.T) {
 	if got := s.Trashed(); len(got) != 1 || got["a"] != trash {
 		t.Fatalf("Trashed = %v, want a: %s", got, trash)
 	}
-	if st, err := s.ReadTrashed(trash); err != nil || st.ID != "a" {
+	if st, err := s.ReadTrashed("a", trash); err != nil || st.ID != "a" {
 		t.Fatalf("ReadTrashed = %v, %v; want a's record", st, err)
 	}
 	if err := os.WriteFile(layout.Run(trash).State(), []byte(`{"id": "a", "state": "completed", "rev": 9}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.ReadTrashed(trash); err == nil {
+	if _, err := s.ReadTrashed("a", trash); err == nil {
 		t.Fatal("ReadTrashed took a record written by hand")
 	}
 	if err := os.RemoveAll(trash); err != nil {

@@ -381,7 +381,7 @@ func (w *watcher) finishDeletion(id string, rev int64, session string, owner int
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb, Owner: owner}))
 	}
-	w.purge(id, trash) // beside the loop: the run is gone from runs/ already
+	w.purge(id, trash, owner) // beside the loop: the run is gone from runs/ already
 	w.log.Printf("run %s: %s", id, reason)
 }
 
@@ -399,7 +399,7 @@ func (w *watcher) finishDeletions() {
 	var history map[string][]tracker.Event // read only if a record is not believed
 	for id, trash := range trashed {
 		rev, session, owner := int64(0), "", 0
-		if st, err := w.store.ReadTrashed(trash); err == nil {
+		if st, err := w.store.ReadTrashed(id, trash); err == nil {
 			rev, session, owner = st.Rev+1, st.Session, st.OwnerUID
 		} else {
 			if history == nil {

@@ -333,12 +333,14 @@ func outputStream(st *tracker.State, name string) *tracker.Stream {
 // readProgress takes what r wrote to its progress file.
 func (w *watcher) readProgress(r *run) {
 	b, err := readHead(w.store.Run(r.st.ID).Progress(), 4096, r.st.OwnerUID)
-	if errors.Is(err, errNotTheOwners) {
-		w.log.Printf("run %s: %v", r.st.ID, err)
+	if errors.Is(err, errNotTheOwners) && !r.progressRefused {
+		r.progressRefused = true
+		w.log.Printf("run %s: %v (said once, until its progress is read)", r.st.ID, err)
 	}
 	if err != nil {
 		return
 	}
+	r.progressRefused = false
 	if i := bytes.IndexByte(b, '\n'); i >= 0 && len(bytes.TrimSpace(b[:i])) > 0 {
 		b = b[:i]
 	}

@@ -8,39 +8,58 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
 
-// purges removes the directories of deleted runs beside the loop, a few
-// at a time, and ends what is under way when the watcher stops.
+// purges removes the directories of deleted runs beside the loop, one at
+// a time for each owner, and ends what is under way when the watcher
+// stops.
 type purges struct {
-	running chan struct{} // a slot for each purge under way
-	ctx     context.Context
-	stop    context.CancelFunc
+	ctx  context.Context
+	stop context.CancelFunc
+
+	mu    sync.Mutex
+	slots map[int]chan struct{} // by owner: a purge runs as its owner, who may stop it
 }
 
-// purgesAtOnce is how many deleted runs' directories are removed at once:
-// a `tend rm --all` of thousands must not start thousands of processes.
-const purgesAtOnce = 2
+// purgeTimeout is the longest a purge may take: the rest is left for the
+// next watcher (400,000 files took 12 s).
+const purgeTimeout = 10 * time.Minute
 
 func newPurges() purges {
 	ctx, stop := context.WithCancel(context.Background())
-	return purges{running: make(chan struct{}, purgesAtOnce), ctx: ctx, stop: stop}
+	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{})}
 }
 
-// purge removes trash, the renamed directory of deleted run id, beside the
-// loop (see removeTree). One that the watcher stops before it is done
-// stays in runs/, for the next watcher to remove (finishDeletions).
-func (w *watcher) purge(id, trash string) {
+// slot returns the slot of owner's purges: one at a time each, so that a
+// `tend rm --all` of thousands does not start thousands of processes, and
+// an owner who stops theirs (it runs as them) holds up only their own.
+func (p *purges) slot(owner int) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.slots[owner] == nil {
+		p.slots[owner] = make(chan struct{}, 1)
+	}
+	return p.slots[owner]
+}
+
+// purge removes trash, the renamed directory of owner's deleted run id,
+// beside the loop (see removeTree). One that the watcher stops before it
+// is done, or that takes longer than purgeTimeout, stays in runs/, for
+// the next watcher to remove (finishDeletions).
+func (w *watcher) purge(id, trash string, owner int) {
+	slot := w.purges.slot(owner)
 	w.purging.Go(func() {
 		select {
-		case w.purges.running <- struct{}{}:
+		case slot <- struct{}{}:
 		case <-w.purges.ctx.Done():
 			return
 		}
-		defer func() { <-w.purges.running }()
+		defer func() { <-slot }()
 		if err := w.removeTree(trash); err != nil {
 			w.log.Printf("run %s: %v", id, err)
 		}
@@ -75,7 +94,10 @@ func (w *watcher) removeTree(trash string) error {
 	if err := unix.Fstat(fd, &owner); err != nil {
 		return fmt.Errorf("%s: %w", trash, err)
 	}
-	cmd := exec.CommandContext(w.purges.ctx, "find", "/proc/self/fd/3/", "-mindepth", "1", "-delete")
+	ctx, cancel := context.WithTimeout(w.purges.ctx, purgeTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "find", "/proc/self/fd/3/", "-mindepth", "1", "-delete")
+	cmd.WaitDelay = time.Second // what it started, or a tracer, may hold its stderr
 	cmd.Path = findPath
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	cmd.ExtraFiles = []*os.File{dir}
@@ -83,8 +105,8 @@ func (w *watcher) removeTree(trash string) error {
 	if int(owner.Uid) != w.uid && w.uid == 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: owner.Uid, Gid: owner.Gid}
 	}
-	var out bytes.Buffer
-	cmd.Stderr = &out
+	out := &headWriter{max: 512} // a line for each entry it could not remove
+	cmd.Stderr = out
 	w.forker.run(func() { err = cmd.Start() }) // on the forker's thread: see forker
 	if err == nil {
 		err = cmd.Wait()
@@ -92,7 +114,21 @@ func (w *watcher) removeTree(trash string) error {
 	if rmErr := unix.Rmdir(trash); rmErr == nil || errors.Is(rmErr, fs.ErrNotExist) {
 		return nil
 	}
-	return fmt.Errorf("%s: not removed as uid %d: %v: %.200s", trash, owner.Uid, err, bytes.TrimSpace(out.Bytes()))
+	return fmt.Errorf("%s: not removed as uid %d: %v: %.200s", trash, owner.Uid, err, bytes.TrimSpace(out.b))
+}
+
+// A headWriter keeps the first max bytes written to it, and drops the
+// rest: what a child of another user's writes is as long as they make it.
+type headWriter struct {
+	b   []byte
+	max int
+}
+
+func (h *headWriter) Write(p []byte) (int, error) {
+	if room := h.max - len(h.b); room > 0 {
+		h.b = append(h.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
 }
 
 // findPath is find(1)'s, where every Linux distribution has it.

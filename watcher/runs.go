@@ -52,8 +52,13 @@ type run struct {
 	// for good, 86,400 a day at the default interval).
 	poll *time.Timer
 	// healthSaved is when a health check's result was last saved on its
-	// own (see saveHealth).
+	// own, healthSave the save due once healthSavedEvery has passed (see
+	// saveHealth).
 	healthSaved time.Time
+	healthSave  *time.Timer
+	// progressRefused is set once a progress file it did not read is
+	// logged, until one is read: said once, not at each write.
+	progressRefused bool
 
 	capPending, progressPending bool // a check of its output or progress is scheduled
 
@@ -879,6 +884,9 @@ func (w *watcher) finish(r *run) {
 	}
 	if r.poll != nil {
 		r.poll.Stop()
+	}
+	if r.healthSave != nil {
+		r.healthSave.Stop()
 	}
 	delete(w.runs, r.st.ID)
 	w.unwatchRunDir(r.st.ID)

@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -104,6 +103,9 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 		return // a stopped process cannot answer: the result says nothing
 	}
 	now := time.Now()
+	if len(detail) > maxCheckDetail {
+		detail = strings.ToValidUTF8(detail[:maxCheckDetail], "") // a server's status line is as long as it makes it
+	}
 	hs.Checks = append(hs.Checks, tracker.HealthCheck{Time: now, OK: ok, Detail: detail, DurationSeconds: took.Seconds()})
 	if len(hs.Checks) > 5 {
 		hs.Checks = hs.Checks[len(hs.Checks)-5:]
@@ -141,16 +143,29 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	w.stop(r, tracker.CauseRestart, fmt.Sprintf("unhealthy: %d health checks failed in a row (tend show %s)", hs.Failures, r.st.ID), r.grace(), "")
 }
 
+// maxCheckDetail is the most a health check's detail keeps: five of them
+// are in the record, which readers take only up to a size.
+const maxCheckDetail = 512
+
 // saveHealth saves run r's record for its health checks' last results,
 // at most every healthSavedEvery, and reports whether it did. Each save
 // is a line in the history too, which every user of a shared root keeps:
 // a check that keeps failing every 100 ms, or passing and failing by
 // turns, would add ten lines a second for as long as its run lives. What
-// is not saved rides along with the next record written. (A run's
-// readiness, and a stop to restart it, are saved at once.)
+// is not saved then is saved once the time comes, if nothing else has
+// been. (A run's readiness, and a stop to restart it, are saved at once.)
 func (w *watcher) saveHealth(r *run) bool {
 	now := time.Now()
-	if now.Sub(r.healthSaved) < healthSavedEvery {
+	if wait := healthSavedEvery - now.Sub(r.healthSaved); wait > 0 {
+		if r.healthSave == nil { // saved once the time comes: the last word is the checks'
+			r.healthSave = w.after(wait, func() {
+				r.healthSave = nil
+				if w.runs[r.st.ID] == r && r.exit == nil {
+					r.healthSaved = time.Now()
+					w.save(r.st)
+				}
+			})
+		}
 		return false
 	}
 	r.healthSaved = now
@@ -195,9 +210,9 @@ func (c check) run(f *forker) (bool, string) {
 	}
 	args := slices.Clone(c.netCheck[1:])
 	if h.TCP != "" {
-		args = append(args, "--tcp", h.TCP)
+		args = append(args, "--tcp="+h.TCP)
 	} else {
-		args = append(args, "--http", h.HTTP)
+		args = append(args, "--http="+h.HTTP)
 	}
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", append(args, "--timeout", h.Timeout.D().String())...)
 	cmd.Args[0] = c.netCheck[0]
@@ -219,14 +234,15 @@ func (c check) run(f *forker) (bool, string) {
 func (c check) runCommand(f *forker, cmd *exec.Cmd) ([]byte, error) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = time.Second // what it started, or a tracer, may hold its output
+	out := &headWriter{max: maxCheckDetail}
+	cmd.Stdout, cmd.Stderr = out, out
 	var err error
 	f.run(func() { err = cmd.Start() }) // on the forker's thread: see forker
 	if err == nil {
 		err = cmd.Wait()
 	}
-	return out.Bytes(), err
+	return out.b, err
 }
 
 // CheckNetwork makes a tcp health check (tcp: an address to connect to)
