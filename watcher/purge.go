@@ -47,6 +47,27 @@ func (p *purges) slot(owner int) chan struct{} {
 	return p.slots[owner]
 }
 
+// purgesGrace is how long a watcher that stops lets its purges go on: a
+// purge as its owner may last as long as they keep filling the directory.
+const purgesGrace = 5 * time.Second
+
+// finishPurges waits for the purges under way or due, for purgesGrace at
+// most, then ends them: what is left is the next watcher's.
+func (w *watcher) finishPurges() {
+	done := make(chan struct{})
+	go func() {
+		w.purging.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(purgesGrace):
+		w.purges.stop()
+		<-done
+	}
+	w.purges.stop()
+}
+
 // purge removes trash, the renamed directory of owner's deleted run id,
 // beside the loop (see removeTree). One that the watcher stops before it
 // is done, or that takes longer than purgeTimeout, stays in runs/, for

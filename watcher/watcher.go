@@ -275,8 +275,7 @@ func runWatcher(cfg Config, started *bool) error {
 	}()
 	// Before the lock goes: the next watcher finishes what is left of a
 	// deletion (finishDeletions), and must not find one under way.
-	defer w.purging.Wait()
-	defer w.purges.stop() // first: what is under way is ended
+	defer w.finishPurges()
 	// Descendants of runs that leave their group (setsid, double fork)
 	// become this watcher's children when their parent dies, so they can
 	// be found and ended with their run, and never run on unsupervised.
