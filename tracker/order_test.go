@@ -43,11 +43,7 @@ func TestInterleave(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newStore(t)
-			st := &State{ID: "r", State: Completed}
-			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			s, st := newCompletedRun(t)
 			st.Output = &Output{Limit: 1 << 20}
 			st.Output.Stdout.Dropped, st.Output.Stdout.Base = tt.dropped[0], tt.dropped[0]
 			st.Output.Stderr.Dropped, st.Output.Stderr.Base = tt.dropped[1], tt.dropped[1]
@@ -153,11 +149,7 @@ func TestInterleaveSplitsLongLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, _ := newStore(t)
-			st := &State{ID: "r", State: Completed}
-			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
-				t.Fatal(err)
-			}
+			s, st := newCompletedRun(t)
 			if err := os.WriteFile(filepath.Join(s.RunDir("r"), "stdout"), []byte(tt.data), 0o644); err != nil {
 				t.Fatal(err)
 			}
@@ -181,4 +173,14 @@ func TestInterleaveSplitsLongLines(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newCompletedRun returns a store with the directory of run "r", and its
+// record: completed, with nothing else.
+func newCompletedRun(t *testing.T) (*Store, *State) {
+	s, _ := newStore(t)
+	if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return s, &State{ID: "r", State: Completed}
 }
