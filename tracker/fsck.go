@@ -483,7 +483,7 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	}
 	// Taken only from a file of the owner's with no other name: the owner
 	// may have put there one they may not read, for the record to show it.
-	if b, fi, err := durable.ReadRegular(s.Run(id).Request(), spool.MaxBody); err == nil && fi.Nlink == 1 && int(fi.Uid) == st.OwnerUID {
+	if b, fi, err := durable.ReadRegular(s.Run(id).Request(), spool.MaxBody); err == nil && CheckRunFile(&fi, st.OwnerUID) == nil {
 		if req, err := spool.ParseStart(b); err == nil {
 			st.Command, st.Labels, st.Timeout, st.Cwd = req.Args(), req.Labels, req.Timeout, req.Cwd
 			if req.Grace != nil {

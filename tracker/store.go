@@ -529,8 +529,9 @@ func (s *Store) readCached(c *listCache, dirfd int, id, stamp string, buf []byte
 // Trash takes run id's directory out of the store at once, by renaming it
 // to a hidden name, so readers see the whole record or none of it; unless
 // the store's durability is WatcherCrash, durably. It returns the new
-// path, for the watcher to remove; with an error, the directory was renamed if the path
-// is not empty, but the rename may not survive a power loss.
+// path, for the watcher to remove; with an error, the directory was
+// renamed if the path is not empty, but the rename may not survive a
+// power loss.
 func (s *Store) Trash(id string) (string, error) {
 	var buf [8]byte
 	rand.Read(buf[:])
@@ -549,8 +550,9 @@ func (s *Store) Trash(id string) (string, error) {
 }
 
 // ReadTrashed reads the record of run id in trash, the directory Trash
-// returned, and checks its seal as Read does, and that it is id's: the directory is its run's owner's, who
-// may have written anything there since.
+// returned, and checks its seal as Read does, and that it is id's: the
+// directory is its run's owner's, who may have written anything there
+// since.
 func (s *Store) ReadTrashed(id, trash string) (*State, error) {
 	path := layout.Run(trash).State()
 	b, _, err := durable.ReadRegular(path, maxRecord)
@@ -595,6 +597,24 @@ func RunPerm(owner int) durable.Perm {
 	return durable.Perm{Mode: 0o600}
 }
 
+// CheckRunFile says why the file st describes (stat of the open file),
+// found in the directory of a run of owner's, is not one tend may read or
+// write for the run, or returns nil: it must be a regular file, with no
+// other name, and owner's where tend runs as root. The directory may be
+// the owner's, who may have renamed or linked there a file they may not
+// read or write themselves (root's, another user's), for tend to use.
+func CheckRunFile(st *unix.Stat_t, owner int) error {
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		return errors.New("not a regular file")
+	case st.Nlink != 1:
+		return fmt.Errorf("it has %d links", st.Nlink)
+	case RunPerm(owner).Owner > 0 && int(st.Uid) != owner:
+		return fmt.Errorf("owned by uid %d, not by the run's owner (uid %d)", st.Uid, owner)
+	}
+	return nil
+}
+
 // OpenRunFile opens the file at path in a run's directory with flags,
 // creating it (mode 0644, given to owner as RunPerm says) if it is
 // missing, and never through a link, a FIFO or a device. A file that was
@@ -620,15 +640,8 @@ func OpenRunFile(path string, flags int, owner int) (int, error) {
 		return -1, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	var st unix.Stat_t
-	err = unix.Fstat(fd, &st)
-	switch {
-	case err != nil:
-	case st.Mode&unix.S_IFMT != unix.S_IFREG:
-		err = errors.New("not a regular file")
-	case st.Nlink != 1:
-		err = fmt.Errorf("it has %d links", st.Nlink)
-	case RunPerm(owner).Owner > 0 && int(st.Uid) != owner:
-		err = fmt.Errorf("owned by uid %d, not by the run's owner (uid %d)", st.Uid, owner)
+	if err = unix.Fstat(fd, &st); err == nil {
+		err = CheckRunFile(&st, owner)
 	}
 	if err != nil {
 		unix.Close(fd)

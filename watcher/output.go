@@ -361,22 +361,16 @@ var errNotTheOwners = errors.New("not read")
 
 // readHead reads at most the first limit bytes of the regular file at
 // path, never through a link or from a FIFO (a run writes the file, and
-// may put anything in its place). Its owner, where the watcher is root,
-// must be the run's owner, and it must have no other name: a user may
-// rename into their run's directory a file they may not read (root's, or
-// another user's in a directory they share), or link one there, for the
-// watcher to read it as root and copy it into their record.
+// may put anything in its place), and only one tracker.CheckRunFile
+// allows: the watcher reads it as root, and copies it into the record.
 func readHead(path string, limit, owner int) ([]byte, error) {
 	fd, st, err := durable.OpenRegular(path)
 	if err != nil {
 		return nil, err
 	}
 	defer unix.Close(fd)
-	switch {
-	case st.Nlink != 1:
-		return nil, fmt.Errorf("%s: %w: it has %d links", path, errNotTheOwners, st.Nlink)
-	case tracker.RunPerm(owner).Owner > 0 && int(st.Uid) != owner:
-		return nil, fmt.Errorf("%s: %w: owned by uid %d, not by the run's owner (uid %d)", path, errNotTheOwners, st.Uid, owner)
+	if err := tracker.CheckRunFile(&st, owner); err != nil {
+		return nil, fmt.Errorf("%s: %w: %v", path, errNotTheOwners, err)
 	}
 	b := make([]byte, limit)
 	n, err := unix.Read(fd, b)

@@ -62,10 +62,9 @@ func (w *watcher) finishPurges() {
 	select {
 	case <-done:
 	case <-time.After(purgesGrace):
-		w.purges.stop()
-		<-done
 	}
 	w.purges.stop()
+	<-done
 }
 
 // purge removes trash, the renamed directory of owner's deleted run id,
