@@ -42,7 +42,7 @@ func TestInvalidIDsWriteNothing(t *testing.T) {
 		"Delete":  func(id string) error { _, err := c.Delete(ctx, tend.Control{}, "ok", id); return err },
 		"ReadLog": func(id string) error { _, err := c.ReadLog(ctx, id, tend.Stdout, 0, 0); return err },
 		"ReadLines": func(id string) error {
-			_, _, _, err := c.ReadLines(ctx, id, 0, 0)
+			_, err := c.ReadLines(ctx, id, tend.LogPlace{}, 0)
 			return err
 		},
 		"Events": func(id string) error {

@@ -124,74 +124,162 @@ func (c *Client) readForLogs(ctx context.Context, id, stream string, offset, max
 	return c.Show(ctx, id)
 }
 
-// ReadLines returns run id's lines of both streams from absolute offset
-// offset of each, in the order the run wrote them (as the watcher recorded
-// its switches from one stream to the other), each with its stream, up to
-// what is written now: a line not ended yet is returned only once the run
-// has ended. It also returns how many bytes were gone (capped) when their
-// turn came.
+// LogPlace is a place in both streams of a run's output: the absolute
+// offset of the next byte of each to read.
+type LogPlace struct {
+	Stdout int64 `json:"stdout"`
+	Stderr int64 `json:"stderr"`
+}
+
+// PlaceAt returns the place at offset off of both streams.
+func PlaceAt(off int64) LogPlace { return LogPlace{off, off} }
+
+func (p LogPlace) pair() [2]int64 { return [2]int64{p.Stdout, p.Stderr} }
+func placeOf(p [2]int64) LogPlace { return LogPlace{p[0], p[1]} }
+
+func (p LogPlace) check() error {
+	if p.Stdout < 0 || p.Stderr < 0 {
+		return invalidf("offsets %d and %d: offsets are not negative", p.Stdout, p.Stderr)
+	}
+	return nil
+}
+
+// Lines is what ReadLines read of both streams of a run's output.
+type Lines struct {
+	Lines []LogLine `json:"lines"`
+	// Next is where to read on from: no line is read twice or skipped.
+	Next LogPlace `json:"next"`
+	// Dropped is how many bytes were gone (capped) when their turn came.
+	Dropped int64 `json:"dropped"`
+	// EOF says Lines reaches what the streams hold now, and Final that
+	// the run has ended: then nothing more will come.
+	EOF   bool `json:"eof"`
+	Final bool `json:"final"`
+}
+
+// ReadLines returns run id's lines of both streams from place from, in
+// the order the run wrote them (as the watcher recorded its switches from
+// one stream to the other), each with its stream, up to what is written
+// now: a line not ended yet is returned only once the run has ended.
 //
 // It returns at most about max bytes of lines (MaxLogRead if max is 0 or
 // more): it stops before the line that would pass max, though it returns
-// one line at least, and then more is true. The two streams' offsets
-// differ there: read each on from the Next of its last line returned
-// (with ReadLog), or ask again from a later offset.
-func (c *Client) ReadLines(ctx context.Context, id string, offset, max int64) (lines []LogLine, dropped int64, more bool, err error) {
+// one line at least, and then EOF is false: read on from Next.
+func (c *Client) ReadLines(ctx context.Context, id string, from LogPlace, max int64) (Lines, error) {
 	if max <= 0 || max > MaxLogRead {
 		max = MaxLogRead
 	}
-	var size int64
-	dropped, err = c.EachLine(ctx, id, offset, func(l LogLine) error {
-		if size += int64(len(l.Data)); size > max && len(lines) > 0 {
-			more = true
+	var (
+		out  = Lines{Next: from, EOF: true}
+		size int64
+	)
+	st, err := c.eachLine(ctx, id, from, func(l LogLine) error {
+		if size += int64(len(l.Data)); size > max && len(out.Lines) > 0 {
+			out.EOF = false
 			return errBudget
 		}
-		lines = append(lines, l)
+		out.Lines = append(out.Lines, l)
 		return nil
-	})
+	}, &out.Next, &out.Dropped)
 	if errors.Is(err, errBudget) {
 		err = nil
 	}
-	return lines, dropped, more, err
+	if st != nil {
+		out.Final = tracker.Final(st.State)
+	}
+	return out, err
 }
 
 // errBudget stops ReadLines' walk through the lines at its byte budget.
 var errBudget = errors.New("the lines read reached their budget")
 
-// EachLine passes run id's lines of both streams from absolute offset
-// offset of each to emit, in the order ReadLines returns them, and returns
-// how many bytes were gone (capped) when their turn came. It holds one
-// line (at most MaxLogLine bytes) at a time, so it reads output of any
-// size; an error from emit stops it and is returned.
-func (c *Client) EachLine(ctx context.Context, id string, offset int64, emit func(LogLine) error) (int64, error) {
-	if offset < 0 {
-		return 0, invalidf("offset %d is negative", offset)
+// EachLine passes run id's lines of both streams from place from to emit,
+// in the order ReadLines returns them, and returns where to read on from
+// and how many bytes were gone (capped) when their turn came. It holds
+// one line (at most MaxLogLine bytes) at a time, so it reads output of
+// any size; an error from emit stops it and is returned, and the line
+// emit refused is where next is.
+func (c *Client) EachLine(ctx context.Context, id string, from LogPlace, emit func(LogLine) error) (next LogPlace, dropped int64, err error) {
+	_, err = c.eachLine(ctx, id, from, emit, &next, &dropped)
+	return next, dropped, err
+}
+
+func (c *Client) eachLine(ctx context.Context, id string, from LogPlace, emit func(LogLine) error, next *LogPlace, dropped *int64) (*Record, error) {
+	*next = from
+	if err := from.check(); err != nil {
+		return nil, err
 	}
 	st, err := c.Show(ctx, id)
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
-	it := c.store.Interleave(id, offset)
+	it := c.store.Interleave(id, from.pair())
+	var refused *tracker.Line
 	err = it.Read(st, true, func(l tracker.Line) error {
 		if err := ctx.Err(); err != nil {
+			refused = &l
 			return err // a huge output takes a while: let the caller give up
 		}
-		return emit(logLine(l))
-	})
-	return it.Dropped, err
-}
-
-// TailLines returns the last n lines of both streams of the run st
-// records, in the order written, from the last 16 KiB of each.
-func (c *Client) TailLines(ctx context.Context, st *Record, n int) ([]LogLine, error) {
-	var lines []LogLine
-	err := c.store.InterleaveTail(st, 16<<10).Read(st, true, func(l tracker.Line) error {
-		if lines = append(lines, logLine(l)); len(lines) > n {
-			lines = lines[1:]
+		if err := emit(logLine(l)); err != nil {
+			refused = &l
+			return err
 		}
 		return nil
 	})
-	return lines, err
+	*next, *dropped = placeAfter(it, refused), it.Dropped
+	return st, err
+}
+
+// placeAfter returns where to go on from after it's read, which stopped
+// at line refused if it is not nil.
+func placeAfter(it *tracker.Interleaver, refused *tracker.Line) LogPlace {
+	next := it.Next()
+	if refused != nil {
+		next[streamIndex(refused.Stream)] = refused.Offset
+	}
+	return placeOf(next)
+}
+
+func streamIndex(stream string) int {
+	if stream == Stderr {
+		return 1
+	}
+	return 0
+}
+
+// TailLines returns the last n lines (n > 0) of both streams of the run
+// st records, in the order written, and the place after them, from which
+// FollowLines goes on. A line not ended yet is among them only if the run
+// has ended, or unended is set. It reads no more than it needs: the same
+// last bytes of each stream, from 16 KiB up to MaxLogRead. If the last n
+// lines are longer than that, it returns those it found whole.
+func (c *Client) TailLines(ctx context.Context, st *Record, n int, unended bool) ([]LogLine, LogPlace, error) {
+	if n <= 0 {
+		return nil, LogPlace{}, invalidf("tail %d: want at least one line", n)
+	}
+	final := unended || tracker.Final(st.State)
+	for window := int64(16 << 10); ; window *= 4 {
+		window = min(window, MaxLogRead)
+		it := c.store.InterleaveTail(st, window)
+		start := it.Next()
+		var lines []LogLine
+		err := it.Read(st, final, func(l tracker.Line) error {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			// A window's first line may have started before it.
+			if i := streamIndex(l.Stream); l.Offset > start[i] || start[i] == 0 || window == MaxLogRead {
+				lines = append(lines, logLine(l))
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, LogPlace{}, err
+		}
+		if len(lines) >= n || window == MaxLogRead || start == [2]int64{} {
+			return lines[max(0, len(lines)-n):], placeOf(it.Next()), nil
+		}
+	}
 }
 
 func logLine(l tracker.Line) LogLine {
@@ -238,18 +326,18 @@ func (c *Client) FollowLog(ctx context.Context, id, stream string, offset int64,
 }
 
 // FollowLines passes run id's lines of both streams to emit, in the order
-// written, from absolute offset offset of each, as the run writes them,
+// written, from place from, as the run writes them,
 // until the run ends, and returns its last record and how many bytes were
 // gone (capped) when their turn came. emit gets the record as last read
 // too (and a zero LogLine when only the record changed).
-func (c *Client) FollowLines(ctx context.Context, id string, offset int64, emit func(*Record, LogLine) error) (*Record, int64, error) {
-	if offset < 0 {
-		return nil, 0, invalidf("offset %d is negative", offset)
+func (c *Client) FollowLines(ctx context.Context, id string, from LogPlace, emit func(*Record, LogLine) error) (*Record, int64, error) {
+	if err := from.check(); err != nil {
+		return nil, 0, err
 	}
 	if _, err := c.Show(ctx, id); err != nil {
 		return nil, 0, err
 	}
-	it := c.store.Interleave(id, offset)
+	it := c.store.Interleave(id, from.pair())
 	var final *Record
 	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		cur, err := c.store.Read(id)

@@ -2,9 +2,12 @@ package tend_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/tendhq/tend"
@@ -63,7 +66,8 @@ func TestReadsOfHugeOutputAreBounded(t *testing.T) {
 		}
 	}
 
-	lines, _, more, err := c.ReadLines(ctx, "big", 0, 0)
+	read, err := c.ReadLines(ctx, "big", tend.LogPlace{}, 0)
+	lines, more := read.Lines, !read.EOF
 	size := 0
 	for _, l := range lines {
 		if len(l.Data) > tend.MaxLogLine {
@@ -81,4 +85,59 @@ func trim(s string) string {
 		return s[:20] + "..." + s[len(s)-20:]
 	}
 	return s
+}
+
+// A read of both streams cut short by its budget goes on from its Next:
+// read a page at a time, the lines are those of one read, in the same
+// order, none twice.
+func TestReadLinesGoesOnFromNext(t *testing.T) {
+	root := filepath.Join(t.TempDir(), ".tend")
+	t.Cleanup(func() { exec.Command("tend", "--root", root, "down").Run() })
+	c, err := tend.Open(root, tend.Options{Watcher: &tend.WatcherOptions{Executable: "tend"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := c.Start(ctx, "mix", tend.Request{Shell: "true"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(ctx, "mix"); err != nil {
+		t.Fatal(err)
+	}
+	// The streams and the switches as the watcher records them: each
+	// stream writes lines of its own lengths, and they take turns.
+	var stdout, stderr, order strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&stdout, "o%d\n", i)
+		fmt.Fprintf(&order, "stdout %d\n", stdout.Len())
+		fmt.Fprintf(&stderr, "e%d\n%s\n", i, strings.Repeat("x", i%7))
+		fmt.Fprintf(&order, "stderr %d\n", stderr.Len())
+	}
+	for name, data := range map[string]string{"stdout": stdout.String(), "stderr": stderr.String(), "order": order.String()} {
+		if err := os.WriteFile(filepath.Join(root, "runs", "mix", name), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	whole, err := c.ReadLines(ctx, "mix", tend.LogPlace{}, 0)
+	if err != nil || !whole.EOF || !whole.Final || len(whole.Lines) != 300 {
+		t.Fatalf("ReadLines: %d lines, eof %v, final %v, %v; want 300, eof, final", len(whole.Lines), whole.EOF, whole.Final, err)
+	}
+	if whole.Next != (tend.LogPlace{Stdout: int64(stdout.Len()), Stderr: int64(stderr.Len())}) {
+		t.Errorf("ReadLines: next %+v, want the streams' ends", whole.Next)
+	}
+	var paged []tend.LogLine
+	for at, pages := (tend.LogPlace{}), 0; ; pages++ {
+		read, err := c.ReadLines(ctx, "mix", at, 20)
+		if err != nil || pages > 300 {
+			t.Fatalf("page %d from %+v: %v", pages, at, err)
+		}
+		paged = append(paged, read.Lines...)
+		if read.EOF {
+			break
+		}
+		at = read.Next
+	}
+	if !slices.Equal(paged, whole.Lines) {
+		t.Errorf("paged: %d lines, want the %d of one read, in its order", len(paged), len(whole.Lines))
+	}
 }

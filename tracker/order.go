@@ -179,9 +179,25 @@ func streamIndex(name string) int {
 }
 
 // Interleave returns an Interleaver of run id's output from absolute
-// offset from of each stream.
-func (s *Store) Interleave(id string, from int64) *Interleaver {
-	return &Interleaver{store: s, id: id, pos: [2]int64{from, from}}
+// offset from[0] of stdout and from[1] of stderr: any two offsets, such
+// as those Next gave an earlier Interleaver, since the switches before
+// them are read again to tell which stream comes next.
+func (s *Store) Interleave(id string, from [2]int64) *Interleaver {
+	return &Interleaver{store: s, id: id, pos: from}
+}
+
+// Next returns where an Interleaver made now would go on from, for
+// stdout and stderr: after the lines passed, at the start of a line not
+// ended yet. A caller that refused a line (its emit returned an error)
+// goes on from that line's Offset in its stream instead.
+func (it *Interleaver) Next() [2]int64 {
+	next := it.pos
+	for i, p := range it.partial {
+		if len(p.Data) > 0 {
+			next[i] = p.Offset
+		}
+	}
+	return next
 }
 
 // InterleaveTail returns an Interleaver of run st's last bytes: at most

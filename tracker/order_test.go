@@ -53,7 +53,7 @@ func TestInterleave(t *testing.T) {
 				}
 			}
 			var got strings.Builder
-			it := s.Interleave("r", tt.from)
+			it := s.Interleave("r", [2]int64{tt.from, tt.from})
 			err := it.Read(st, true, func(l Line) error {
 				got.WriteString(l.Stream[3:4] + " " + strings.ReplaceAll(string(l.Data), "\n", "|"))
 				return nil
@@ -84,7 +84,7 @@ func TestInterleaveFollows(t *testing.T) {
 		f.WriteString(data)
 		f.Close()
 	}
-	it := s.Interleave("r", 0)
+	it := s.Interleave("r", [2]int64{})
 	var got []string
 	read := func(final bool) {
 		t.Helper()
@@ -156,7 +156,7 @@ func TestInterleaveSplitsLongLines(t *testing.T) {
 			var got []int
 			var off int64
 			var joined strings.Builder
-			err := s.Interleave("r", 0).Read(st, true, func(l Line) error {
+			err := s.Interleave("r", [2]int64{}).Read(st, true, func(l Line) error {
 				if l.Offset != off {
 					t.Errorf("piece %d at offset %d, want %d", len(got), l.Offset, off)
 				}

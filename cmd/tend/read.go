@@ -300,7 +300,7 @@ func showService(st *tracker.State, row func(k, v string)) {
 // showLastLines prints the run's last n lines of output, both streams in
 // the order written, each marked with its stream.
 func showLastLines(e *env, client *tend.Client, st *tend.Record, n int) error {
-	lines, err := client.TailLines(e.context(), st, n)
+	lines, _, err := client.TailLines(e.context(), st, n, true)
 	if err != nil || len(lines) == 0 {
 		return err
 	}
@@ -312,14 +312,17 @@ func showLastLines(e *env, client *tend.Client, st *tend.Record, n int) error {
 }
 
 type logsCmd struct {
-	ID       string `arg:"" help:"The run whose output to print."`
-	Stderr   bool   `help:"Print standard error instead of standard output."`
-	Both     bool   `help:"Print both streams' lines in the order the run wrote them, each marked with its stream."`
-	Offset   int64  `help:"Start at this absolute byte offset of the stream (as --json's next gave it)." default:"0"`
-	MaxBytes int64  `name:"max-bytes" help:"Print at most this many bytes (0: all; with --json, 4 MiB at most)." default:"0"`
-	Tail     int    `help:"Print only the last N lines." default:"0"`
-	JSON     bool   `help:"Print {offset, next, dropped, eof, data} for the slice read, so an agent reads incrementally: ask next time from next. A slice is 4 MiB at most: eof false says there is more."`
-	Follow   bool   `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
+	ID     string `arg:"" help:"The run whose output to print."`
+	Stderr bool   `help:"Print standard error instead of standard output."`
+	Both   bool   `help:"Print both streams' lines in the order the run wrote them, each marked with its stream."`
+	Offset int64  `help:"Start at this absolute byte offset of the stream (as --json's next gave it); with --both, of both streams, or of stdout if --stderr-offset is given." default:"0"`
+	// StderrOffset lets a read of both streams go on where the last one
+	// stopped, which is in general not at the same offset of the two.
+	StderrOffset int64 `name:"stderr-offset" help:"With --both: start stderr at this offset (as the next of its last line gave it); -1: at --offset." default:"-1"`
+	MaxBytes     int64 `name:"max-bytes" help:"Print at most this many bytes (0: all; with --json, 4 MiB at most)." default:"0"`
+	Tail         int   `help:"Print only the last N lines (with -f, then follow on from them)." default:"0"`
+	JSON         bool  `help:"Print {offset, next, dropped, eof, data} for the slice read, so an agent reads incrementally: ask next time from next. A slice is 4 MiB at most: eof false says there is more."`
+	Follow       bool  `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
 }
 
 func (c *logsCmd) Help() string {
@@ -330,6 +333,7 @@ so reads never overlap or skip, even when the oldest output was dropped
 from next. Examples:
   tend logs -f build
   tend logs build --tail 20
+  tend logs -f --tail 20 --both build
   tend logs build --offset 0 --max-bytes 65536 --json   # then --offset <next>`
 }
 
@@ -340,8 +344,11 @@ func (c *logsCmd) Run(e *env) error {
 	if c.Both && c.MaxBytes > 0 {
 		return exitf(exitUsage, "logs: --max-bytes reads one stream; read each with --offset and --max-bytes (and --stderr), or drop --both")
 	}
-	if c.Offset < 0 || c.MaxBytes < 0 || c.Tail < 0 {
-		return exitf(exitUsage, "logs: --offset, --max-bytes and --tail are not negative")
+	if c.Offset < 0 || c.MaxBytes < 0 || c.Tail < 0 || c.StderrOffset < -1 {
+		return exitf(exitUsage, "logs: --offset, --stderr-offset, --max-bytes and --tail are not negative")
+	}
+	if c.StderrOffset >= 0 && !c.Both {
+		return exitf(exitUsage, "logs: --stderr-offset is for --both: to read stderr alone, use --stderr --offset N")
 	}
 	client, err := e.client("")
 	if err != nil {
@@ -437,38 +444,97 @@ func (c *logsCmd) tailSlice(e *env, client *tend.Client) (tend.LogSlice, error) 
 }
 
 // both prints both streams' lines in the order the run wrote them (as the
-// watcher recorded it), each marked with its stream, as it reads them
-// (with --tail, it keeps the last lines only).
+// watcher recorded it), each marked with its stream, as it reads them.
 func (c *logsCmd) both(e *env, client *tend.Client) error {
-	var last []tend.LogLine
-	dropped, err := client.EachLine(e.context(), c.ID, c.Offset, func(l tend.LogLine) error {
-		if c.Tail == 0 {
-			return c.printLine(e.stdout, l)
+	if c.Tail > 0 {
+		st, err := client.Show(e.context(), c.ID)
+		if err != nil {
+			return err
 		}
-		if last = append(last, l); len(last) > c.Tail {
-			last = last[1:]
+		lines, _, err := c.tailLines(e, client, st)
+		if err != nil {
+			return err
 		}
-		return nil
+		return c.printLines(e.stdout, lines)
+	}
+	_, dropped, err := client.EachLine(e.context(), c.ID, c.from(), func(l tend.LogLine) error {
+		return c.printLine(e.stdout, l)
 	})
 	if err != nil {
 		return err
-	}
-	for _, l := range last {
-		if err := c.printLine(e.stdout, l); err != nil {
-			return err
-		}
 	}
 	c.noteDropped(e, dropped)
 	return nil
 }
 
-// followBoth prints both streams' lines as the run writes them, until it
-// ends, and exits with its code.
+// from is where --offset and --stderr-offset say to start both streams.
+func (c *logsCmd) from() tend.LogPlace {
+	from := tend.PlaceAt(c.Offset)
+	if c.StderrOffset >= 0 {
+		from.Stderr = c.StderrOffset
+	}
+	return from
+}
+
+// tailLines returns run st's last --tail lines of both streams from
+// c.from() (the lines read back from the streams' ends, cut at it), and
+// where to follow on from. With -f, a line the run has not ended yet
+// waits to be followed.
+func (c *logsCmd) tailLines(e *env, client *tend.Client, st *tend.Record) ([]tend.LogLine, tend.LogPlace, error) {
+	lines, next, err := client.TailLines(e.context(), st, c.Tail, !c.Follow)
+	if err != nil {
+		return nil, next, err
+	}
+	from := c.from()
+	var kept []tend.LogLine
+	for _, l := range lines {
+		start := from.Stdout
+		if l.Stream == tend.Stderr {
+			start = from.Stderr
+		}
+		if l.Next <= start {
+			continue
+		}
+		if skip := start - l.Offset; skip > 0 {
+			l.Offset, l.Data = start, l.Data[skip:]
+		}
+		kept = append(kept, l)
+	}
+	next.Stdout, next.Stderr = max(next.Stdout, from.Stdout), max(next.Stderr, from.Stderr)
+	return kept, next, nil
+}
+
+func (c *logsCmd) printLines(w io.Writer, lines []tend.LogLine) error {
+	for _, l := range lines {
+		if err := c.printLine(w, l); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// followBoth prints both streams' lines as the run writes them (after
+// the last --tail lines), until it ends, and exits with its code.
 func (c *logsCmd) followBoth(e *env, client *tend.Client) error {
 	spin := startSpinner(e, "following "+c.ID)
 	defer spin.end()
 	out := stdoutVia(e, spin)
-	final, dropped, err := client.FollowLines(e.context(), c.ID, c.Offset, func(cur *tend.Record, l tend.LogLine) error {
+	from := c.from()
+	if c.Tail > 0 {
+		st, err := client.Show(e.context(), c.ID)
+		if err != nil {
+			return err
+		}
+		lines, next, err := c.tailLines(e, client, st)
+		if err != nil {
+			return err
+		}
+		if err := c.printLines(out, lines); err != nil {
+			return err
+		}
+		from = next
+	}
+	final, dropped, err := client.FollowLines(e.context(), c.ID, from, func(cur *tend.Record, l tend.LogLine) error {
 		spin.set(func() string { return waitingText(cur) })
 		if l.Stream == "" {
 			return nil // the record alone
@@ -522,7 +588,18 @@ func (c *logsCmd) follow(e *env, client *tend.Client) error {
 	spin := startSpinner(e, "following "+c.ID)
 	defer spin.end()
 	out := stdoutVia(e, spin)
-	final, err := client.FollowLog(e.context(), c.ID, c.stream(), c.Offset, func(cur *tend.Record, sl tend.LogSlice) error {
+	offset := c.Offset
+	if c.Tail > 0 {
+		sl, err := c.tailSlice(e, client)
+		if err != nil {
+			return err
+		}
+		if _, err := io.WriteString(out, sl.Data); err != nil {
+			return err
+		}
+		offset = sl.Next
+	}
+	final, err := client.FollowLog(e.context(), c.ID, c.stream(), offset, func(cur *tend.Record, sl tend.LogSlice) error {
 		spin.set(func() string { return waitingText(cur) })
 		if sl.Dropped > 0 {
 			fmt.Fprintf(e.stderr, "tend: %d bytes were dropped here (the output is capped)\n", sl.Dropped)

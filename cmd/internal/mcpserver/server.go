@@ -179,15 +179,21 @@ type idIn struct {
 type logsIn struct {
 	ID       string `json:"id" jsonschema:"the run's ID"`
 	Stream   string `json:"stream,omitempty" jsonschema:"stdout (default), stderr, or both (lines in the order written)"`
-	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: of each stream)"`
+	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: stdout's, and stderr's too unless stderr_offset is given)"`
 	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 65536, at most 4194304); not with both"`
+	// StderrOffset lets a read of both go on where the last one stopped,
+	// which is in general not at the same offset of the two streams.
+	StderrOffset *int64 `json:"stderr_offset,omitempty" jsonschema:"with stream both: stderr's offset to read from (the next_stderr of the last read)"`
 }
 
 // logsOut is a slice of one stream, or with stream both, the lines of
-// both from offset, each with its own offsets.
+// both from offset (stdout's) and stderr_offset, each with its own
+// offsets; next and next_stderr say where to go on from.
 type logsOut struct {
 	tend.LogSlice
-	Lines []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
+	StderrOffset *int64         `json:"stderr_offset,omitempty" jsonschema:"with stream both: stderr's offset read from (offset and next are stdout's)"`
+	NextStderr   *int64         `json:"next_stderr,omitempty" jsonschema:"with stream both: stderr's offset to read on from (pass it as stderr_offset, and next as offset)"`
+	Lines        []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
 }
 
 // maxLogBytes bounds what one logs call returns, of one stream or of
@@ -230,7 +236,7 @@ func addTools(s *mcp.Server, t *tools) {
 	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
 	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
-	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: if eof is false, read each stream on from the next of its last line.", t.logs)
+	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset).", t.logs)
 	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
 	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
 	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
@@ -376,6 +382,9 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 	}
 	switch in.Stream {
 	case "", tend.Stdout, tend.Stderr:
+		if in.StderrOffset != nil {
+			return toolError("logs: stderr_offset is for stream both: to read stderr alone, give its offset as offset"), nil, nil
+		}
 		stream := cmp(in.Stream, tend.Stdout)
 		sl, err := t.client.ReadLog(ctx, in.ID, stream, in.Offset, cmp(in.MaxBytes, 65536))
 		if err != nil {
@@ -383,23 +392,31 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 		}
 		return nil, &logsOut{LogSlice: sl}, nil
 	case "both":
-		if in.MaxBytes != 0 {
-			return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
-		}
-		lines, dropped, more, err := t.client.ReadLines(ctx, in.ID, in.Offset, maxLogBytes)
-		if err != nil {
-			return errorResult("logs", err), nil, nil
-		}
-		st, err := t.client.Show(ctx, in.ID)
-		if err != nil {
-			return errorResult("logs", err), nil, nil
-		}
-		if lines == nil {
-			lines = []tend.LogLine{}
-		}
-		return nil, &logsOut{LogSlice: tend.LogSlice{Stream: "both", Offset: in.Offset, Next: in.Offset, Dropped: dropped, EOF: !more, Final: tend.Ended(st)}, Lines: lines}, nil
+		return t.logsBoth(ctx, in)
 	}
 	return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream)), nil, nil
+}
+
+// logsBoth reads both streams' lines from offset and stderr_offset.
+func (t *tools) logsBoth(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
+	if in.MaxBytes != 0 {
+		return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
+	}
+	from := tend.PlaceAt(in.Offset)
+	if in.StderrOffset != nil {
+		from.Stderr = *in.StderrOffset
+	}
+	read, err := t.client.ReadLines(ctx, in.ID, from, maxLogBytes)
+	if err != nil {
+		return errorResult("logs", err), nil, nil
+	}
+	if read.Lines == nil {
+		read.Lines = []tend.LogLine{}
+	}
+	return nil, &logsOut{
+		LogSlice:     tend.LogSlice{Stream: "both", Offset: from.Stdout, Next: read.Next.Stdout, Dropped: read.Dropped, EOF: read.EOF, Final: read.Final},
+		StderrOffset: &from.Stderr, NextStderr: &read.Next.Stderr, Lines: read.Lines,
+	}, nil
 }
 
 func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {

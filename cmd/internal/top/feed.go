@@ -611,18 +611,13 @@ func (l *topLogs) follow(ctx context.Context, id string, gen int) {
 	if err != nil {
 		return
 	}
-	lines, err := l.client.TailLines(ctx, rec, 1<<20)
+	lines, place, err := l.client.TailLines(ctx, rec, topLogTail, true)
 	if err != nil {
 		l.send(topLogMsg{id: id, gen: gen, err: err})
 		return
 	}
-	// Each stream goes on from the end of its last line: the tail read
-	// every byte of each stream's last 16 KiB.
-	next := map[string]int64{}
-	for _, ln := range lines {
-		next[ln.Stream] = ln.Next
-	}
-	l.send(topLogMsg{id: id, gen: gen, reset: true, lines: lines[max(0, len(lines)-topLogKeep):]})
+	next := map[string]int64{tend.Stdout: place.Stdout, tend.Stderr: place.Stderr}
+	l.send(topLogMsg{id: id, gen: gen, reset: true, lines: lines})
 	b := &topBatcher{send: l.send, id: id, gen: gen, wake: make(chan struct{}, 1)}
 	var wg sync.WaitGroup
 	for _, stream := range []string{tend.Stdout, tend.Stderr} {
@@ -647,6 +642,11 @@ func (l *topLogs) follow(ctx context.Context, id string, gen int) {
 	go func() { wg.Wait(); close(done) }()
 	b.run(ctx, done)
 }
+
+// topLogTail is how many of a run's last lines the view reads when it
+// starts to follow it: a screen's worth and more, from no more of the
+// streams than they take.
+const topLogTail = 200
 
 // topLogKeep is how many lines of output the view keeps of a run.
 const topLogKeep = 2000
