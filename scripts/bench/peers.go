@@ -21,7 +21,9 @@ func (b *bench) peers() {
 			check(cmd.Run())
 		}
 	}
+	check(syncFS(b.disk.path))
 	b.taskSpooler()
+	check(syncFS(b.disk.path))
 	b.nq()
 }
 
