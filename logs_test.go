@@ -17,19 +17,8 @@ import (
 // sparse file of a terabyte: every read returns a bounded part, and says
 // where to go on.
 func TestReadsOfHugeOutputAreBounded(t *testing.T) {
-	root := filepath.Join(t.TempDir(), ".tend")
-	t.Cleanup(func() { exec.Command("tend", "--root", root, "down").Run() })
-	c, err := tend.Open(root, tend.Options{Watcher: &tend.WatcherOptions{Executable: "tend"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, root := endedRun(t, "big", "echo hello")
 	ctx := context.Background()
-	if _, err := c.Start(ctx, "big", tend.Request{Shell: "echo hello"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Wait(ctx, "big"); err != nil {
-		t.Fatal(err)
-	}
 	path := filepath.Join(root, "runs", "big", "stdout")
 	if err := os.Truncate(path, 1<<40); err != nil {
 		t.Fatal(err)
@@ -80,6 +69,25 @@ func TestReadsOfHugeOutputAreBounded(t *testing.T) {
 	}
 }
 
+// endedRun runs shell as run id under a watcher of a new root, and
+// returns a client of the root and its path once the run has ended.
+func endedRun(t *testing.T, id, shell string) (*tend.Client, string) {
+	t.Helper()
+	root := filepath.Join(t.TempDir(), ".tend")
+	t.Cleanup(func() { exec.Command("tend", "--root", root, "down").Run() })
+	c, err := tend.Open(root, tend.Options{Watcher: &tend.WatcherOptions{Executable: "tend"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Start(context.Background(), id, tend.Request{Shell: shell}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(context.Background(), id); err != nil {
+		t.Fatal(err)
+	}
+	return c, root
+}
+
 func trim(s string) string {
 	if len(s) > 40 {
 		return s[:20] + "..." + s[len(s)-20:]
@@ -91,19 +99,8 @@ func trim(s string) string {
 // read a page at a time, the lines are those of one read, in the same
 // order, none twice.
 func TestReadLinesGoesOnFromNext(t *testing.T) {
-	root := filepath.Join(t.TempDir(), ".tend")
-	t.Cleanup(func() { exec.Command("tend", "--root", root, "down").Run() })
-	c, err := tend.Open(root, tend.Options{Watcher: &tend.WatcherOptions{Executable: "tend"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, root := endedRun(t, "mix", "true")
 	ctx := context.Background()
-	if _, err := c.Start(ctx, "mix", tend.Request{Shell: "true"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Wait(ctx, "mix"); err != nil {
-		t.Fatal(err)
-	}
 	// The streams and the switches as the watcher records them: each
 	// stream writes lines of its own lengths, and they take turns.
 	var stdout, stderr, order strings.Builder

@@ -447,15 +447,8 @@ func (c *logsCmd) tailSlice(e *env, client *tend.Client) (tend.LogSlice, error) 
 // watcher recorded it), each marked with its stream, as it reads them.
 func (c *logsCmd) both(e *env, client *tend.Client) error {
 	if c.Tail > 0 {
-		st, err := client.Show(e.context(), c.ID)
-		if err != nil {
-			return err
-		}
-		lines, _, err := c.tailLines(e, client, st)
-		if err != nil {
-			return err
-		}
-		return c.printLines(e.stdout, lines)
+		_, err := c.printTail(e.stdout, e, client)
+		return err
 	}
 	_, dropped, err := client.EachLine(e.context(), c.ID, c.from(), func(l tend.LogLine) error {
 		return c.printLine(e.stdout, l)
@@ -476,17 +469,20 @@ func (c *logsCmd) from() tend.LogPlace {
 	return from
 }
 
-// tailLines returns run st's last --tail lines of both streams from
+// printTail prints the run's last --tail lines of both streams from
 // c.from() (the lines read back from the streams' ends, cut at it), and
-// where to follow on from. With -f, a line the run has not ended yet
-// waits to be followed.
-func (c *logsCmd) tailLines(e *env, client *tend.Client, st *tend.Record) ([]tend.LogLine, tend.LogPlace, error) {
+// returns where to follow on from. With -f, a line the run has not ended
+// yet waits to be followed.
+func (c *logsCmd) printTail(w io.Writer, e *env, client *tend.Client) (tend.LogPlace, error) {
+	st, err := client.Show(e.context(), c.ID)
+	if err != nil {
+		return tend.LogPlace{}, err
+	}
 	lines, next, err := client.TailLines(e.context(), st, c.Tail, !c.Follow)
 	if err != nil {
-		return nil, next, err
+		return next, err
 	}
 	from := c.from()
-	var kept []tend.LogLine
 	for _, l := range lines {
 		start := from.Stdout
 		if l.Stream == tend.Stderr {
@@ -498,19 +494,12 @@ func (c *logsCmd) tailLines(e *env, client *tend.Client, st *tend.Record) ([]ten
 		if skip := start - l.Offset; skip > 0 {
 			l.Offset, l.Data = start, l.Data[skip:]
 		}
-		kept = append(kept, l)
-	}
-	next.Stdout, next.Stderr = max(next.Stdout, from.Stdout), max(next.Stderr, from.Stderr)
-	return kept, next, nil
-}
-
-func (c *logsCmd) printLines(w io.Writer, lines []tend.LogLine) error {
-	for _, l := range lines {
 		if err := c.printLine(w, l); err != nil {
-			return err
+			return next, err
 		}
 	}
-	return nil
+	next.Stdout, next.Stderr = max(next.Stdout, from.Stdout), max(next.Stderr, from.Stderr)
+	return next, nil
 }
 
 // followBoth prints both streams' lines as the run writes them (after
@@ -521,15 +510,8 @@ func (c *logsCmd) followBoth(e *env, client *tend.Client) error {
 	out := stdoutVia(e, spin)
 	from := c.from()
 	if c.Tail > 0 {
-		st, err := client.Show(e.context(), c.ID)
+		next, err := c.printTail(out, e, client)
 		if err != nil {
-			return err
-		}
-		lines, next, err := c.tailLines(e, client, st)
-		if err != nil {
-			return err
-		}
-		if err := c.printLines(out, lines); err != nil {
 			return err
 		}
 		from = next
