@@ -91,7 +91,12 @@ func fastStartFlag(s *startCmd, name string, inline bool, next func() (string, b
 		s.JSON = true
 		return !inline
 	}
-	text := map[string]*string{"--id": &s.ID, "--cwd": &s.Cwd, "--session": &s.Session, "--at": &s.At}[name]
+	if name == "--id" {
+		id, ok := next()
+		s.ID = &id
+		return ok
+	}
+	text := map[string]*string{"--cwd": &s.Cwd, "--session": &s.Session, "--at": &s.At}[name]
 	list := map[string]*[]string{"-e": &s.Env, "--env": &s.Env, "-l": &s.Label, "--label": &s.Label, "--after": &s.After}[name]
 	duration := map[string]*time.Duration{"--timeout": &s.Timeout, "--grace": &s.Grace, "--in": &s.In}[name]
 	if text == nil && list == nil && duration == nil {

@@ -6,6 +6,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -216,7 +217,11 @@ func parsedAs(command string, c *cli, target any) parsed {
 	if s, ok := target.(startCmd); ok {
 		req, err := s.request(s.args(), io.Discard)
 		body, _ := req.MarshalJSON()
-		got.target = fmt.Sprintf("id %q, json %v: %s, %v", s.ID, s.JSON, body, err)
+		id := "(none)"
+		if s.ID != nil {
+			id = strconv.Quote(*s.ID)
+		}
+		got.target = fmt.Sprintf("id %s, json %v: %s, %v", id, s.JSON, body, err)
 	}
 	return got
 }

@@ -16,7 +16,7 @@ import (
 )
 
 type startCmd struct {
-	ID      string        `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
+	ID      *string       `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
 	JSON    bool          `help:"Print the run's record once it is taken, not just its ID (docs/schema/record.schema.json)."`
 	Cwd     string        `help:"Working directory (default: the current one)." placeholder:"DIR"`
 	Env     []string      `short:"e" sep:"none" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
@@ -77,8 +77,10 @@ func (c *startCmd) Run(e *env) error {
 	if err != nil {
 		return exitf(exitUsage, "start: %v", err)
 	}
-	if c.ID != "" {
-		if err := tend.CheckID(c.ID); err != nil {
+	// An empty --id is an error, not "make one up": it is a script's
+	// unset variable, and its next tend wait "$ID" would find no run.
+	if c.ID != nil {
+		if err := tend.CheckID(*c.ID); err != nil {
 			return exitf(exitUsage, "start: --id: %v", err)
 		}
 	}
@@ -86,9 +88,9 @@ func (c *startCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	id := c.ID
-	if id == "" {
-		id = tend.MakeID(req.Args())
+	id := tend.MakeID(req.Args())
+	if c.ID != nil {
+		id = *c.ID
 	}
 	var st tend.Head
 	var rec *tend.Record
