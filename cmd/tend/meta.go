@@ -118,9 +118,9 @@ func outcomeErr(o tend.Outcome) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, tend.ErrFinished):
-		return exitf(exitFinished, "")
+		return exitf(exitFinished, "%v", err)
 	case errors.Is(err, tend.ErrNotFound):
-		return exitf(exitNotFound, "")
+		return exitf(exitNotFound, "%v", err)
 	case errors.Is(err, tend.ErrConflict):
 		return exitf(exitConflict, "%v", err)
 	}
