@@ -341,6 +341,9 @@ func (c *logsCmd) Run(e *env) error {
 	if err := checkID("logs", c.ID); err != nil {
 		return err
 	}
+	if c.Both && c.Stderr {
+		return exitf(exitUsage, "logs: --both prints stderr's lines with stdout's: give one of --both and --stderr")
+	}
 	if c.Both && c.MaxBytes > 0 {
 		return exitf(exitUsage, "logs: --max-bytes reads one stream; read each with --offset and --max-bytes (and --stderr), or drop --both")
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -155,6 +156,11 @@ func (c *gcCmd) Run(e *env) error {
 	}
 	ids := config.Expired(runs, limits, time.Now())
 	e.json = c.JSON
+	if len(ids) == 0 && !e.json {
+		// Said on stderr: stdout lists the runs, and there are none.
+		fmt.Fprintf(e.stderr, "tend: no finished run is beyond the retention (ended over %s ago, or beyond the newest %d)\n",
+			shortDuration(limits.KeepFinishedFor), limits.KeepFinished)
+	}
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {
 			if e.json {
@@ -166,4 +172,17 @@ func (c *gcCmd) Run(e *env) error {
 		return nil
 	}
 	return deleteRuns(e, ids, c.Session, 0)
+}
+
+// shortDuration is d as Go writes it, without zero minutes and seconds
+// after a whole number of them: 168h, not 168h0m0s.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
 }
