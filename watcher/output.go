@@ -86,13 +86,26 @@ func outputLimit(st *tracker.State) int64 {
 // noteStream records a switch when r's writes go to the other stream. Its
 // offset is the other stream's size now: exact when the run's writes do
 // not outrun this watcher, which is what docs/protocol.md promises.
+//
+// A switch from a stream that has not grown since the last switch from it
+// is left out: the event that switched to it was older than the bytes it
+// came for, which the switch before placed (a run that outran the
+// watcher). It would tell nothing, and take a place in the order file.
 func (w *watcher) noteStream(r *run, stream string) {
 	prev := r.writingTo
 	r.writingTo = stream
 	if prev == "" || prev == stream {
 		return
 	}
-	r.switches = append(r.switches, tracker.Switch{From: prev, At: w.store.RecordedOutputSize(r.st, prev)})
+	at := w.store.RecordedOutputSize(r.st, prev)
+	if last, ok := r.switchedAt[prev]; (ok && at == last) || at == 0 {
+		return
+	}
+	if r.switchedAt == nil {
+		r.switchedAt = make(map[string]int64, 2)
+	}
+	r.switchedAt[prev] = at
+	r.switches = append(r.switches, tracker.Switch{From: prev, At: at})
 }
 
 // maxSwitches bounds a run's order file (about 16 bytes a switch): beyond

@@ -65,9 +65,11 @@ type run struct {
 	// writingTo is the stream the run wrote to last, as inotify reported;
 	// switches are the changes of stream not yet written to its order
 	// file, and orderSize what this watcher has written there.
-	writingTo string
-	switches  []tracker.Switch
-	orderSize int64
+	// switchedAt is, for each stream, its size at the last switch from it.
+	writingTo  string
+	switches   []tracker.Switch
+	switchedAt map[string]int64
+	orderSize  int64
 }
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }

@@ -308,3 +308,48 @@ func TestCarried(t *testing.T) {
 		}
 	}
 }
+
+// TestNoteStreamLeavesOutStaleSwitches: a run that outran the watcher
+// brings events after the bytes they came for are placed; a switch that
+// tells nothing is not recorded.
+func TestNoteStreamLeavesOutStaleSwitches(t *testing.T) {
+	root := t.TempDir()
+	w := &watcher{store: tracker.NewStore(root)}
+	r := &run{st: &tracker.State{ID: "r", State: tracker.Running}}
+	dir := w.store.RunDir("r")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(stream, data string) {
+		t.Helper()
+		f, err := os.OpenFile(filepath.Join(dir, stream), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(data)
+		f.Close()
+	}
+	for _, step := range []struct{ write, event string }{
+		// Four lines each, written alternately, before the watcher looked:
+		// its eight events then find the files whole.
+		{"stdout", ""}, {"stderr", ""}, {"stdout", ""}, {"stderr", ""},
+		{"", "stdout"}, {"", "stderr"}, {"", "stdout"}, {"", "stderr"},
+		// Then the watcher keeps up.
+		{"stdout", "stdout"}, {"stderr", "stderr"}, {"stderr", "stderr"}, {"stdout", "stdout"},
+	} {
+		if step.write != "" {
+			write(step.write, "line\n")
+		}
+		if step.event != "" {
+			w.noteStream(r, step.event)
+		}
+	}
+	var got []string
+	for _, x := range r.switches {
+		got = append(got, x.String())
+	}
+	want := []string{"stdout 10", "stderr 10", "stdout 15", "stderr 20"}
+	if !slices.Equal(got, want) {
+		t.Errorf("switches %q, want %q", got, want)
+	}
+}

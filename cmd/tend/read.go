@@ -314,7 +314,7 @@ func showLastLines(e *env, client *tend.Client, st *tend.Record, n int) error {
 type logsCmd struct {
 	ID     string `arg:"" help:"The run whose output to print."`
 	Stderr bool   `help:"Print standard error instead of standard output."`
-	Both   bool   `help:"Print both streams' lines in the order the run wrote them, each marked with its stream."`
+	Both   bool   `help:"Print both streams' lines in the order the run wrote them, as the watcher saw it (exact unless the run writes faster than the watcher looks), each marked with its stream."`
 	Offset int64  `help:"Start at this absolute byte offset of the stream (as --json's next gave it); with --both, of both streams, or of stdout if --stderr-offset is given." default:"0"`
 	// StderrOffset lets a read of both streams go on where the last one
 	// stopped, which is in general not at the same offset of the two.
