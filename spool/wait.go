@@ -130,7 +130,7 @@ func parseNotBefore(raw json.RawMessage) (*NotBefore, error) {
 	}
 	var d Duration
 	if err := d.UnmarshalJSON(raw); err != nil {
-		return nil, errors.New(`"not_before": want an RFC 3339 time ("2026-11-26T22:00:00+01:00") or a duration from when the request is taken ("10m", 600)`)
+		return nil, errors.New(`"not_before": want an RFC 3339 time (such as "2030-01-31T22:00:00+01:00") or a duration from when the request is taken ("10m", 600)`)
 	}
 	return &NotBefore{In: d.D()}, nil
 }
