@@ -306,10 +306,18 @@ func showLastLines(e *env, client *tend.Client, st *tend.Record, n int) error {
 	}
 	fmt.Fprintf(e.stdout, "last output (tend logs %s --both):\n", st.ID)
 	for _, l := range lines {
-		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, runtext.Printable(strings.TrimSuffix(l.Data, "\n")))
+		text := strings.TrimSuffix(l.Data, "\n")
+		if cut := len(text) - shownLine; cut > 0 { // a line may be a MiB: its end
+			text = fmt.Sprintf("[%d bytes before] %s", cut, text[cut:])
+		}
+		fmt.Fprintf(e.stdout, "  %s: %s\n", l.Stream, runtext.Printable(text))
 	}
 	return nil
 }
+
+// shownLine is the most tend show prints of one line of output: a
+// summary, where tend logs prints it whole.
+const shownLine = 1000
 
 type logsCmd struct {
 	ID     string `arg:"" help:"The run whose output to print."`
