@@ -118,16 +118,14 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		}
 		if errors.Is(err, tracker.ErrNotFound) {
 			// Deleted: only finished runs are, and the history says how it
-			// ended.
-			if d.When == spool.Ended {
-				continue
-			}
+			// ended. Or it never was, whatever the condition: its request
+			// was rejected, or a power loss took back its first record.
 			state, ok := w.endedAs(d.ID)
-			if ok && state == tracker.Completed && d.When == spool.Completed {
-				continue
-			}
 			if !ok {
 				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
+			}
+			if d.When == spool.Ended || (state == tracker.Completed && d.When == spool.Completed) {
+				continue
 			}
 			return "", fmt.Sprintf("run %s, which it waited for, was deleted before it %s", d.ID, map[spool.Condition]string{spool.Completed: "completed", spool.Ready: "was ready"}[d.When])
 		}
