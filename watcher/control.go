@@ -361,8 +361,12 @@ func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 	if err != nil {
 		w.log.Printf("%v (renamed aside, not synced)", err)
 	}
+	// Its end is no longer the end of a run of this ID: a run that waits
+	// for a start request of the same ID, yet to be taken, must not find
+	// it (conditions).
+	delete(w.ended, st.ID)
 	if w.waitedOn(st.ID) {
-		w.deletedAs[st.ID] = st.State // what the runs that wait for it ask
+		w.deletedAs[st.ID] = deletion{st.State, time.Now()} // what the runs that wait for it ask
 		w.startSoon()
 	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, st.OwnerUID, reason, trash)

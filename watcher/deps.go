@@ -120,11 +120,14 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// Deleted: only finished runs are, and the history says how it
 			// ended. Or it never was, whatever the condition: its request
 			// was rejected, or a power loss took back its first record.
-			state, ok := w.endedAs(d.ID)
-			if !ok {
+			// A run of the same ID deleted before this one was made is
+			// not the one it waits for: that was a start request in the
+			// spool (checkDeps), rejected or removed since.
+			del, ok := w.endedAs(d.ID)
+			if !ok || del.at.Before(st.CreatedAt) {
 				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
 			}
-			if d.When == spool.Ended || (state == tracker.Completed && d.When == spool.Completed) {
+			if d.When == spool.Ended || (del.state == tracker.Completed && d.When == spool.Completed) {
 				continue
 			}
 			return "", fmt.Sprintf("run %s, which it waited for, was deleted before it %s", d.ID, map[spool.Condition]string{spool.Completed: "completed", spool.Ready: "was ready"}[d.When])
@@ -254,38 +257,50 @@ func gateWaitsFor(st *tracker.State) []string {
 	return ids
 }
 
-// endedAs returns the state run id was in when it was last deleted: a run
-// that waits for a run that completed and was deleted since may still
-// start. The watcher notes it when it deletes a run; one an earlier
-// watcher deleted is looked up in the history, once.
-func (w *watcher) endedAs(id string) (tracker.StateName, bool) {
-	if state, ok := w.deletedAs[id]; ok {
-		return state, state != ""
+// endedAs returns how run id ended and when it was deleted, the last time
+// it was: a run that waits for a run that completed and was deleted since
+// may still start. The watcher notes it when it deletes a run; one an
+// earlier watcher deleted is looked up in the history, once.
+func (w *watcher) endedAs(id string) (deletion, bool) {
+	if del, ok := w.deletedAs[id]; ok {
+		return del, del.state != ""
 	}
-	state, ok := w.endedAsInHistory(id)
-	w.deletedAs[id] = state
-	return state, ok
+	del := w.endedAsInHistory(id)
+	w.deletedAs[id] = del
+	return del, del.state != ""
 }
 
-// endedAsInHistory is endedAs, from the whole history.
-func (w *watcher) endedAsInHistory(id string) (tracker.StateName, bool) {
+// A deletion is how a deleted run ended (state), and when it was deleted:
+// a zero one says no run of its ID was, since its last use.
+type deletion struct {
+	state tracker.StateName
+	at    time.Time
+}
+
+// endedAsInHistory is endedAs, from the whole history: the last deletion
+// of a run of id, unless a run of id came after it (whose record is gone
+// undeleted: a power loss took back its first one).
+func (w *watcher) endedAsInHistory(id string) deletion {
 	events, err := tracker.ReadAllHistory(w.cfg.Root)
 	if err != nil {
 		w.log.Printf("run %s: how it ended: %v", id, err)
 	}
 	var last tracker.StateName
-	found := false
+	var del deletion
 	for _, e := range events {
 		if e.ID != id {
 			continue
 		}
 		if e.State == tracker.Deleted {
-			found = last != ""
+			if last != "" {
+				del = deletion{last, e.Time}
+			}
+			last = ""
 			continue
 		}
-		last = e.State
+		last, del = e.State, deletion{}
 	}
-	return last, found
+	return del
 }
 
 // An endedRun is how a run that others wait for ended: noted when its end

@@ -400,8 +400,8 @@ type watcher struct {
 	// unkept are the requests of queued runs to sync with the next
 	// records (see keep).
 	unkept    []spool.File
-	deletedAs map[string]tracker.StateName // how runs waited for ended, once deleted
-	ended     map[string]endedRun          // how runs waited for ended (see conditions)
+	deletedAs map[string]deletion // how runs waited for ended, once deleted
+	ended     map[string]endedRun // how runs waited for ended (see conditions)
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
 	selections map[spool.Name]*selection
@@ -479,7 +479,7 @@ func newWatcher(cfg Config) *watcher {
 		strays:     make(map[int]*stray),
 		mark:       MarkVar(cfg.Root),
 		waiting:    make(map[string]*backoff),
-		deletedAs:  make(map[string]tracker.StateName),
+		deletedAs:  make(map[string]deletion),
 		ended:      make(map[string]endedRun),
 		queuedByID: make(map[string]*queuedRun),
 		selections: make(map[spool.Name]*selection),
