@@ -123,7 +123,12 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// A run of the same ID deleted before this one was made is
 			// not the one it waits for: that was a start request in the
 			// spool (checkDeps), rejected or removed since.
-			del, ok := w.endedAs(d.ID)
+			del, ok, err := w.endedAs(d.ID)
+			if err != nil {
+				// Not read is not "never was": it waits for the history
+				// to be mended (tend fsck), as it would for a record.
+				return fmt.Sprintf("%s (how it ended cannot be read from the history: %v)", d.ID, err), ""
+			}
 			if !ok || del.at.Before(st.CreatedAt) {
 				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
 			}
@@ -261,13 +266,16 @@ func gateWaitsFor(st *tracker.State) []string {
 // it was: a run that waits for a run that completed and was deleted since
 // may still start. The watcher notes it when it deletes a run; one an
 // earlier watcher deleted is looked up in the history, once.
-func (w *watcher) endedAs(id string) (deletion, bool) {
+func (w *watcher) endedAs(id string) (deletion, bool, error) {
 	if del, ok := w.deletedAs[id]; ok {
-		return del, del.state != ""
+		return del, del.state != "", nil
 	}
-	del := w.endedAsInHistory(id)
+	del, err := w.endedAsInHistory(id)
+	if err != nil {
+		return del, false, err // asked again at the queue's next turn
+	}
 	w.deletedAs[id] = del
-	return del, del.state != ""
+	return del, del.state != "", nil
 }
 
 // A deletion is how a deleted run ended (state), and when it was deleted:
@@ -280,10 +288,10 @@ type deletion struct {
 // endedAsInHistory is endedAs, from the whole history: the last deletion
 // of a run of id, unless a run of id came after it (whose record is gone
 // undeleted: a power loss took back its first one).
-func (w *watcher) endedAsInHistory(id string) deletion {
+func (w *watcher) endedAsInHistory(id string) (deletion, error) {
 	events, err := tracker.ReadAllHistory(w.cfg.Root)
 	if err != nil {
-		w.log.Printf("run %s: how it ended: %v", id, err)
+		return deletion{}, err
 	}
 	var last tracker.StateName
 	var del deletion
@@ -300,7 +308,7 @@ func (w *watcher) endedAsInHistory(id string) deletion {
 		}
 		last, del = e.State, deletion{}
 	}
-	return del
+	return del, nil
 }
 
 // An endedRun is how a run that others wait for ended: noted when its end
