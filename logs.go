@@ -173,14 +173,15 @@ func (c *Client) ReadLines(ctx context.Context, id string, from LogPlace, max in
 		out  = Lines{Next: from, EOF: true}
 		size int64
 	)
-	st, err := c.eachLine(ctx, id, from, func(l LogLine) error {
+	st, next, dropped, err := c.eachLine(ctx, id, from, func(l LogLine) error {
 		if size += int64(len(l.Data)); size > max && len(out.Lines) > 0 {
 			out.EOF = false
 			return errBudget
 		}
 		out.Lines = append(out.Lines, l)
 		return nil
-	}, &out.Next, &out.Dropped)
+	})
+	out.Next, out.Dropped = next, dropped
 	if errors.Is(err, errBudget) {
 		err = nil
 	}
@@ -200,18 +201,18 @@ var errBudget = errors.New("the lines read reached their budget")
 // any size; an error from emit stops it and is returned, and the line
 // emit refused is where next is.
 func (c *Client) EachLine(ctx context.Context, id string, from LogPlace, emit func(LogLine) error) (next LogPlace, dropped int64, err error) {
-	_, err = c.eachLine(ctx, id, from, emit, &next, &dropped)
+	_, next, dropped, err = c.eachLine(ctx, id, from, emit)
 	return next, dropped, err
 }
 
-func (c *Client) eachLine(ctx context.Context, id string, from LogPlace, emit func(LogLine) error, next *LogPlace, dropped *int64) (*Record, error) {
-	*next = from
+// eachLine is EachLine, which also returns the run's record as read.
+func (c *Client) eachLine(ctx context.Context, id string, from LogPlace, emit func(LogLine) error) (*Record, LogPlace, int64, error) {
 	if err := from.check(); err != nil {
-		return nil, err
+		return nil, from, 0, err
 	}
 	st, err := c.Show(ctx, id)
 	if err != nil {
-		return nil, err
+		return nil, from, 0, err
 	}
 	it := c.store.Interleave(id, from.pair())
 	var refused *tracker.Line
@@ -226,8 +227,7 @@ func (c *Client) eachLine(ctx context.Context, id string, from LogPlace, emit fu
 		}
 		return nil
 	})
-	*next, *dropped = placeAfter(it, refused), it.Dropped
-	return st, err
+	return st, placeAfter(it, refused), it.Dropped, err
 }
 
 // placeAfter returns where to go on from after it's read, which stopped
