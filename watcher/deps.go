@@ -272,6 +272,10 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 	}
 	del, err := w.endedAsInHistory(id)
 	if err != nil {
+		if err.Error() != w.unreadHistory {
+			w.unreadHistory = err.Error()
+			w.log.Printf("run %s, waited for, is gone, and the history cannot say how it ended: %v; what waits for it waits until the history is mended (tend fsck --repair)", id, err)
+		}
 		return del, false, err // asked again at the queue's next turn
 	}
 	w.deletedAs[id] = del

@@ -402,6 +402,9 @@ type watcher struct {
 	unkept    []spool.File
 	deletedAs map[string]deletion // how runs waited for ended, once deleted
 	ended     map[string]endedRun // how runs waited for ended (see conditions)
+	// unreadHistory is the last error that kept endedAs from the history,
+	// logged once, not at each turn of the queue.
+	unreadHistory string
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
 	selections map[spool.Name]*selection
