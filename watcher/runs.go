@@ -56,6 +56,8 @@ type run struct {
 	// saveHealth).
 	healthSaved time.Time
 	healthSave  *time.Timer
+	// unhealthyLogged is when it was last said unhealthy in the log.
+	unhealthyLogged time.Time
 	// progressRefused is set once a progress file it did not read is
 	// logged, until one is read: said once, not at each write.
 	progressRefused bool

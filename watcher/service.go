@@ -132,7 +132,11 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	was := hs.Status
 	hs.Status = "unhealthy"
 	if r.st.Restart == nil {
-		if w.saveHealth(r) && was != "unhealthy" {
+		w.saveHealth(r)
+		// Said when it becomes so, at most every healthSavedEvery: a
+		// check that passes and fails by turns would say it at each turn.
+		if was != "unhealthy" && now.Sub(r.unhealthyLogged) >= healthSavedEvery {
+			r.unhealthyLogged = now
 			w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, hs.Failures, detail)
 		}
 		return
