@@ -116,9 +116,10 @@ func (w *watcher) removeTree(trash string) error {
 	}
 	ctx, cancel := context.WithTimeout(w.purges.ctx, purgeTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "find", "/proc/self/fd/3/", "-mindepth", "1", "-delete")
+	// By its full path: a name is looked up in the watcher's PATH, whose
+	// failure exec.Cmd keeps for Start whatever Path says after.
+	cmd := exec.CommandContext(ctx, findPath, "/proc/self/fd/3/", "-mindepth", "1", "-delete")
 	cmd.WaitDelay = time.Second // what it started, or a tracer, may hold its stderr
-	cmd.Path = findPath
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	cmd.ExtraFiles = []*os.File{dir}
 	cmd.SysProcAttr = &syscall.SysProcAttr{}
