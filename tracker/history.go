@@ -48,6 +48,10 @@ type Event struct {
 	// created: it tells the run from one made anew with its ID once it was
 	// deleted (see CoveredAfter).
 	CreatedAt *time.Time `json:"created_at,omitempty"`
+	// Request is, on a deleted event, the key of the delete request that
+	// deleted the run (spool.Name.Key): taken again after a crash, that
+	// request is answered deleted, not not_found.
+	Request string `json:"request,omitempty"`
 }
 
 // ApplyChange applies what a label or note event changed (see

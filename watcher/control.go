@@ -222,7 +222,7 @@ func (w *watcher) takeDelete(n spool.Name, f spool.File, req spool.Delete) {
 	if req.Session != "" {
 		by = "session " + req.Session
 	}
-	if err := w.deleteRun(st, "deleted by "+by); err != nil {
+	if err := w.deleteRun(st, "deleted by "+by, n.Key()); err != nil {
 		w.log.Printf("%s: %v", n, err)
 		w.answer(n, spool.Rejected, err.Error())
 		return
@@ -257,6 +257,9 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 	}
 	st, err := w.lookup(n.ID)
 	switch {
+	case errors.Is(err, tracker.ErrNotFound) && w.deletedByItself(n):
+		w.log.Printf("%s: carried out before the watcher restarted: answered again", n)
+		w.outcome(n, spool.Deleted, "")
 	case errors.Is(err, tracker.ErrNotFound):
 		w.answer(n, spool.NotFound, "no run has this id")
 	case err != nil:
@@ -353,7 +356,7 @@ func (w *watcher) takeNote(n spool.Name, f spool.File, req spool.Note) {
 // the record. The record goes first, atomically (renamed aside); a crash
 // before the event is written is made good at the next start
 // (finishDeletions).
-func (w *watcher) deleteRun(st *tracker.State, reason string) error {
+func (w *watcher) deleteRun(st *tracker.State, reason, request string) error {
 	trash, err := w.store.Trash(st.ID)
 	if trash == "" {
 		return err
@@ -369,12 +372,14 @@ func (w *watcher) deleteRun(st *tracker.State, reason string) error {
 		w.deletedAs[st.ID] = deletion{st.State, time.Now()} // what the runs that wait for it ask
 		w.startSoon()
 	}
-	w.finishDeletion(st.ID, st.Rev+1, st.Session, st.OwnerUID, reason, trash)
+	w.finishDeletion(st.ID, st.Rev+1, st.Session, st.OwnerUID, reason, request, trash)
 	return nil
 }
 
-func (w *watcher) finishDeletion(id string, rev int64, session string, owner int, reason, trash string) {
-	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason}
+// finishDeletion records that run id was deleted (by delete request
+// request, if one did it), and removes what is left of it.
+func (w *watcher) finishDeletion(id string, rev int64, session string, owner int, reason, request, trash string) {
+	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason, Request: request}
 	if err := w.hist.Append(ev); err != nil {
 		w.log.Printf("run %s: history: %v", id, err)
 	} else {
@@ -421,8 +426,43 @@ func (w *watcher) finishDeletions() {
 				owner = int(dir.Uid)
 			}
 		}
-		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", trash)
+		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", w.deleteUnderWay(id), trash)
 	}
+}
+
+// deleteUnderWay returns the key of the delete request of run id that an
+// earlier watcher had claimed (see restoreControls), if there was one:
+// the one whose deletion it cut short. Of two or more, which it was is
+// not known, and none is named.
+func (w *watcher) deleteUnderWay(id string) string {
+	var key string
+	for k, n := range w.restoredDeletes {
+		if n.ID == id {
+			if key != "" {
+				return ""
+			}
+			key = k
+		}
+	}
+	return key
+}
+
+// deletedByItself reports whether delete request n, put back in the spool
+// by restoreControls, is the one that deleted its run before the watcher
+// stopped (the history's last event of the ID says so): its answer was
+// deleted, and taken again it is answered so, not not_found.
+func (w *watcher) deletedByItself(n spool.Name) bool {
+	if _, restored := w.restoredDeletes[n.Key()]; !restored || n.Verb != spool.VerbDelete {
+		return false
+	}
+	delete(w.restoredDeletes, n.Key())
+	events, err := tracker.EventsOf(w.cfg.Root, map[string]bool{n.ID: true})
+	evs := events[n.ID]
+	if err != nil || len(evs) == 0 {
+		return false
+	}
+	last := evs[len(evs)-1]
+	return last.State == tracker.Deleted && last.Request == n.Key()
 }
 
 // takenPath is where control request n is kept while it is carried out:
@@ -434,12 +474,13 @@ func takenPath(d spool.Dir, n spool.Name) string {
 // restoreControls puts back the control requests that an earlier watcher
 // had claimed but maybe not carried out, to be taken again. Carrying one
 // out twice is harmless: a second cancel of a stopping run waits with it,
-// one of an ended run gets already_finished, and a second delete finds
-// nothing to delete.
+// one of an ended run gets already_finished, and a delete that had
+// deleted its run is answered deleted again (deletedByItself).
 func (w *watcher) restoreControls() {
 	claimed, _ := os.ReadDir(w.spool.Claims())
 	for _, e := range claimed {
 		if name, ok := spool.ParseClaimedName(e.Name()); ok && e.Type().IsRegular() {
+			w.noteRestoredDelete(e.Name())
 			w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name)
 		}
 	}
@@ -451,6 +492,20 @@ func (w *watcher) restoreControls() {
 		}
 	}
 	w.restoreLegacyClaims()
+}
+
+// noteRestoredDelete notes claimed file name claimed (see
+// spool.ClaimedName) if it is a delete request: one a crash may have cut
+// short after it deleted its run (see deletedByItself).
+func (w *watcher) noteRestoredDelete(claimed string) {
+	uid, name, _ := strings.Cut(claimed, ":")
+	n, err := spool.ParseName(name)
+	owner, uerr := strconv.Atoi(uid)
+	if err != nil || uerr != nil || n.Verb != spool.VerbDelete {
+		return
+	}
+	n.Owner = owner
+	w.restoredDeletes[n.Key()] = n
 }
 
 // restoreClaim puts claimed control request name (the file taken, in
@@ -545,7 +600,7 @@ func (w *watcher) collectGarbage() {
 		if w.runs[id] != nil || w.queued(id) != nil {
 			continue
 		}
-		if err := w.deleteRun(byID[id], "deleted by retention"); err != nil {
+		if err := w.deleteRun(byID[id], "deleted by retention", ""); err != nil {
 			w.log.Printf("gc: %v", err)
 		}
 	}

@@ -401,7 +401,10 @@ type watcher struct {
 	// records (see keep).
 	unkept    []spool.File
 	deletedAs map[string]deletion // how runs waited for ended, once deleted
-	ended     map[string]endedRun // how runs waited for ended (see conditions)
+	// restoredDeletes holds the delete requests an earlier watcher had
+	// claimed, by key, until each is taken again (see deletedByItself).
+	restoredDeletes map[string]spool.Name
+	ended           map[string]endedRun // how runs waited for ended (see conditions)
 	// unreadHistory is the last error that kept endedAs from the history,
 	// logged once, not at each turn of the queue.
 	unreadHistory string
@@ -463,32 +466,33 @@ func newWatcher(cfg Config) *watcher {
 		cfg.processes = systemProcesses()
 	}
 	return &watcher{
-		cfg:        cfg,
-		log:        log.New(cfg.Log, "", log.LstdFlags|log.Lmicroseconds),
-		uid:        os.Getuid(),
-		spool:      spool.Dir{Root: cfg.Root},
-		store:      tracker.NewStore(cfg.Root),
-		hist:       tracker.OpenHistory(cfg.Root),
-		runs:       make(map[string]*run),
-		jobs:       newJobs(cfg.Engine),
-		written:    make(map[string]tracker.Stamp),
-		pending:    make(map[string]*pending),
-		faulted:    make(map[string]string),
-		forker:     newForker(cfg.ForkProcs),
-		purges:     newPurges(),
-		stdin:      -1,
-		afterStart: make(map[string][]string),
-		claims:     make(map[string][]string),
-		strays:     make(map[int]*stray),
-		mark:       MarkVar(cfg.Root),
-		waiting:    make(map[string]*backoff),
-		deletedAs:  make(map[string]deletion),
-		ended:      make(map[string]endedRun),
-		queuedByID: make(map[string]*queuedRun),
-		selections: make(map[spool.Name]*selection),
-		unsaved:    unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
-		do:         make(chan func(), 64),
-		exited:     make(chan *run, 64),
+		cfg:             cfg,
+		log:             log.New(cfg.Log, "", log.LstdFlags|log.Lmicroseconds),
+		uid:             os.Getuid(),
+		spool:           spool.Dir{Root: cfg.Root},
+		store:           tracker.NewStore(cfg.Root),
+		hist:            tracker.OpenHistory(cfg.Root),
+		runs:            make(map[string]*run),
+		jobs:            newJobs(cfg.Engine),
+		written:         make(map[string]tracker.Stamp),
+		pending:         make(map[string]*pending),
+		faulted:         make(map[string]string),
+		forker:          newForker(cfg.ForkProcs),
+		purges:          newPurges(),
+		stdin:           -1,
+		afterStart:      make(map[string][]string),
+		claims:          make(map[string][]string),
+		strays:          make(map[int]*stray),
+		mark:            MarkVar(cfg.Root),
+		waiting:         make(map[string]*backoff),
+		deletedAs:       make(map[string]deletion),
+		restoredDeletes: make(map[string]spool.Name),
+		ended:           make(map[string]endedRun),
+		queuedByID:      make(map[string]*queuedRun),
+		selections:      make(map[spool.Name]*selection),
+		unsaved:         unsaved{states: make(map[string]*tracker.State), waiting: make(map[string][]effect), outcomes: make(map[spool.Name][2]string), gone: make(map[string]*goneRecord)},
+		do:              make(chan func(), 64),
+		exited:          make(chan *run, 64),
 	}
 }
 
