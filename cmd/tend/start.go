@@ -193,6 +193,8 @@ func (c *startCmd) request(args []string, warn io.Writer) (tend.Request, error) 
 			return req, err
 		}
 		req.NotBefore = &spool.NotBefore{At: at}
+	case c.In < 0:
+		return req, fmt.Errorf("--in %v: a delay cannot be negative (0 or no --in: start as soon as it may)", c.In)
 	case c.In > 0:
 		req.NotBefore = &spool.NotBefore{In: c.In}
 	}
