@@ -59,6 +59,7 @@ func main() {
 	defer b.clean()
 	b.replace = replaceFloor(b.disk.path)
 	fmt.Printf("disk: %s; one durable replace there: %v (p50 of 100)\n", fs, b.replace.Round(time.Microsecond))
+	fmt.Printf("one durable overwrite of a file's written block there (no commit): %v (p50 of 100)\n", overwriteFloor(b.disk.path).Round(time.Microsecond))
 	par, all := groupFloor(b.disk.path, flushEvery)
 	fmt.Printf("a batch of %d records there: %v with tend's parallel fsyncs, %v written unsynced then one syncfs (p50 of 20)\n",
 		flushEvery, par.Round(time.Microsecond), all.Round(time.Microsecond))
