@@ -122,7 +122,8 @@ func MakeID(argv []string) string {
 }
 
 // Show returns run id's record. A run with none is an error wrapping
-// ErrNotFound, which says if its start request waits in the spool.
+// ErrNotFound, which says if its start request waits in the spool. Its
+// seal is not checked: see Verify.
 func (c *Client) Show(ctx context.Context, id string) (*Record, error) {
 	if err := CheckID(id); err != nil {
 		return nil, err
@@ -132,6 +133,21 @@ func (c *Client) Show(ctx context.Context, id string) (*Record, error) {
 		return nil, c.notFound(id)
 	}
 	return st, err
+}
+
+// Verify returns an error wrapping tracker.ErrUnsealed if record st is
+// not one this root's watcher wrote, as its seal says, where this
+// client's user may read the root's key (the watcher's user: root, in a
+// shared root). So a record a run's owner wrote in its directory is not
+// taken for the watcher's by those who act on what the watcher says.
+// Other users cannot tell: for them it returns nil, as for a root whose
+// key is not made yet.
+func (c *Client) Verify(st *Record) error {
+	key, _, err := tracker.LoadKey(c.root, false)
+	if err != nil {
+		return nil
+	}
+	return st.CheckSeal(key)
 }
 
 // Filter selects runs for List. The zero Filter selects the active runs

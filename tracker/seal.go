@@ -97,6 +97,17 @@ func (st *State) sealed(key []byte) bool {
 	return err == nil && st.Seal != "" && hmac.Equal([]byte(st.Seal), []byte(sealOf(key, b)))
 }
 
+// CheckSeal returns an error satisfying errors.Is(err, ErrUnsealed) if
+// st's seal does not verify with key: for a reader that may read the
+// root's key (its watcher's user), which is told a record tend did not
+// write from one it did, as the watcher itself does.
+func (st *State) CheckSeal(key []byte) error {
+	if st.sealed(key) {
+		return nil
+	}
+	return fmt.Errorf("run %s: %w: this root's watcher did not write it (edited, or put there by whoever may write its directory); see tend fsck", st.ID, ErrUnsealed)
+}
+
 // SealAll seals every record of s that has no seal, as it is: what a
 // watcher does once, when it makes the key of a root whose records an
 // earlier tend wrote. Records that do not parse, whose sum does not match,

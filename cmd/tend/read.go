@@ -198,9 +198,26 @@ func (c *showCmd) Run(e *env) error {
 		return err
 	}
 	st, err := client.Show(e.context(), c.ID)
+	if err == nil {
+		err = client.Verify(st)
+	}
+	if errors.Is(err, tracker.ErrUnsealed) {
+		// Shown, for the operator to see what is there, and said first:
+		// nothing in it is what the watcher recorded.
+		fmt.Fprintf(e.stderr, "tend: show: %v\n", err)
+		if err := c.print(e, client, st); err != nil {
+			return err
+		}
+		return exitf(1, "")
+	}
 	if err != nil {
 		return err
 	}
+	return c.print(e, client, st)
+}
+
+// print shows record st, as JSON or as a table with its last lines.
+func (c *showCmd) print(e *env, client *tend.Client, st *tracker.State) error {
 	if c.JSON {
 		return writeJSON(e.stdout, st)
 	}

@@ -370,6 +370,9 @@ func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, e
 
 func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Record, error) {
 	st, err := t.client.Show(ctx, in.ID)
+	if err == nil {
+		err = t.client.Verify(st) // an agent acts on what it is shown
+	}
 	if err != nil {
 		return errorResult("show", err), nil, nil
 	}
