@@ -568,14 +568,16 @@ func (s *Store) ReadTrashed(id, trash string) (*State, error) {
 }
 
 // Trashed returns what Trash left behind and Purge did not remove (a crash
-// in between), by run ID.
-func (s *Store) Trashed() map[string]string {
+// in between), by run ID: more than one directory for an ID whose run
+// was deleted, made anew and deleted again before the first was removed.
+func (s *Store) Trashed() map[string][]string {
 	paths, _ := filepath.Glob(filepath.Join(s.dir, ".*.deleted-*"))
-	out := make(map[string]string, len(paths))
+	out := make(map[string][]string, len(paths))
 	for _, p := range paths {
 		name := strings.TrimPrefix(filepath.Base(p), ".")
-		if id, _, ok := strings.Cut(name, ".deleted-"); ok {
-			out[id] = p
+		// The last: an ID may hold ".deleted-" itself.
+		if i := strings.LastIndex(name, ".deleted-"); i > 0 {
+			out[name[:i]] = append(out[name[:i]], p)
 		}
 	}
 	return out

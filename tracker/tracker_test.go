@@ -189,7 +189,7 @@ func TestTrashPurge(t *testing.T) {
 		t.Fatalf("List after Trash = %v, %v; want b.c only", runs, errs)
 	}
 	// A crash before Purge leaves the trash, found by run ID.
-	if got := s.Trashed(); len(got) != 1 || got["a"] != trash {
+	if got := s.Trashed(); len(got) != 1 || len(got["a"]) != 1 || got["a"][0] != trash {
 		t.Fatalf("Trashed = %v, want a: %s", got, trash)
 	}
 	if st, err := s.ReadTrashed("a", trash); err != nil || st.ID != "a" {

@@ -406,7 +406,8 @@ func (w *watcher) finishDeletions() {
 		ids[id] = true
 	}
 	var history map[string][]tracker.Event // read only if a record is not believed
-	for id, trash := range trashed {
+	for id, trashes := range trashed {
+		trash := w.lastDeleted(id, trashes)
 		rev, session, owner := int64(0), "", 0
 		if st, err := w.store.ReadTrashed(id, trash); err == nil {
 			rev, session, owner = st.Rev+1, st.Session, st.OwnerUID
@@ -428,6 +429,39 @@ func (w *watcher) finishDeletions() {
 		}
 		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", w.deleteUnderWay(id), trash)
 	}
+}
+
+// lastDeleted returns, of trashes, the directories deletions of run id
+// left behind, the last run's, and removes the others: an ID is used
+// again only once its deletion is in the history, so only the last one
+// may lack its event. The last is the one made last, as its record says
+// (its owner may have rewritten it: else the directory's change time).
+func (w *watcher) lastDeleted(id string, trashes []string) string {
+	var last string
+	var lastAt time.Time
+	for _, trash := range trashes {
+		var at time.Time
+		if st, err := w.store.ReadTrashed(id, trash); err == nil {
+			at = st.CreatedAt
+		} else if fi, err := os.Lstat(trash); err == nil {
+			at = fi.ModTime()
+			if s, ok := fi.Sys().(*syscall.Stat_t); ok {
+				at = time.Unix(s.Ctim.Unix())
+			}
+		}
+		if last == "" || at.After(lastAt) {
+			last, lastAt = trash, at
+		}
+	}
+	for _, trash := range trashes {
+		if trash != last {
+			w.log.Printf("run %s: %s is what an earlier deletion left: removed", id, trash)
+			var dir unix.Stat_t
+			unix.Lstat(trash, &dir)
+			w.purge(id, trash, int(dir.Uid))
+		}
+	}
+	return last
 }
 
 // deleteUnderWay returns the key of the delete request of run id that an
