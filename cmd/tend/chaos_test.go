@@ -300,9 +300,15 @@ func runDiagnosis(root, id string) string {
 	fmt.Fprintf(&b, "--- started: %v\n", err == nil)
 	out, _ := exec.Command("ls", "-la", filepath.Join(root, "spool"), filepath.Join(root, "exits"), filepath.Join(root, "outcomes")).CombinedOutput()
 	fmt.Fprintf(&b, "--- ls:\n%s\n", out)
+	// A deleted run's directory, renamed aside, is named for its ID.
+	if name, ok := strings.CutPrefix(id, "."); ok {
+		if i := strings.LastIndex(name, ".deleted-"); i > 0 {
+			id = name[:i]
+		}
+	}
 	log, _ := os.ReadFile(filepath.Join(root, "watcher.log"))
 	for _, line := range strings.Split(string(log), "\n") {
-		if strings.Contains(line, " "+id+" ") || strings.Contains(line, " "+id+":") || strings.Contains(line, "keeper") || strings.Contains(line, "watching") {
+		if strings.Contains(line, " "+id+" ") || strings.Contains(line, " "+id+":") || strings.Contains(line, " "+id+"@") || strings.Contains(line, " "+id+".") || strings.Contains(line, "keeper") || strings.Contains(line, "watching") {
 			fmt.Fprintln(&b, line)
 		}
 	}
