@@ -255,9 +255,13 @@ func (w *watcher) target(n spool.Name, f spool.File, session string, ifRev *int6
 		// next watcher would take again.
 		done = func() { w.follow(effectUnclaim, n.ID, func() { w.unclaim(taken) }) }
 	}
+	// Noted once: a restored delete is taken once, and a later request of
+	// its name is a new one.
+	_, restored := w.restoredDeletes[n.Key()]
+	delete(w.restoredDeletes, n.Key())
 	st, err := w.lookup(n.ID)
 	switch {
-	case errors.Is(err, tracker.ErrNotFound) && w.deletedByItself(n):
+	case errors.Is(err, tracker.ErrNotFound) && restored && w.deletedByItself(n):
 		w.log.Printf("%s: carried out before the watcher restarted: answered again", n)
 		w.outcome(n, spool.Deleted, "")
 	case errors.Is(err, tracker.ErrNotFound):
@@ -427,7 +431,8 @@ func (w *watcher) finishDeletions() {
 				owner = int(dir.Uid)
 			}
 		}
-		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", w.deleteUnderWay(id), trash)
+		by := w.deleteUnderWay(&tracker.State{ID: id, OwnerUID: owner, Session: session})
+		w.finishDeletion(id, rev, session, owner, "deleted (finished after a restart)", by, trash)
 	}
 }
 
@@ -464,21 +469,39 @@ func (w *watcher) lastDeleted(id string, trashes []string) string {
 	return last
 }
 
-// deleteUnderWay returns the key of the delete request of run id that an
-// earlier watcher had claimed (see restoreControls), if there was one:
-// the one whose deletion it cut short. Of two or more, which it was is
-// not known, and none is named.
-func (w *watcher) deleteUnderWay(id string) string {
+// deleteUnderWay returns the key of the delete request of run st that an
+// earlier watcher had claimed (see restoreControls), if there was one
+// that may delete it: the one whose deletion it cut short. Of two or
+// more, which it was is not known, and none is named; nor is one that
+// may not (another user's, another session's), whose claim a crash left
+// while it was answered not_permitted.
+func (w *watcher) deleteUnderWay(st *tracker.State) string {
 	var key string
 	for k, n := range w.restoredDeletes {
-		if n.ID == id {
-			if key != "" {
-				return ""
-			}
-			key = k
+		if n.ID != st.ID || !w.mayDelete(n, st) {
+			continue
 		}
+		if key != "" {
+			return ""
+		}
+		key = k
 	}
 	return key
+}
+
+// mayDelete reports whether restored delete request n, back in the spool,
+// may delete run st: its owner and session (from its body) permit it.
+func (w *watcher) mayDelete(n spool.Name, st *tracker.State) bool {
+	f, err := w.spool.Read(n.String())
+	if err != nil || f.UID != n.Owner {
+		return false
+	}
+	req, err := spool.ParseDelete(f.Body)
+	if err != nil {
+		return false
+	}
+	ok, _ := permitted(n.Owner, req.Session, st)
+	return ok
 }
 
 // deletedByItself reports whether delete request n, put back in the spool
@@ -486,10 +509,9 @@ func (w *watcher) deleteUnderWay(id string) string {
 // stopped (the history's last event of the ID says so): its answer was
 // deleted, and taken again it is answered so, not not_found.
 func (w *watcher) deletedByItself(n spool.Name) bool {
-	if _, restored := w.restoredDeletes[n.Key()]; !restored || n.Verb != spool.VerbDelete {
+	if n.Verb != spool.VerbDelete {
 		return false
 	}
-	delete(w.restoredDeletes, n.Key())
 	events, err := tracker.EventsOf(w.cfg.Root, map[string]bool{n.ID: true})
 	evs := events[n.ID]
 	if err != nil || len(evs) == 0 {
