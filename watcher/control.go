@@ -373,7 +373,9 @@ func (w *watcher) deleteRun(st *tracker.State, reason, request string) error {
 	// it (conditions).
 	delete(w.ended, st.ID)
 	if w.waitedOn(st.ID) {
-		w.deletedAs[st.ID] = deletion{st.State, time.Now()} // what the runs that wait for it ask
+		del := deletion{st.State, time.Now()}
+		w.deletedAs[st.ID] = del // what the runs that wait for it ask
+		w.waitedDeletions[st.ID] = append(w.waitedDeletions[st.ID], del)
 		w.startSoon()
 	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, st.OwnerUID, reason, request, trash)

@@ -107,14 +107,35 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		}
 		var dep *tracker.State
 		if e, ok := w.ended[d.ID]; ok {
-			dep = &tracker.State{ID: d.ID, State: e.state, Reason: e.reason}
+			dep = &tracker.State{ID: d.ID, State: e.state, Reason: e.reason, CreatedAt: e.createdAt}
 		} else if dep, err = w.lookup(d.ID); err == nil && tracker.Final(dep.State) {
 			// An end is for good: read from its record once, not at every
 			// turn of the queue (a fan-in waits for hundreds).
-			w.ended[d.ID] = endedRun{dep.State, dep.Reason}
+			w.ended[d.ID] = endedRun{dep.State, dep.Reason, dep.CreatedAt}
+		}
+		if err == nil && dep.CreatedAt.After(st.CreatedAt) {
+			// A run made after this one may be another than the one it
+			// waits for: the one it waited for deleted since, and its ID
+			// used again (by its owner, or by another user). That one's
+			// end is the one that counts.
+			if del, ok := w.deletionBetween(d.ID, st.CreatedAt, dep.CreatedAt); ok {
+				if never := judgeDeleted(d, del); never != "" {
+					return "", never
+				}
+				continue
+			}
 		}
 		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
-			return d.String(), "" // its start request is not taken yet
+			// Its start request is not taken yet; unless the run it
+			// waited for was deleted since, and this is another's.
+			del, ok := w.deletionBetween(d.ID, st.CreatedAt, now)
+			if !ok {
+				return d.String(), ""
+			}
+			if never := judgeDeleted(d, del); never != "" {
+				return "", never
+			}
+			continue
 		}
 		if errors.Is(err, tracker.ErrNotFound) {
 			// Deleted: only finished runs are, and the history says how it
@@ -132,10 +153,10 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			if !ok || del.at.Before(st.CreatedAt) {
 				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
 			}
-			if d.When == spool.Ended || (del.state == tracker.Completed && d.When == spool.Completed) {
-				continue
+			if never := judgeDeleted(d, del); never != "" {
+				return "", never
 			}
-			return "", fmt.Sprintf("run %s, which it waited for, was deleted before it %s", d.ID, map[spool.Condition]string{spool.Completed: "completed", spool.Ready: "was ready"}[d.When])
+			continue
 		}
 		if err != nil {
 			return fmt.Sprintf("%s (its record cannot be read: %v)", d.ID, err), ""
@@ -161,6 +182,61 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		return "not before " + st.NotBefore.Format(time.RFC3339), ""
 	}
 	return "", ""
+}
+
+// judgeDeleted says why dependency d will never hold ("" if it holds)
+// of a run deleted as del says: a deleted run had ended.
+func judgeDeleted(d spool.Dep, del deletion) (never string) {
+	if d.When == spool.Ended || (del.state == tracker.Completed && d.When == spool.Completed) {
+		return ""
+	}
+	return fmt.Sprintf("run %s, which it waited for, was deleted before it %s", d.ID, map[spool.Condition]string{spool.Completed: "completed", spool.Ready: "was ready"}[d.When])
+}
+
+// deletionBetween returns the first deletion of a run of id from from
+// on, and before to: that of the run a run made at from waited for, if
+// a run made at to has its ID now. Deletions this watcher made while a
+// run waited are noted as they are made (deleteRun); those made before
+// it started, for a run that waited then, are read from the history,
+// once an ID.
+func (w *watcher) deletionBetween(id string, from, to time.Time) (deletion, bool) {
+	dels := w.waitedDeletions[id]
+	if from.Before(w.startedAt) || w.startedAt.IsZero() {
+		if _, read := w.histDeletions[id]; !read {
+			w.histDeletions[id] = w.deletionsInHistory(id)
+		}
+		dels = append(w.histDeletions[id], dels...)
+	}
+	for _, del := range dels {
+		if !del.at.Before(from) && del.at.Before(to) {
+			return del, true
+		}
+	}
+	return deletion{}, false
+}
+
+// deletionsInHistory returns every deletion of a run of id in the
+// history, oldest first: none if it cannot be read (the run made since
+// is then taken for the one waited for, as before the history was asked).
+func (w *watcher) deletionsInHistory(id string) []deletion {
+	events, err := tracker.EventsOf(w.cfg.Root, map[string]bool{id: true})
+	if err != nil {
+		w.log.Printf("run %s, waited for: its deletions cannot be read from the history: %v", id, err)
+		return nil
+	}
+	var dels []deletion
+	var last tracker.StateName
+	for _, e := range events[id] {
+		if e.State == tracker.Deleted {
+			if last != "" {
+				dels = append(dels, deletion{last, e.Time})
+			}
+			last = ""
+			continue
+		}
+		last = e.State
+	}
+	return dels
 }
 
 // ready reports whether run st is ready: running, and its health check
@@ -319,6 +395,7 @@ func (w *watcher) endedAsInHistory(id string) (deletion, error) {
 // is saved, so that a run waiting for many does not read each one's record
 // again at each turn of the queue.
 type endedRun struct {
-	state  tracker.StateName
-	reason string
+	state     tracker.StateName
+	reason    string
+	createdAt time.Time
 }

@@ -401,6 +401,11 @@ type watcher struct {
 	// records (see keep).
 	unkept    []spool.File
 	deletedAs map[string]deletion // how runs waited for ended, once deleted
+	// waitedDeletions are the deletions of runs others waited for, made
+	// by this watcher, and histDeletions those read from the history, by
+	// ID: kept when the ID is used again (see deletionBetween).
+	waitedDeletions map[string][]deletion
+	histDeletions   map[string][]deletion
 	// restoredDeletes holds the delete requests an earlier watcher had
 	// claimed, by key, until each is taken again (see deletedByItself).
 	restoredDeletes map[string]spool.Name
@@ -487,6 +492,8 @@ func newWatcher(cfg Config) *watcher {
 		waiting:         make(map[string]*backoff),
 		deletedAs:       make(map[string]deletion),
 		restoredDeletes: make(map[string]spool.Name),
+		waitedDeletions: make(map[string][]deletion),
+		histDeletions:   make(map[string][]deletion),
 		ended:           make(map[string]endedRun),
 		queuedByID:      make(map[string]*queuedRun),
 		selections:      make(map[spool.Name]*selection),
@@ -819,7 +826,7 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveK
 		if tracker.Final(st.State) {
 			// How it ended, for the runs that wait for it (conditions)
 			// to learn without reading its record each time.
-			w.ended[st.ID] = endedRun{st.State, st.Reason}
+			w.ended[st.ID] = endedRun{st.State, st.Reason, st.CreatedAt}
 		}
 		w.startSoon() // once what it waits for is recorded
 	}
