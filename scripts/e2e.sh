@@ -93,6 +93,10 @@ wait_until -s d.pid
 [ "$(tend_control d label 'owner=sh')" = "updated: rev 5" ] || fail "label d: $(tend_field d rev)"
 [ "$(tend_cancel d 1s)" = canceled ] || fail "cancel d"
 
+# tend_wait of a run that is not there says so at once, as tend wait does.
+rc=0; (TEND_SH_TIMEOUT=30; tend_wait no-such-run) 2>/dev/null || rc=$?
+[ "$rc" = 3 ] || fail "tend_wait no-such-run returned $rc, want 3"
+
 # 5. tend_wait gives up after $TEND_SH_TIMEOUT seconds with 124, as tend
 # wait --timeout does, and the run goes on.
 tend_start e 'until [ -e go-e ]; do sleep 0.05; done' >/dev/null || fail "e.start"

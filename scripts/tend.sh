@@ -120,12 +120,19 @@ tend_start() {
 
 # tend_wait ID: wait until run ID has ended; return as a shell would for
 # it: its exit code, 128+N if signal N killed it, 1 if neither is known;
-# 124 if it has not ended within $TEND_SH_TIMEOUT seconds (it goes on).
+# 124 if it has not ended within $TEND_SH_TIMEOUT seconds (it goes on);
+# 3 at once if there is no such run, nor a start request of it in the
+# spool (a typo, a request rejected), as tend wait does.
 tend_wait() {
 	_i=0
 	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
 	while :; do
-		case $(tend_state "$1") in completed | failed | canceled | timed_out) break ;; esac
+		case $(tend_state "$1") in
+		completed | failed | canceled | timed_out) break ;;
+		"") # its directory is made before its request leaves the spool
+			[ -e "$(tend_root)/runs/$1" ] || [ -e "$(tend_root)/spool/$1.start" ] ||
+				{ echo "tend.sh: no run $1" >&2; return 3; } ;;
+		esac
 		_i=$((_i + 1))
 		[ "$_i" -lt "$_max" ] || { echo "tend.sh: run $1 has not ended after ${TEND_SH_TIMEOUT:-3600}s; it goes on" >&2; return 124; }
 		sleep 0.05
