@@ -92,6 +92,12 @@ wait_until -s d.pid
 [ "$(tend_control d resume)" = resumed ] || fail "resume d"
 [ "$(tend_control d label 'owner=sh')" = "updated: rev 5" ] || fail "label d: $(tend_field d rev)"
 [ "$(tend_cancel d 1s)" = canceled ] || fail "cancel d"
+# Outcomes that carried nothing out return the CLI's codes; a verb that
+# is none is refused at once.
+rc=0; tend_control d pause >/dev/null || rc=$?
+[ "$rc" = 4 ] || fail "pause of ended d returned $rc, want 4 (not_running)"
+rc=0; tend_control d bogus 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || fail "tend_control d bogus returned $rc, want 2"
 
 # tend_wait of a run that is not there says so at once, as tend wait does.
 rc=0; (TEND_SH_TIMEOUT=30; tend_wait no-such-run) 2>/dev/null || rc=$?

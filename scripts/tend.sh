@@ -158,12 +158,27 @@ _tend_signum() {
 # tend_control ID VERB [BODY]: send a control request (cancel, delete,
 # signal, restart, pause, resume, label, note) under a name of its own
 # (<id>@<tag>.<verb>), wait for its outcome, print it, and remove it.
+# Returns 0 if it was carried out, else the tend CLI's exit code for the
+# outcome: 5 already_finished, 3 not_found, 7 conflict, 4 any other
+# (rejected, not_permitted, not_running, still_active, ...); 2 for a verb
+# that is none of these, sent nowhere.
 tend_control() {
+	case ${2:-} in
+	cancel | delete | signal | restart | pause | resume | label | note) ;;
+	*) echo "tend.sh: tend_control: no verb \"${2:-}\": want cancel, delete, signal, restart, pause, resume, label or note" >&2; return 2 ;;
+	esac
 	_name="$1@$(_tend_tag).$2"
 	tend_submit "$_name" "${3:-}" || return 1
 	_o=$(tend_outcome "$_name") || return 1
 	rm -f "$(tend_outcomes)/$_name"
 	printf '%s\n' "$_o"
+	case $_o in
+	canceled | deleted | signaled* | restarted* | paused* | resumed* | updated*) return 0 ;;
+	already_finished*) return 5 ;;
+	not_found*) return 3 ;;
+	conflict*) return 7 ;;
+	esac
+	return 4
 }
 
 # tend_select VERB BODY: send a selector request (*@<tag>.cancel or
@@ -198,12 +213,5 @@ tend_cancel_all() {
 tend_cancel() {
 	_body=
 	[ -n "${2:-}" ] && _body="{\"grace\": \"$2\"}"
-	_o=$(tend_control "$1" cancel "$_body") || return 1
-	printf '%s\n' "$_o"
-	case $_o in
-	canceled) return 0 ;;
-	already_finished*) return 5 ;;
-	not_found*) return 3 ;;
-	esac
-	return 4
+	tend_control "$1" cancel "$_body"
 }
