@@ -346,7 +346,7 @@ type logsCmd struct {
 	StderrOffset int64 `name:"stderr-offset" help:"With --both: start stderr at this offset (as the next of its last line gave it); -1: at --offset." default:"-1"`
 	MaxBytes     int64 `name:"max-bytes" help:"Print at most this many bytes (0: all; with --json, 4 MiB at most)." default:"0"`
 	Tail         int   `help:"Print only the last N lines (with -f, then follow on from them)." default:"0"`
-	JSON         bool  `help:"Print {offset, next, dropped, eof, data} for the slice read, so an agent reads incrementally: ask next time from next. A slice is 4 MiB at most: eof false says there is more."`
+	JSON         bool  `help:"Print {stream, offset, next, dropped, eof, final, data} for the slice read, so an agent reads incrementally: ask next time from next. A slice is 4 MiB at most: eof false says there is more."`
 	Follow       bool  `short:"f" help:"Keep printing as the run writes, until it ends; then exit with its exit code."`
 }
 

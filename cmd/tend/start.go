@@ -53,7 +53,7 @@ type startCmd struct {
 	SbatchArg      []string      `sep:"none" help:"A further sbatch option, --name or --name=value (repeatable)." placeholder:"OPTION" group:"Slurm"`
 	Local          bool          `help:"Run it on this host even where config.json sends runs to Slurm." group:"Slurm"`
 
-	Command []string `arg:"" passthrough:"partial" help:"The command. One argument is run by /bin/sh -c; several are executed directly."`
+	Command []string `arg:"" passthrough:"partial" help:"The command. One argument is run by /bin/sh -c; several are executed directly. Flags come before it: from its first word on, everything is the command's (a -- before it ends tend's flags)."`
 }
 
 func (c *startCmd) Help() string {
