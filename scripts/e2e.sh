@@ -99,6 +99,11 @@ rc=0; tend_control d pause >/dev/null || rc=$?
 rc=0; tend_control d bogus 2>/dev/null || rc=$?
 [ "$rc" = 2 ] || fail "tend_control d bogus returned $rc, want 2"
 
+# With $TEND_SESSION, as the CLI, the run is that session's.
+(TEND_SESSION=sh-7 tend_start sess 'true' >/dev/null) || fail "tend_start sess"
+tend_wait sess || fail "tend_wait sess"
+[ "$(tend_field sess session)" = sh-7 ] || fail "run sess is in session '$(tend_field sess session)', want sh-7"
+
 # tend_wait of a run that is not there says so at once, as tend wait does.
 rc=0; (TEND_SH_TIMEOUT=30; tend_wait no-such-run) 2>/dev/null || rc=$?
 [ "$rc" = 3 ] || fail "tend_wait no-such-run returned $rc, want 3"

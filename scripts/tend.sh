@@ -95,11 +95,13 @@ tend_state() {
 # edited while queued (rev N)"). With $TEND_SH_AFTER (run IDs, each with an
 # optional :ended or :ready, separated by spaces) or $TEND_SH_NOT_BEFORE
 # (an RFC 3339 time, or a duration such as 10m), the run waits for those
-# runs, or that time, queued.
+# runs, or that time, queued. With $TEND_SESSION (as the tend CLI reads
+# it), the run is that session's.
 tend_start() {
 	_b=$2
-	if [ -n "${TEND_SH_AFTER:-}${TEND_SH_NOT_BEFORE:-}" ]; then
+	if [ -n "${TEND_SH_AFTER:-}${TEND_SH_NOT_BEFORE:-}${TEND_SESSION:-}" ]; then
 		_b="{\"command\": $(_tend_json "$2")"
+		[ -z "${TEND_SESSION:-}" ] || _b="$_b, \"session\": $(_tend_json "$TEND_SESSION")"
 		if [ -n "${TEND_SH_AFTER:-}" ]; then
 			_sep=
 			_b="$_b, \"after\": ["
