@@ -448,13 +448,11 @@ func (w *watcher) lastDeleted(id string, trashes []string) string {
 	var lastAt time.Time
 	for _, trash := range trashes {
 		var at time.Time
+		var dir unix.Stat_t
 		if st, err := w.store.ReadTrashed(id, trash); err == nil {
 			at = st.CreatedAt
-		} else if fi, err := os.Lstat(trash); err == nil {
-			at = fi.ModTime()
-			if s, ok := fi.Sys().(*syscall.Stat_t); ok {
-				at = time.Unix(s.Ctim.Unix())
-			}
+		} else if unix.Lstat(trash, &dir) == nil {
+			at = time.Unix(dir.Ctim.Unix())
 		}
 		if last == "" || at.After(lastAt) {
 			last, lastAt = trash, at

@@ -224,18 +224,7 @@ func (w *watcher) deletionsInHistory(id string) []deletion {
 		w.log.Printf("run %s, waited for: its deletions cannot be read from the history: %v", id, err)
 		return nil
 	}
-	var dels []deletion
-	var last tracker.StateName
-	for _, e := range events[id] {
-		if e.State == tracker.Deleted {
-			if last != "" {
-				dels = append(dels, deletion{last, e.Time})
-			}
-			last = ""
-			continue
-		}
-		last = e.State
-	}
+	dels, _ := deletionsIn(events[id], id)
 	return dels
 }
 
@@ -373,22 +362,31 @@ func (w *watcher) endedAsInHistory(id string) (deletion, error) {
 	if err != nil {
 		return deletion{}, err
 	}
-	var last tracker.StateName
-	var del deletion
-	for _, e := range events {
-		if e.ID != id {
-			continue
-		}
-		if e.State == tracker.Deleted {
-			if last != "" {
-				del = deletion{last, e.Time}
-			}
-			last = ""
-			continue
-		}
-		last, del = e.State, deletion{}
+	dels, usedSince := deletionsIn(events, id)
+	if usedSince || len(dels) == 0 {
+		return deletion{}, nil
 	}
-	return del, nil
+	return dels[len(dels)-1], nil
+}
+
+// deletionsIn returns the deletions of runs of id that events (a
+// history, oldest first) hold, each with how its run ended, and whether
+// a run of id came after the last of them.
+func deletionsIn(events []tracker.Event, id string) (dels []deletion, usedSince bool) {
+	var last tracker.StateName
+	for _, e := range events {
+		switch {
+		case e.ID != id:
+		case e.State == tracker.Deleted:
+			if last != "" {
+				dels = append(dels, deletion{last, e.Time})
+			}
+			last, usedSince = "", false
+		default:
+			last, usedSince = e.State, true
+		}
+	}
+	return dels, usedSince
 }
 
 // An endedRun is how a run that others wait for ended: noted when its end
