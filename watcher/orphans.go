@@ -41,8 +41,8 @@ func (w *watcher) reapOrphans() {
 	}
 	leaders := w.ownLeaders()
 	for _, pid := range kids {
-		if leaders[pid] || w.jobs.helper(pid) {
-			continue // (an engine's command is reaped by its Wait)
+		if leaders[pid] || w.jobs.helper(pid) || w.purges.helper(pid) {
+			continue // (an engine's command, or a purge's, is reaped by its Wait)
 		}
 		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
 			procfs.ReapChild(pid)
@@ -132,8 +132,8 @@ func (w *watcher) drain() {
 			continue
 		}
 		id, ok := w.strayOf(p, keepers, escapes)
-		if !ok || w.jobs.helper(p.PGID) {
-			continue // (a cluster's command, such as sbatch, is no run's)
+		if !ok || w.jobs.helper(p.PGID) || w.purges.helper(p.PID) {
+			continue // (a cluster's command, such as sbatch, or a purge's find, is no run's)
 		}
 		if escapes && !ours[p.PID] {
 			w.escapes = true // still outside: look again next time
@@ -160,8 +160,8 @@ func (w *watcher) drain() {
 }
 
 // onlyLeadersLeft reports whether every child of this watcher leads one of
-// its own runs (the forker's thread starts nothing else, so only the
-// orphans are read), and no stray is being ended. Then the group of every run
+// its own runs (the forker's thread starts nothing else but purges'
+// finds, which make it false, so only the orphans are read), and no stray is being ended. Then the group of every run
 // whose leader has exited is empty, and drain need not read all of /proc:
 // a leader's descendants are its children's, which became this watcher's
 // (a child subreaper) when it exited, before its exit was reported. Once

@@ -24,6 +24,10 @@ type purges struct {
 
 	mu    sync.Mutex
 	slots map[int]chan struct{} // by owner: a purge runs as its owner, who may stop it
+	// finds are the PIDs of the find(1) processes under way: children of
+	// the watcher that are no run's, which drain must not end as strays
+	// nor reapOrphans reap from under their Wait.
+	finds map[int]bool
 }
 
 // purgeTimeout is the longest a purge may take: the rest is left for the
@@ -32,7 +36,7 @@ const purgeTimeout = 10 * time.Minute
 
 func newPurges() purges {
 	ctx, stop := context.WithCancel(context.Background())
-	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{})}
+	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{}), finds: make(map[int]bool)}
 }
 
 // slot returns the slot of owner's purges: one at a time each, so that a
@@ -45,6 +49,34 @@ func (p *purges) slot(owner int) chan struct{} {
 		p.slots[owner] = make(chan struct{}, 1)
 	}
 	return p.slots[owner]
+}
+
+// start starts cmd, a purge's find, and notes its PID before any drain
+// or reapOrphans can see it (they wait for the lock held here).
+func (p *purges) start(cmd *exec.Cmd) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	p.finds[cmd.Process.Pid] = true
+	return nil
+}
+
+// wait waits for cmd, started by start, and forgets its PID.
+func (p *purges) wait(cmd *exec.Cmd) error {
+	err := cmd.Wait()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.finds, cmd.Process.Pid)
+	return err
+}
+
+// helper reports whether pid is a purge's find under way.
+func (p *purges) helper(pid int) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.finds[pid]
 }
 
 // purgesGrace is how long a watcher that stops lets its purges go on: a
@@ -128,9 +160,9 @@ func (w *watcher) removeTree(trash string) error {
 	}
 	out := &headWriter{max: 512} // a line for each entry it could not remove
 	cmd.Stderr = out
-	w.forker.run(func() { err = cmd.Start() }) // on the forker's thread: see forker
+	w.forker.run(func() { err = w.purges.start(cmd) }) // on the forker's thread: see forker
 	if err == nil {
-		err = cmd.Wait()
+		err = w.purges.wait(cmd)
 	}
 	if rmErr := unix.Rmdir(trash); rmErr == nil || errors.Is(rmErr, fs.ErrNotExist) {
 		return nil
