@@ -108,6 +108,11 @@ type State struct {
 	// is queued until then (see spool.Dep).
 	After     []string   `json:"after,omitempty"`
 	NotBefore *time.Time `json:"not_before,omitempty"`
+	// WaitsSince is when an edit of its queued request changed what it
+	// waits for: the runs After names are those of that time, not of
+	// CreatedAt's (a run deleted in between, and its ID used again, is
+	// not the one waited for). Nil until then.
+	WaitsSince *time.Time `json:"waits_since,omitempty"`
 	// RequestSum names the version of the start request the record was
 	// made from (spool.BodySum), while that request waits in the spool: a
 	// watcher that restarts tells by it a request edited while none ran.

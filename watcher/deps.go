@@ -100,6 +100,7 @@ func (w *watcher) waitPath(from, to string, seen map[string]bool) []string {
 // conditions says what queued run st still waits for now (waits), or why
 // it never will start (never): both "" once every condition holds.
 func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never string) {
+	since := waitingSince(st)
 	for _, name := range st.After {
 		d, err := spool.ParseDep(name)
 		if err != nil {
@@ -113,12 +114,12 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// turn of the queue (a fan-in waits for hundreds).
 			w.ended[d.ID] = endedRun{dep.State, dep.Reason, dep.CreatedAt}
 		}
-		if err == nil && dep.CreatedAt.After(st.CreatedAt) {
-			// A run made after this one may be another than the one it
-			// waits for: the one it waited for deleted since, and its ID
-			// used again (by its owner, or by another user). That one's
-			// end is the one that counts.
-			if del, ok := w.deletionBetween(d.ID, st.CreatedAt, dep.CreatedAt); ok {
+		if err == nil && dep.CreatedAt.After(since) {
+			// A run made after this one began to wait may be another than
+			// the one it waits for: the one it waited for deleted since,
+			// and its ID used again (by its owner, or by another user).
+			// That one's end is the one that counts.
+			if del, ok := w.deletionBetween(d.ID, since, dep.CreatedAt); ok {
 				if never := judgeDeleted(d, del); never != "" {
 					return "", never
 				}
@@ -128,7 +129,7 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
 			// Its start request is not taken yet; unless the run it
 			// waited for was deleted since, and this is another's.
-			del, ok := w.deletionBetween(d.ID, st.CreatedAt, now)
+			del, ok := w.deletionBetween(d.ID, since, now)
 			if !ok {
 				return d.String(), ""
 			}
@@ -141,16 +142,16 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// Deleted: only finished runs are, and the history says how it
 			// ended. Or it never was, whatever the condition: its request
 			// was rejected, or a power loss took back its first record.
-			// A run of the same ID deleted before this one was made is
-			// not the one it waits for: that was a start request in the
-			// spool (checkDeps), rejected or removed since.
+			// A run of the same ID deleted before this one began to wait
+			// is not the one it waits for: that was a start request in
+			// the spool (checkDeps), rejected or removed since.
 			del, ok, err := w.endedAs(d.ID)
 			if err != nil {
 				// Not read is not "never was": it waits for the history
 				// to be mended (tend fsck), as it would for a record.
 				return fmt.Sprintf("%s (how it ended cannot be read from the history: %v)", d.ID, err), ""
 			}
-			if !ok || del.at.Before(st.CreatedAt) {
+			if !ok || del.at.Before(since) {
 				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
 			}
 			if never := judgeDeleted(d, del); never != "" {
@@ -182,6 +183,15 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		return "not before " + st.NotBefore.Format(time.RFC3339), ""
 	}
 	return "", ""
+}
+
+// waitingSince returns when queued run st began to wait for the runs its
+// After names: when it was made, or when an edit last changed them.
+func waitingSince(st *tracker.State) time.Time {
+	if st.WaitsSince != nil {
+		return *st.WaitsSince
+	}
+	return st.CreatedAt
 }
 
 // judgeDeleted says why dependency d will never hold ("" if it holds)

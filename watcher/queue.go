@@ -186,6 +186,7 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	}
 	if !sameWaits(req, old) {
 		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
+		st.WaitsSince = &next.CreatedAt
 		if q.at != nil {
 			q.at.Stop()
 			q.at = nil
