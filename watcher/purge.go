@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -150,7 +151,11 @@ func (w *watcher) removeTree(trash string) error {
 	defer cancel()
 	// By its full path: a name is looked up in the watcher's PATH, whose
 	// failure exec.Cmd keeps for Start whatever Path says after.
-	cmd := exec.CommandContext(ctx, findPath, "/proc/self/fd/3/", "-mindepth", "1", "-delete")
+	find := firstProgram(findPaths)
+	if find == "" {
+		return fmt.Errorf("%s: not removed: no find(1) at %s", trash, strings.Join(findPaths, " or "))
+	}
+	cmd := exec.CommandContext(ctx, find, "/proc/self/fd/3/", "-mindepth", "1", "-delete")
 	cmd.WaitDelay = time.Second // what it started, or a tracer, may hold its stderr
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	cmd.ExtraFiles = []*os.File{dir}
@@ -184,5 +189,18 @@ func (h *headWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// findPath is find(1)'s, where every Linux distribution has it.
-const findPath = "/usr/bin/find"
+// findPaths are where Linux distributions put find(1): /usr/bin, and
+// /bin on those that have not merged /usr (older Debian, some minimal
+// images). Never looked up in PATH: the watcher runs it as root.
+var findPaths = []string{"/usr/bin/find", "/bin/find"}
+
+// firstProgram returns the first of paths that is an executable regular
+// file, "" if none is.
+func firstProgram(paths []string) string {
+	for _, p := range paths {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
