@@ -9,6 +9,8 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
+
+	"golang.org/x/sys/unix"
 )
 
 // Runs that wait: a start request may name runs it waits for (after, each
@@ -345,16 +347,58 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 	if del, ok := w.deletedAs[id]; ok {
 		return del, del.state != "", nil
 	}
+	files := historyFiles(w.cfg.Root)
+	if err := w.unreadHistory.still(files); err != nil {
+		return deletion{}, false, err
+	}
 	del, err := w.endedAsInHistory(id)
 	if err != nil {
-		if err.Error() != w.unreadHistory {
-			w.unreadHistory = err.Error()
+		if w.unreadHistory.err == nil || err.Error() != w.unreadHistory.err.Error() {
 			w.log.Printf("run %s, waited for, is gone, and the history cannot say how it ended: %v; what waits for it waits until the history is mended (tend fsck --repair)", id, err)
 		}
+		w.unreadHistory = historyFault{err: err, files: files, at: time.Now()}
 		return del, false, err // asked again at the queue's next turn
 	}
+	w.unreadHistory.err = nil
 	w.deletedAs[id] = del
 	return del, del.state != "", nil
+}
+
+// A historyFault is why the history could not be read, and which files
+// it was read from. Read again while they are the same files, it would
+// fail the same way: the watcher only appends to them, and tend fsck
+// --repair replaces a file it mends. One mended in place is read again
+// after historyRetry.
+type historyFault struct {
+	err   error
+	files string // see historyFiles
+	at    time.Time
+}
+
+// historyRetry is how long a historyFault holds for files that seem the
+// same.
+const historyRetry = 10 * time.Second
+
+// still returns the fault's error if the history is still made of
+// files, and it is recent; nil if the history is to be read again.
+func (f historyFault) still(files string) error {
+	if f.err == nil || f.files != files || time.Since(f.at) >= historyRetry {
+		return nil
+	}
+	return f.err
+}
+
+// historyFiles names the history files of root by their inodes: another
+// name, another file, or a file replaced, is another history.
+func historyFiles(root string) string {
+	var b strings.Builder
+	for _, path := range tracker.HistoryFiles(root) {
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil {
+			fmt.Fprintf(&b, "%s:%d:%d;", path, st.Dev, st.Ino)
+		}
+	}
+	return b.String()
 }
 
 // A deletion is how a deleted run ended (state), and when it was deleted:

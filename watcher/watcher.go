@@ -411,8 +411,9 @@ type watcher struct {
 	restoredDeletes map[string]spool.Name
 	ended           map[string]endedRun // how runs waited for ended (see conditions)
 	// unreadHistory is the last error that kept endedAs from the history,
-	// logged once, not at each turn of the queue.
-	unreadHistory string
+	// logged once, and kept while the history's files are the same (see
+	// historyFault), not read again at each turn of the queue.
+	unreadHistory historyFault
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
 	selections map[spool.Name]*selection
