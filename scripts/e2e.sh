@@ -61,6 +61,11 @@ rc=0; tend_wait a || rc=$?
 [ "$rc" = 3 ] || fail "tend_wait a returned $rc, want 3"
 [ "$(tend_state a)" = failed ] || fail "run a: $(tend_state a)"
 [ "$(tend_field a exit_code)" = 3 ] || fail "run a: exit code '$(tend_field a exit_code)'"
+# An array or an object comes whole, as JSON on one line.
+[ "$(tend_field a command)" = '["/bin/sh","-c","echo hi; exit 3"]' ] || fail "run a: command '$(tend_field a command)'"
+tend_control a label 'k=v' >/dev/null || fail "label a"
+[ "$(tend_field a labels)" = '{"k": "v"}' ] || fail "run a: labels '$(tend_field a labels)'"
+[ "$(tend_field a id)" = a ] || fail "run a: id '$(tend_field a id)'"
 [ "$(cat "$root/runs/a/stdout")" = hi ] || fail "run a: stdout"
 
 # 2. Cancel: the run and its background child end; cancel again is safe,

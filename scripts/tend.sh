@@ -77,11 +77,27 @@ tend_outcome() {
 	_tend_poll -s "$(tend_outcomes)/$1" && cat "$(tend_outcomes)/$1"
 }
 
-# tend_field ID FIELD: print a top-level field of run ID's state.json (a
-# string without its quotes). state.json has one top-level field a line,
-# so sed is enough.
+# tend_field ID FIELD: print a top-level field of run ID's state.json: a
+# string without its quotes, a number as it is, an array or an object as
+# JSON on one line (["/bin/sh","-c","make"]). state.json has each
+# top-level field at two spaces' indent, and a composite one's closing
+# bracket too, so awk is enough.
 tend_field() {
-	sed -n "s/^  \"$2\": //p" "$(tend_root)/runs/$1/state.json" 2>/dev/null | sed 's/,$//; s/^"//; s/"$//'
+	awk -v key="  \"$2\": " '
+	index($0, key) == 1 {
+		v = substr($0, length(key) + 1)
+		if (v == "[" || v == "{") { out = v; deep = 1; next }
+		sub(/,$/, "", v)
+		if (v ~ /^".*"$/) v = substr(v, 2, length(v) - 2)
+		print v
+		exit
+	}
+	deep {
+		line = $0
+		sub(/^ +/, "", line)
+		if ($0 ~ /^  []}],?$/) { sub(/,$/, "", line); print out line; exit }
+		out = out line
+	}' "$(tend_root)/runs/$1/state.json" 2>/dev/null
 }
 
 # tend_state ID: print run ID's state (empty if it has none yet).
