@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -106,7 +107,7 @@ func (c *startCmd) Run(e *env) error {
 	case errors.Is(err, tend.ErrInvalid):
 		// Checked by Start before anything is written, by the parser
 		// the watcher uses (once: it costs a marshal and a parse).
-		return exitf(exitUsage, "start: %v", err)
+		return exitf(exitUsage, "start: %s", withFlags(err.Error()))
 	case errors.Is(err, tend.ErrNoWatcher):
 		fmt.Fprintln(e.stdout, id) // submitted: it waits for a watcher
 		return err
@@ -125,6 +126,30 @@ func (c *startCmd) Run(e *env) error {
 	}
 	return nil
 }
+
+// withFlags adds to msg, an error of a start request's check, which
+// names the request's JSON field it concerns, the flags that set that
+// field: what the user typed.
+func withFlags(msg string) string {
+	m := jsonField.FindStringSubmatch(msg)
+	if m == nil {
+		return msg
+	}
+	flags := map[string]string{
+		"timeout": "--timeout", "grace": "--grace", "cwd": "--cwd", "env": "--env", "labels": "--label",
+		"session": "--session", "after": "--after", "not_before": "--at or --in",
+		"restart": "--restart, --restart-limit, --restart-window, --restart-delay",
+		"health":  "--health-tcp, --health-http, --health-exec, --health-interval, --health-retries, --health-start-period",
+		"slurm":   "the Slurm flags",
+	}[m[1]]
+	if flags == "" {
+		return msg
+	}
+	return msg + " (set by " + flags + ")"
+}
+
+// jsonField finds the first JSON field an error names ("timeout": ...).
+var jsonField = regexp.MustCompile(`^"([a-z_]+)":`)
 
 // args returns the command's words, without the "--" that may come first.
 func (c *startCmd) args() []string {
