@@ -281,6 +281,7 @@ func (w *watcher) settleWaits(now time.Time) bool {
 				ended, again = true, true
 				continue
 			}
+			w.noteHeldUp(q.st, waits)
 			if waits != "" && q.st.NotBefore != nil && now.Before(*q.st.NotBefore) && q.at == nil {
 				q.at = w.after(time.Until(*q.st.NotBefore), func() {
 					q.at = nil
@@ -291,6 +292,25 @@ func (w *watcher) settleWaits(now time.Time) bool {
 		if !again {
 			return ended
 		}
+	}
+}
+
+// heldUp ends a waiting run's reason with what keeps the watcher from
+// telling whether it may start (see noteHeldUp).
+const heldUp = "; held up: "
+
+// noteHeldUp has queued run st's reason say so while what it waits for,
+// as conditions says (waits), cannot be read: a record or the history
+// the watcher cannot read (an operator must mend it), not the run it
+// waits for, is what it waits for then. Saved only when that changes.
+func (w *watcher) noteHeldUp(st *tracker.State, waits string) {
+	reason, _, _ := strings.Cut(st.Reason, heldUp)
+	if strings.Contains(waits, "cannot be read") {
+		reason += heldUp + waits
+	}
+	if reason != st.Reason {
+		st.Reason = reason
+		w.save(st)
 	}
 }
 
