@@ -108,11 +108,12 @@ type State struct {
 	// is queued until then (see spool.Dep).
 	After     []string   `json:"after,omitempty"`
 	NotBefore *time.Time `json:"not_before,omitempty"`
-	// WaitsSince is when an edit of its queued request changed what it
-	// waits for: the runs After names are those of that time, not of
+	// AfterSince holds, by ID, when an edit of its queued request added
+	// a run to After: that run is the one of that time, not of
 	// CreatedAt's (a run deleted in between, and its ID used again, is
-	// not the one waited for). Nil until then.
-	WaitsSince *time.Time `json:"waits_since,omitempty"`
+	// not the one waited for). The runs it named from the first are
+	// not in it.
+	AfterSince map[string]time.Time `json:"after_since,omitempty"`
 	// RequestSum names the version of the start request the record was
 	// made from (spool.BodySum), while that request waits in the spool: a
 	// watcher that restarts tells by it a request edited while none ran.

@@ -102,12 +102,12 @@ func (w *watcher) waitPath(from, to string, seen map[string]bool) []string {
 // conditions says what queued run st still waits for now (waits), or why
 // it never will start (never): both "" once every condition holds.
 func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never string) {
-	since := waitingSince(st)
 	for _, name := range st.After {
 		d, err := spool.ParseDep(name)
 		if err != nil {
 			return "", fmt.Sprintf("it waits for %q, which names no run", name)
 		}
+		since := waitingSince(st, d.ID)
 		var dep *tracker.State
 		if e, ok := w.ended[d.ID]; ok {
 			dep = &tracker.State{ID: d.ID, State: e.state, Reason: e.reason, CreatedAt: e.createdAt}
@@ -187,11 +187,11 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 	return "", ""
 }
 
-// waitingSince returns when queued run st began to wait for the runs its
-// After names: when it was made, or when an edit last changed them.
-func waitingSince(st *tracker.State) time.Time {
-	if st.WaitsSince != nil {
-		return *st.WaitsSince
+// waitingSince returns when queued run st began to wait for run id: when
+// it was made, or when the edit that added id was taken.
+func waitingSince(st *tracker.State, id string) time.Time {
+	if at, ok := st.AfterSince[id]; ok {
+		return at
 	}
 	return st.CreatedAt
 }

@@ -28,3 +28,34 @@ func TestHistoryFaultStill(t *testing.T) {
 		}
 	}
 }
+
+// TestAddedSince: an edit counts from its time only the runs it adds to
+// what a queued run waits for.
+func TestAddedSince(t *testing.T) {
+	first, now := time.Unix(200, 0), time.Unix(300, 0)
+	for _, tc := range []struct {
+		name     string
+		old, new []string
+		since    map[string]time.Time
+		want     map[string]time.Time
+	}{
+		{"reordered", []string{"a", "b"}, []string{"b", "a"}, nil, nil},
+		{"one added", []string{"a"}, []string{"a", "b:ended"}, nil, map[string]time.Time{"b": now}},
+		{"a condition changed", []string{"a"}, []string{"a:ended"}, nil, nil},
+		{"added by an earlier edit, kept", []string{"a", "b"}, []string{"b"}, map[string]time.Time{"b": first}, map[string]time.Time{"b": first}},
+		{"dropped, then added again", []string{"a"}, []string{"a", "b"}, map[string]time.Time{"b": first}, map[string]time.Time{"b": now}},
+		{"dropped", []string{"a", "b"}, []string{"a"}, map[string]time.Time{"b": first}, nil},
+		{"none left", []string{"a"}, nil, nil, nil},
+	} {
+		got := addedSince(tc.old, tc.new, tc.since, now)
+		if len(got) != len(tc.want) {
+			t.Errorf("%s: addedSince = %v, want %v", tc.name, got, tc.want)
+			continue
+		}
+		for id, at := range tc.want {
+			if !got[id].Equal(at) {
+				t.Errorf("%s: addedSince = %v, want %v", tc.name, got, tc.want)
+			}
+		}
+	}
+}

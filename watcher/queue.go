@@ -185,8 +185,8 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 		w.jobs.queued++
 	}
 	if !sameWaits(req, old) {
+		st.AfterSince = addedSince(st.After, next.After, st.AfterSince, next.CreatedAt)
 		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
-		st.WaitsSince = &next.CreatedAt
 		if q.at != nil {
 			q.at.Stop()
 			q.at = nil
@@ -202,6 +202,38 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	w.save(st)
 	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
 	return true
+}
+
+// addedSince returns the AfterSince of a queued run whose After goes from
+// old to new in an edit taken at now: the runs the edit adds are waited
+// for from now, those it keeps from when they were first named (since,
+// or the run's creation), and those it drops are forgotten.
+func addedSince(old, new []string, since map[string]time.Time, now time.Time) map[string]time.Time {
+	had := make(map[string]bool, len(old))
+	for _, name := range old {
+		if d, err := spool.ParseDep(name); err == nil {
+			had[d.ID] = true
+		}
+	}
+	var out map[string]time.Time
+	for _, name := range new {
+		d, err := spool.ParseDep(name)
+		if err != nil {
+			continue
+		}
+		at, kept := since[d.ID]
+		switch {
+		case !had[d.ID]:
+			at = now
+		case !kept:
+			continue
+		}
+		if out == nil {
+			out = make(map[string]time.Time)
+		}
+		out[d.ID] = at
+	}
+	return out
 }
 
 // sameRun reports whether queued runs a and b, made from two versions of
