@@ -377,11 +377,25 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 			w.log.Printf("run %s, waited for, is gone, and the history cannot say how it ended: %v; what waits for it waits until the history is mended (tend fsck --repair)", id, err)
 		}
 		w.unreadHistory = historyFault{err: err, files: files, at: time.Now()}
+		w.retryHistory()
 		return del, false, err // asked again at the queue's next turn
 	}
 	w.unreadHistory.err = nil
 	w.deletedAs[id] = del
 	return del, del.state != "", nil
+}
+
+// retryHistory has the queue turn again once a history found bad may be
+// read again: a quiet root has no other turn to find it mended in place.
+func (w *watcher) retryHistory() {
+	if w.historyRetryDue {
+		return
+	}
+	w.historyRetryDue = true
+	w.after(historyRetry, func() {
+		w.historyRetryDue = false
+		w.dequeue()
+	})
 }
 
 // A historyFault is why the history could not be read, and which files

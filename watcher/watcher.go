@@ -414,6 +414,9 @@ type watcher struct {
 	// logged once, and kept while the history's files are the same (see
 	// historyFault), not read again at each turn of the queue.
 	unreadHistory historyFault
+	// historyRetryDue is set while a turn of the queue is due to read a
+	// history found bad again (see endedAs).
+	historyRetryDue bool
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
 	selections map[spool.Name]*selection
