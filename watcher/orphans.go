@@ -41,7 +41,7 @@ func (w *watcher) reapOrphans() {
 	}
 	leaders := w.ownLeaders()
 	for _, pid := range kids {
-		if leaders[pid] || w.jobs.helper(pid) || w.purges.helper(pid) {
+		if leaders[pid] || w.jobs.helper(pid) || w.purges.helper(procfs.Stat{PID: pid}) {
 			continue // (an engine's command, or a purge's, is reaped by its Wait)
 		}
 		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
@@ -132,7 +132,7 @@ func (w *watcher) drain() {
 			continue
 		}
 		id, ok := w.strayOf(p, keepers, escapes)
-		if !ok || w.jobs.helper(p.PGID) || w.purges.helper(p.PID) {
+		if !ok || w.jobs.helper(p.PGID) || w.purges.helper(p) {
 			continue // (a cluster's command, such as sbatch, or a purge's find, is no run's)
 		}
 		if escapes && !ours[p.PID] {
@@ -160,10 +160,11 @@ func (w *watcher) drain() {
 }
 
 // onlyLeadersLeft reports whether every child of this watcher leads one of
-// its own runs (the forker's thread starts nothing else but purges'
-// finds, which make it false, so only the orphans are read), and no stray is being ended. Then the group of every run
-// whose leader has exited is empty, and drain need not read all of /proc:
-// a leader's descendants are its children's, which became this watcher's
+// its own runs, and no stray is being ended. Only the orphans are read:
+// the forker's threads start nothing but run leaders and purges' finds,
+// which are no strays. Then the group of every run whose leader has
+// exited is empty, and drain need not read all of /proc: a leader's
+// descendants are its children's, which became this watcher's
 // (a child subreaper) when it exited, before its exit was reported. Once
 // at least one full pass has been made, that is: it finds what earlier
 // watchers left, which are then the keeper's children or strays.

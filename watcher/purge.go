@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/tendhq/tend/procfs"
+
 	"golang.org/x/sys/unix"
 )
 
@@ -25,10 +27,11 @@ type purges struct {
 
 	mu    sync.Mutex
 	slots map[int]chan struct{} // by owner: a purge runs as its owner, who may stop it
-	// finds are the PIDs of the find(1) processes under way: children of
-	// the watcher that are no run's, which drain must not end as strays
-	// nor reapOrphans reap from under their Wait.
-	finds map[int]bool
+	// finds are the find(1) processes under way, their start times by
+	// PID: children of the watcher that are no run's, which drain must
+	// not end as strays nor reapOrphans reap from under their Wait. The
+	// start time tells a process that got the PID of one reaped since.
+	finds map[int]uint64
 }
 
 // purgeTimeout is the longest a purge may take: the rest is left for the
@@ -37,7 +40,7 @@ const purgeTimeout = 10 * time.Minute
 
 func newPurges() purges {
 	ctx, stop := context.WithCancel(context.Background())
-	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{}), finds: make(map[int]bool)}
+	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{}), finds: make(map[int]uint64)}
 }
 
 // slot returns the slot of owner's purges: one at a time each, so that a
@@ -60,7 +63,12 @@ func (p *purges) start(cmd *exec.Cmd) error {
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	p.finds[cmd.Process.Pid] = true
+	pid := cmd.Process.Pid
+	st, err := procfs.ReadStat(pid) // a child: its PID is its own until it is reaped
+	p.finds[pid] = st.StartTime
+	if err != nil {
+		p.finds[pid] = 0 // (cannot be: known by its PID alone then)
+	}
 	return nil
 }
 
@@ -73,11 +81,13 @@ func (p *purges) wait(cmd *exec.Cmd) error {
 	return err
 }
 
-// helper reports whether pid is a purge's find under way.
-func (p *purges) helper(pid int) bool {
+// helper reports whether process proc is a purge's find under way. Its
+// PID alone is enough for a child not reaped yet (see reapOrphans).
+func (p *purges) helper(proc procfs.Stat) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.finds[pid]
+	start, ok := p.finds[proc.PID]
+	return ok && (start == 0 || proc.StartTime == 0 || start == proc.StartTime)
 }
 
 // purgesGrace is how long a watcher that stops lets its purges go on: a
