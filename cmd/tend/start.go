@@ -140,7 +140,7 @@ func withFlags(msg string) string {
 		"session": "--session", "after": "--after", "not_before": "--at or --in",
 		"restart": "--restart, --restart-limit, --restart-window, --restart-delay",
 		"health":  "--health-tcp, --health-http, --health-exec, --health-interval, --health-retries, --health-start-period",
-		"slurm":   "the Slurm flags",
+		"slurm":   "the Slurm flags, or config.json's slurm default (--local runs it on this host)",
 	}[m[1]]
 	if flags == "" {
 		return msg
