@@ -136,8 +136,8 @@ func withFlags(msg string) string {
 		return msg
 	}
 	flags := map[string]string{
-		"timeout": "--timeout", "grace": "--grace", "cwd": "--cwd", "env": "--env", "labels": "--label",
-		"session": "--session", "after": "--after", "not_before": "--at or --in",
+		"timeout": "--timeout", "grace": "--grace", "cwd": "--cwd", "env": "--env, or this shell's environment", "labels": "--label",
+		"session": "--session", "after": "--after", "not_before": "--at or --in", "ready_file": "--ready-file",
 		"restart": "--restart, --restart-limit, --restart-window, --restart-delay",
 		"health":  "--health-tcp, --health-http, --health-exec, --health-interval, --health-retries, --health-start-period",
 		"slurm":   "the Slurm flags, or config.json's slurm default (--local runs it on this host)",
