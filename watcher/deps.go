@@ -57,7 +57,7 @@ func (w *watcher) checkDeps(id string, deps, had []spool.Dep) error {
 		}
 		// A run a queued run already waited for may have ended and been
 		// deleted since (it counts as it ended): only a new one must exist.
-		if !slices.Contains(had, d) && w.queued(d.ID) == nil && !w.startWaiting(d.ID) {
+		if !slices.ContainsFunc(had, func(h spool.Dep) bool { return h.ID == d.ID }) && w.queued(d.ID) == nil && !w.startWaiting(d.ID) {
 			// A start request in the spool, not taken yet, counts: a client
 			// that drops a run and what waits for it at once has both taken,
 			// in whichever order.
