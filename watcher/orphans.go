@@ -41,10 +41,12 @@ func (w *watcher) reapOrphans() {
 	}
 	leaders := w.ownLeaders()
 	for _, pid := range kids {
-		if leaders[pid] || w.jobs.helper(pid) || w.purges.helper(procfs.Stat{PID: pid}) {
-			continue // (an engine's command, or a purge's, is reaped by its Wait)
+		if leaders[pid] || w.jobs.helper(pid) {
+			continue // (an engine's command is reaped by its Wait)
 		}
-		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' {
+		// Read first: a purge's find, a zombie too, is known by its start
+		// time, and a child that got the PID of one just reaped is not it.
+		if st, err := procfs.ReadStat(pid); err == nil && st.State == 'Z' && !w.purges.helper(st) {
 			procfs.ReapChild(pid)
 		}
 	}
