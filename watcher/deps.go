@@ -369,6 +369,7 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 	}
 	files := historyFiles(w.cfg.Root)
 	if err := w.unreadHistory.still(files); err != nil {
+		w.retryHistory() // a fault noted anew since the last retry was armed
 		return deletion{}, false, err
 	}
 	del, err := w.endedAsInHistory(id)
@@ -392,7 +393,7 @@ func (w *watcher) retryHistory() {
 		return
 	}
 	w.historyRetryDue = true
-	w.after(historyRetry, func() {
+	w.after(max(historyRetry-time.Since(w.unreadHistory.at), 0), func() {
 		w.historyRetryDue = false
 		w.dequeue()
 	})
