@@ -55,20 +55,21 @@ func (p *purges) slot(owner int) chan struct{} {
 	return p.slots[owner]
 }
 
-// start starts cmd, a purge's find, and notes its PID before any drain
-// or reapOrphans can see it (they wait for the lock held here).
+// start starts cmd, a purge's find, and notes its PID and start time
+// before any drain or reapOrphans can see it (they wait for the lock
+// held here).
 func (p *purges) start(cmd *exec.Cmd) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	pid := cmd.Process.Pid
-	st, err := procfs.ReadStat(pid) // a child: its PID is its own until it is reaped
-	p.finds[pid] = st.StartTime
-	if err != nil {
-		p.finds[pid] = 0 // (cannot be: known by its PID alone then)
+	var start uint64 // 0, known by its PID alone, if its stat cannot be read
+	// A child's stat can be read until it is reaped, which only wait does.
+	if st, err := procfs.ReadStat(cmd.Process.Pid); err == nil {
+		start = st.StartTime
 	}
+	p.finds[cmd.Process.Pid] = start
 	return nil
 }
 
