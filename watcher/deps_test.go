@@ -2,6 +2,10 @@ package watcher
 
 import (
 	"errors"
+	"io"
+	"log"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -57,5 +61,25 @@ func TestAddedSince(t *testing.T) {
 				t.Errorf("%s: addedSince = %v, want %v", tc.name, got, tc.want)
 			}
 		}
+	}
+}
+
+// TestHistoryRetryArmedAgain: a turn of the queue that finds a history
+// fault still held arms the retry again, so that a history mended in
+// place is read once the fault is old enough, events or not.
+func TestHistoryRetryArmedAgain(t *testing.T) {
+	root := t.TempDir()
+	if err := os.WriteFile(filepath.Join(root, "history.jsonl"), []byte("{bogus\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	w := &watcher{do: make(chan func(), 4), cfg: Config{Root: root}, log: log.New(io.Discard, "", 0)}
+	if _, _, err := w.endedAs("x"); err == nil || !w.historyRetryDue {
+		t.Fatalf("endedAs on a bad history: err %v, retry due %v; want an error and a retry", err, w.historyRetryDue)
+	}
+	// The retry fires while the fault, noted anew meanwhile, is still held.
+	w.historyRetryDue = false
+	w.unreadHistory.at = time.Now()
+	if _, _, err := w.endedAs("x"); err == nil || !w.historyRetryDue {
+		t.Fatalf("endedAs with the fault held: err %v, retry due %v; want an error and a retry", err, w.historyRetryDue)
 	}
 }
