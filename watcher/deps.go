@@ -121,7 +121,11 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// the one it waits for: the one it waited for deleted since,
 			// and its ID used again (by its owner, or by another user).
 			// That one's end is the one that counts.
-			if del, ok := w.deletionBetween(d.ID, since, dep.CreatedAt); ok {
+			del, ok, err := w.deletionBetween(d.ID, since, dep.CreatedAt)
+			if err != nil {
+				return heldByHistory(d.ID, err), ""
+			}
+			if ok {
 				if never := judgeDeleted(d, del); never != "" {
 					return "", never
 				}
@@ -131,7 +135,10 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 		if errors.Is(err, tracker.ErrNotFound) && w.startWaiting(d.ID) {
 			// Its start request is not taken yet; unless the run it
 			// waited for was deleted since, and this is another's.
-			del, ok := w.deletionBetween(d.ID, since, now)
+			del, ok, err := w.deletionBetween(d.ID, since, now)
+			if err != nil {
+				return heldByHistory(d.ID, err), ""
+			}
 			if !ok {
 				return d.String(), ""
 			}
@@ -151,7 +158,7 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			if err != nil {
 				// Not read is not "never was": it waits for the history
 				// to be mended (tend fsck), as it would for a record.
-				return fmt.Sprintf("%s (how it ended cannot be read from the history: %v)", d.ID, err), ""
+				return heldByHistory(d.ID, err), ""
 			}
 			if !ok || del.at.Before(since) {
 				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
@@ -187,6 +194,12 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 	return "", ""
 }
 
+// heldByHistory is what a run waits for while the history that tells
+// whether run id's end counts for it cannot be read.
+func heldByHistory(id string, err error) string {
+	return fmt.Sprintf("%s (how it ended cannot be read from the history: %v)", id, err)
+}
+
 // waitingSince returns when queued run st began to wait for run id: when
 // it was made, or when the edit that added id was taken.
 func waitingSince(st *tracker.State, id string) time.Time {
@@ -211,33 +224,24 @@ func judgeDeleted(d spool.Dep, del deletion) (never string) {
 // run waited are noted as they are made (deleteRun); those made before
 // it started, for a run that waited then, are read from the history,
 // once an ID.
-func (w *watcher) deletionBetween(id string, from, to time.Time) (deletion, bool) {
+func (w *watcher) deletionBetween(id string, from, to time.Time) (deletion, bool, error) {
 	dels := w.waitedDeletions[id]
 	if from.Before(w.startedAt) || w.startedAt.IsZero() {
 		if _, read := w.histDeletions[id]; !read {
-			w.histDeletions[id] = w.deletionsInHistory(id)
+			events, err := w.history(id)
+			if err != nil {
+				return deletion{}, false, err // not "none": it waits until the history is mended
+			}
+			w.histDeletions[id], _ = deletionsIn(events, id)
 		}
-		dels = append(w.histDeletions[id], dels...)
+		dels = slices.Concat(w.histDeletions[id], dels)
 	}
 	for _, del := range dels {
 		if !del.at.Before(from) && del.at.Before(to) {
-			return del, true
+			return del, true, nil
 		}
 	}
-	return deletion{}, false
-}
-
-// deletionsInHistory returns every deletion of a run of id in the
-// history, oldest first: none if it cannot be read (the run made since
-// is then taken for the one waited for, as before the history was asked).
-func (w *watcher) deletionsInHistory(id string) []deletion {
-	events, err := tracker.EventsOf(w.cfg.Root, map[string]bool{id: true})
-	if err != nil {
-		w.log.Printf("run %s, waited for: its deletions cannot be read from the history: %v", id, err)
-		return nil
-	}
-	dels, _ := deletionsIn(events[id], id)
-	return dels
+	return deletion{}, false, nil
 }
 
 // ready reports whether run st is ready: running, and its health check
@@ -367,23 +371,42 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 	if del, ok := w.deletedAs[id]; ok {
 		return del, del.state != "", nil
 	}
+	events, err := w.history(id)
+	if err != nil {
+		return deletion{}, false, err // asked again at the queue's next turn
+	}
+	// The last deletion of a run of id, unless a run of id came after it
+	// (whose record is gone undeleted: a power loss took back its first).
+	var del deletion
+	if dels, usedSince := deletionsIn(events, id); !usedSince && len(dels) > 0 {
+		del = dels[len(dels)-1]
+	}
+	w.deletedAs[id] = del
+	return del, del.state != "", nil
+}
+
+// history returns the whole history, for what a run waiting for run id
+// needs to know of it. It fails closed, as the history does: a bad line
+// is an error, logged once, that holds the run up until it is mended,
+// and is kept while the history is the same files (see historyFault),
+// not read again at each turn of the queue.
+func (w *watcher) history(id string) ([]tracker.Event, error) {
 	files := historyFiles(w.cfg.Root)
 	if err := w.unreadHistory.still(files); err != nil {
 		w.retryHistory() // a fault noted anew since the last retry was armed
-		return deletion{}, false, err
+		return nil, err
 	}
-	del, err := w.endedAsInHistory(id)
+	events, err := tracker.ReadAllHistory(w.cfg.Root)
 	if err != nil {
 		if w.unreadHistory.err == nil || err.Error() != w.unreadHistory.err.Error() {
-			w.log.Printf("run %s, waited for, is gone, and the history cannot say how it ended: %v; what waits for it waits until the history is mended (tend fsck --repair)", id, err)
+			w.log.Printf("run %s, waited for: the history cannot be read: %v; what waits for it waits until the history is mended (tend fsck --repair)", id, err)
 		}
 		w.unreadHistory = historyFault{err: err, files: files, at: time.Now()}
 		w.retryHistory()
-		return del, false, err // asked again at the queue's next turn
+		return nil, err
 	}
 	w.unreadHistory.err = nil
-	w.deletedAs[id] = del
-	return del, del.state != "", nil
+	return events, nil
 }
 
 // retryHistory has the queue turn again once a history found bad may be
@@ -441,21 +464,6 @@ func historyFiles(root string) string {
 type deletion struct {
 	state tracker.StateName
 	at    time.Time
-}
-
-// endedAsInHistory is endedAs, from the whole history: the last deletion
-// of a run of id, unless a run of id came after it (whose record is gone
-// undeleted: a power loss took back its first one).
-func (w *watcher) endedAsInHistory(id string) (deletion, error) {
-	events, err := tracker.ReadAllHistory(w.cfg.Root)
-	if err != nil {
-		return deletion{}, err
-	}
-	dels, usedSince := deletionsIn(events, id)
-	if usedSince || len(dels) == 0 {
-		return deletion{}, nil
-	}
-	return dels[len(dels)-1], nil
 }
 
 // deletionsIn returns the deletions of runs of id that events (a
