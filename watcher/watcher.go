@@ -415,7 +415,7 @@ type watcher struct {
 	// historyFault), not read again at each turn of the queue.
 	unreadHistory historyFault
 	// historyRetryDue is set while a turn of the queue is due to read a
-	// history found bad again (see endedAs).
+	// history found bad again (see history).
 	historyRetryDue bool
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
