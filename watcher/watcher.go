@@ -410,9 +410,9 @@ type watcher struct {
 	// claimed, by key, until each is taken again (see deletedByItself).
 	restoredDeletes map[string]spool.Name
 	ended           map[string]endedRun // how runs waited for ended (see conditions)
-	// unreadHistory is the last error that kept endedAs from the history,
-	// logged once, and kept while the history's files are the same (see
-	// historyFault), not read again at each turn of the queue.
+	// unreadHistory is the last error that kept the queue from reading
+	// the history (see history), logged once, and kept while its files
+	// are the same (see historyFault), not read at each turn of the queue.
 	unreadHistory historyFault
 	// historyRetryDue is set while a turn of the queue is due to read a
 	// history found bad again (see history).
