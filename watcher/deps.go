@@ -101,11 +101,13 @@ func (w *watcher) waitPath(from, to string, seen map[string]bool) []string {
 
 // conditions says what queued run st still waits for now (waits), or why
 // it never will start (never): both "" once every condition holds.
-func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never string) {
+// unread reports that what it waits for is a file the watcher cannot
+// read (a record, or the history): an operator must mend it.
+func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never string, unread bool) {
 	for _, name := range st.After {
 		d, err := spool.ParseDep(name)
 		if err != nil {
-			return "", fmt.Sprintf("it waits for %q, which names no run", name)
+			return "", fmt.Sprintf("it waits for %q, which names no run", name), false
 		}
 		since := waitingSince(st, d.ID)
 		var dep *tracker.State
@@ -123,11 +125,11 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// That one's end is the one that counts.
 			del, ok, err := w.deletionBetween(d.ID, since, dep.CreatedAt)
 			if err != nil {
-				return heldByHistory(d.ID, err), ""
+				return heldByHistory(d.ID, err), "", true
 			}
 			if ok {
 				if never := judgeDeleted(d, del); never != "" {
-					return "", never
+					return "", never, false
 				}
 				continue
 			}
@@ -137,13 +139,13 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			// waited for was deleted since, and this is another's.
 			del, ok, err := w.deletionBetween(d.ID, since, now)
 			if err != nil {
-				return heldByHistory(d.ID, err), ""
+				return heldByHistory(d.ID, err), "", true
 			}
 			if !ok {
-				return d.String(), ""
+				return d.String(), "", false
 			}
 			if never := judgeDeleted(d, del); never != "" {
-				return "", never
+				return "", never, false
 			}
 			continue
 		}
@@ -158,18 +160,18 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 			if err != nil {
 				// Not read is not "never was": it waits for the history
 				// to be mended (tend fsck), as it would for a record.
-				return heldByHistory(d.ID, err), ""
+				return heldByHistory(d.ID, err), "", true
 			}
 			if !ok || del.at.Before(since) {
-				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID)
+				return "", fmt.Sprintf("run %s, which it waited for, never was: its start request was rejected or removed", d.ID), false
 			}
 			if never := judgeDeleted(d, del); never != "" {
-				return "", never
+				return "", never, false
 			}
 			continue
 		}
 		if err != nil {
-			return fmt.Sprintf("%s (its record cannot be read: %v)", d.ID, err), ""
+			return fmt.Sprintf("%s (its record cannot be read: %v)", d.ID, err), "", true
 		}
 		switch ended := tracker.Final(dep.State); {
 		case d.When == spool.Ended && ended:
@@ -181,17 +183,17 @@ func (w *watcher) conditions(st *tracker.State, now time.Time) (waits, never str
 				how += ": " + dep.Reason // a cancel's reason is its own chain
 			}
 			if d.When == spool.Ready {
-				return "", fmt.Sprintf("run %s, which it waited to be ready, ended %s", d.ID, how)
+				return "", fmt.Sprintf("run %s, which it waited to be ready, ended %s", d.ID, how), false
 			}
-			return "", fmt.Sprintf("run %s, which it waited to complete, ended %s", d.ID, how)
+			return "", fmt.Sprintf("run %s, which it waited to complete, ended %s", d.ID, how), false
 		default:
-			return d.String(), ""
+			return d.String(), "", false
 		}
 	}
 	if st.NotBefore != nil && now.Before(*st.NotBefore) {
-		return "not before " + st.NotBefore.Format(time.RFC3339), ""
+		return "not before " + st.NotBefore.Format(time.RFC3339), "", false
 	}
-	return "", ""
+	return "", "", false
 }
 
 // heldByHistory is what a run waits for while the history that tells
@@ -278,14 +280,14 @@ func (w *watcher) settleWaits(now time.Time) bool {
 			if !waits(q.st) || w.queued(q.st.ID) != q {
 				continue
 			}
-			waits, never := w.conditions(q.st, now)
+			waits, never, unread := w.conditions(q.st, now)
 			if never != "" {
 				w.keepRequest(q)
 				w.endQueued(q, tracker.Canceled, never+"; it never started")
 				ended, again = true, true
 				continue
 			}
-			w.noteHeldUp(q.st, waits)
+			w.noteHeldUp(q.st, waits, unread)
 			if waits != "" && q.st.NotBefore != nil && now.Before(*q.st.NotBefore) && q.at == nil {
 				q.at = w.after(time.Until(*q.st.NotBefore), func() {
 					q.at = nil
@@ -304,12 +306,13 @@ func (w *watcher) settleWaits(now time.Time) bool {
 const heldUp = "; held up: "
 
 // noteHeldUp has queued run st's reason say so while what it waits for,
-// as conditions says (waits), cannot be read: a record or the history
-// the watcher cannot read (an operator must mend it), not the run it
-// waits for, is what it waits for then. Saved only when that changes.
-func (w *watcher) noteHeldUp(st *tracker.State, waits string) {
+// as conditions says (waits), cannot be read (unread): a record or the
+// history the watcher cannot read (an operator must mend it), not the
+// run it waits for, is what it waits for then. Saved only when that
+// changes.
+func (w *watcher) noteHeldUp(st *tracker.State, waits string, unread bool) {
 	reason, _, _ := strings.Cut(st.Reason, heldUp)
-	if strings.Contains(waits, "cannot be read") {
+	if unread {
 		reason += heldUp + waits
 	}
 	if reason != st.Reason {
@@ -390,13 +393,23 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 // is an error, logged once, that holds the run up until it is mended,
 // and is kept while the history is the same files (see historyFault),
 // not read again at each turn of the queue.
+//
+// What it read is kept until the loop's next turn, for the other IDs
+// this one needs it for: a watcher that starts with hundreds of runs
+// waiting for runs deleted before it parses a large history once, not
+// once each.
 func (w *watcher) history(id string) ([]tracker.Event, error) {
 	files := historyFiles(w.cfg.Root)
+	version := historyVersion(files) // before the read: a line appended meanwhile is read again
+	if version != "" && w.turnHistory.version == version {
+		return w.turnHistory.events, nil
+	}
 	if err := w.unreadHistory.still(files); err != nil {
 		w.retryHistory() // a fault noted anew since the last retry was armed
 		return nil, err
 	}
 	events, err := tracker.ReadAllHistory(w.cfg.Root)
+	w.historyReads++
 	if err != nil {
 		if w.unreadHistory.err == nil || err.Error() != w.unreadHistory.err.Error() {
 			w.log.Printf("run %s, waited for: the history cannot be read: %v; what waits for it waits until the history is mended (tend fsck --repair)", id, err)
@@ -406,7 +419,34 @@ func (w *watcher) history(id string) ([]tracker.Event, error) {
 		return nil, err
 	}
 	w.unreadHistory.err = nil
+	if w.turnHistory.version == "" {
+		w.after(0, func() { w.turnHistory = readHistory{} })
+	}
+	w.turnHistory = readHistory{version: version, events: events}
 	return events, nil
+}
+
+// A readHistory is the history as it was read, and the version of its
+// files it was read from (see historyVersion).
+type readHistory struct {
+	version string
+	events  []tracker.Event
+}
+
+// historyVersion tells apart the contents of the history files named by
+// files (see historyFiles): a line appended, by this watcher or any
+// other writer, changes it, as a file mended in place does.
+func historyVersion(files string) string {
+	var b strings.Builder
+	b.WriteString(files)
+	for path := range strings.SplitSeq(files, ";") {
+		path, _, _ = strings.Cut(path, ":")
+		var st unix.Stat_t
+		if path != "" && unix.Lstat(path, &st) == nil {
+			fmt.Fprintf(&b, "|%d:%d.%d", st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+		}
+	}
+	return b.String()
 }
 
 // retryHistory has the queue turn again once a history found bad may be

@@ -2,12 +2,15 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/tracker"
 )
 
 // TestHistoryFaultStill: a history found bad is not read again while it
@@ -81,5 +84,46 @@ func TestHistoryRetryArmedAgain(t *testing.T) {
 	w.unreadHistory.at = time.Now()
 	if _, _, err := w.endedAs("x"); err == nil || !w.historyRetryDue {
 		t.Fatalf("endedAs with the fault held: err %v, retry due %v; want an error and a retry", err, w.historyRetryDue)
+	}
+}
+
+// TestHistoryReadOncePerTurn: the runs deleted before a watcher started,
+// asked for by the runs that waited for them, cost one read of the
+// history between them, not one each; a line appended since is read.
+func TestHistoryReadOncePerTurn(t *testing.T) {
+	root := t.TempDir()
+	hist := tracker.OpenHistory(root)
+	at := time.Now()
+	var ids []string
+	for i := range 50 {
+		id := fmt.Sprintf("r%d", i)
+		ids = append(ids, id)
+		if err := hist.Append(
+			tracker.Event{Time: at, ID: id, Rev: 1, State: tracker.Completed},
+			tracker.Event{Time: at, ID: id, Rev: 2, State: tracker.Deleted},
+		); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := &watcher{do: make(chan func(), 4), cfg: Config{Root: root}, log: log.New(io.Discard, "", 0), deletedAs: make(map[string]deletion)}
+	for _, id := range ids {
+		if del, ok, err := w.endedAs(id); err != nil || !ok || del.state != tracker.Completed {
+			t.Fatalf("endedAs(%s) = %v, %v, %v; want completed, deleted", id, del, ok, err)
+		}
+	}
+	if w.historyReads != 1 {
+		t.Errorf("the history was read %d times for %d runs, want once", w.historyReads, len(ids))
+	}
+	if err := hist.Append(
+		tracker.Event{Time: at, ID: "late", Rev: 1, State: tracker.Failed},
+		tracker.Event{Time: at, ID: "late", Rev: 2, State: tracker.Deleted},
+	); err != nil {
+		t.Fatal(err)
+	}
+	if del, ok, err := w.endedAs("late"); err != nil || !ok || del.state != tracker.Failed {
+		t.Fatalf("endedAs(late), appended after the read = %v, %v, %v; want failed, deleted", del, ok, err)
+	}
+	if w.historyReads != 2 {
+		t.Errorf("the history was read %d times, want twice: once more for the line appended", w.historyReads)
 	}
 }

@@ -269,7 +269,7 @@ func (w *watcher) startQueuedRuns() {
 			continue
 		}
 		if waits(q.st) {
-			if waiting, never := w.conditions(q.st, now); waiting != "" || never != "" {
+			if waiting, never, _ := w.conditions(q.st, now); waiting != "" || never != "" {
 				continue // it waits for another run, or a time
 			}
 		}

@@ -490,7 +490,7 @@ type undecidedStart struct {
 // yet, adopted as it is rechecked).
 func (w *watcher) waitFailed(st *tracker.State) bool {
 	now := time.Now()
-	_, never := w.conditions(st, now)
+	_, never, _ := w.conditions(st, now)
 	if never == "" {
 		return false
 	}

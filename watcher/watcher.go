@@ -417,6 +417,10 @@ type watcher struct {
 	// historyRetryDue is set while a turn of the queue is due to read a
 	// history found bad again (see history).
 	historyRetryDue bool
+	// turnHistory is the history as the current turn of the loop read it
+	// (see history): the IDs it is read for in one turn share one parse.
+	turnHistory  readHistory
+	historyReads int // how many times it was read whole, for the tests
 	// selections holds the selector requests under way, by the name of
 	// each of their parts (see selection).
 	selections map[spool.Name]*selection
