@@ -339,6 +339,9 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
 	w.claimed(err)
+	if err == nil {
+		w.claimedStart(filepath.Join(dir, "request"))
+	}
 	if err != nil {
 		os.Remove(dir)
 		if !errors.Is(err, fs.ErrNotExist) {

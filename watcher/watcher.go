@@ -399,8 +399,11 @@ type watcher struct {
 	startDue   bool
 	// unkept are the requests of queued runs to sync with the next
 	// records (see keep).
-	unkept    []spool.File
-	deletedAs map[string]deletion // how runs waited for ended, once deleted
+	unkept []spool.File
+	// unsyncedStarts are the start requests claimed into their runs'
+	// directories, to sync with the next records (see claimedStart).
+	unsyncedStarts []claimedFile
+	deletedAs      map[string]deletion // how runs waited for ended, once deleted
 	// waitedDeletions are the deletions of runs others waited for, made
 	// by this watcher, and histDeletions those read from the history, by
 	// ID: kept when the ID is used again (see deletionBetween).

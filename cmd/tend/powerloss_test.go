@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -53,7 +54,10 @@ import (
 //  7. a run that waited for another's end and ran before the cut (or
 //     passed its gate, as far as the disk knows) ran only once that end
 //     was on disk: the end is still there, a real one (not "lost"), in
-//     the record or, once deleted, in the history.
+//     the record or, once deleted, in the history;
+//  8. an accepted run keeps the request it was started with, whole: what
+//     it is started from again if it never passed its gate, and what a
+//     service is restarted from.
 //
 // It ends with "powerloss: N cuts, M checks, V violations" and fails if V
 // is not 0. TEND_POWERLOSS_CUTS overrides CUTS (make powerloss),
@@ -1583,6 +1587,15 @@ func (t *trial) verifyRun(r *plRun, st *tracker.State, events []tracker.Event, r
 	}
 	if r.restartSeen > 0 {
 		t.check(st.Attempt >= r.restartSeen, "run %s: a restart was answered attempt %d, it is at attempt %d", r.id, r.restartSeen, st.Attempt)
+	}
+	// 8. An accepted run keeps the request it was started with: what it
+	// is started from again, if it never passed its gate, and what a
+	// service is restarted from.
+	if r.accepted && !r.deleteSent {
+		b, err := os.ReadFile(filepath.Join(t.root, "runs", r.id, "request"))
+		req, perr := spool.ParseStart(b)
+		t.check(err == nil && perr == nil && slices.Equal(req.Args(), st.Command),
+			"run %s: accepted, but its claimed request is not what it was started with (%v): %q", r.id, errors.Join(err, perr), b)
 	}
 	// 4. The history has every change a client saw.
 	if r.accepted {

@@ -35,6 +35,11 @@ const (
 	// FlushQueued: a queued run's request, left in the spool, beside its
 	// queued record: it is what the run starts with.
 	FlushQueued Flush = "queued"
+	// FlushClaimed: a start request claimed into its run's directory,
+	// beside the record that starts the run: it is what the run is
+	// started from again if it never passed its gate, and what a service
+	// is restarted from. Its writer need not have synced it.
+	FlushClaimed Flush = "claimed"
 	// FlushSeen: a run's directory, by a client that read its record and
 	// acts on it (tend wait), before it does.
 	FlushSeen Flush = "seen"
@@ -74,7 +79,7 @@ const (
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
-	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushMovedOut, FlushQueued, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
+	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushMovedOut, FlushQueued, FlushClaimed, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
 }
 
