@@ -234,6 +234,7 @@ func (w *watcher) appendHistory(events []tracker.Event) bool {
 // their flush (see launchRecord).
 func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State]saveKind) []error {
 	if w.settings.Durability == tracker.WatcherCrash {
+		w.closeClaimed() // kept before the durability changed
 		return w.store.WriteAll(states, nil)
 	}
 	var rest, ends []*tracker.State
@@ -245,7 +246,7 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 			rest, launches = append(rest, st), append(launches, kinds[st] == launched)
 		}
 	}
-	if !w.histUnsynced && !w.spoolUnsynced && len(ends) == 0 && len(w.unsyncedStarts) == 0 {
+	if !w.histUnsynced && !w.spoolUnsynced && len(ends) == 0 && len(w.unsyncedClaims) == 0 {
 		return w.store.WriteAll(rest, launches)
 	}
 	var wg sync.WaitGroup
@@ -274,7 +275,7 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 		})
 	}
 	w.unkept = nil
-	for _, c := range w.unsyncedStarts {
+	for _, c := range w.unsyncedClaims {
 		wg.Go(func() {
 			defer unix.Close(c.fd)
 			if err := durable.FlushClaimed.Fdatasync(c.fd); err != nil {
@@ -282,7 +283,7 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 			}
 		})
 	}
-	w.unsyncedStarts = nil
+	w.unsyncedClaims = nil
 	restErrs := w.store.WriteAll(rest, launches)
 	wg.Wait()
 	if histSync {
@@ -332,36 +333,54 @@ func (w *watcher) claimed(err error) {
 	}
 }
 
-// claimedStart notes a start request claimed into its run's directory,
-// at path: its content is synced with the next records, the run's, before
-// its gate opens or it is answered. Its writer (a shell's printf and mv,
-// an editor, tend start) need not have synced it, and a power loss that
-// kept its name and not its content would leave an accepted run nothing
-// to start from again (if it never passed its gate) or to restart a
-// service from.
+// keepClaimed notes a request claimed to path (a start into its run's
+// directory, a control request into claims/): its content is synced with
+// the next records, those of what it does, before a gate opens or anyone
+// is answered. Its writer (a shell's printf and mv, an editor, tend
+// itself) need not have synced it, and a power loss that kept its name and
+// not its content would leave an accepted run nothing to start from again
+// (if it never passed its gate) or to restart a service from, and bring
+// back a control request that was carried out, empty, to be rejected.
 //
 // Its write-back starts now, before the run's files and fork: a journaled
 // ext4 then allocates its blocks in the transaction that the record's
 // flush commits, where an fdatasync that came to them later waited for a
 // commit of its own (0.8 ms more to a start on the bench's disk).
-func (w *watcher) claimedStart(path string) {
+func (w *watcher) keepClaimed(path string, claimed spool.File) {
 	if w.settings.Durability == tracker.WatcherCrash {
 		return
 	}
-	// Opened without following a link, a regular file only; the run's
-	// directory is still the watcher's alone (its owner gets it at the
-	// launch), so this is the file claimed.
-	fd, _, err := durable.OpenRegular(path)
+	// Opened without following a link, a regular file only, and synced
+	// only if it is the file claimed, no larger than a request may be (as
+	// spool.Dir.Keep does): a queued run's directory is its owner's, who
+	// could put a file of theirs there, of any size, for every start of
+	// the batch to wait for. (A writer that still has it open may grow it
+	// meanwhile; its writes cost the flush no more than writes to any
+	// other file it has on the same disk would.)
+	fd, st, err := durable.OpenRegular(path)
 	if err != nil {
 		w.log.Printf("syncing the claimed request: %v", err)
 		return
 	}
+	if st.Dev != claimed.Dev || st.Ino != claimed.Ino || st.Size > spool.MaxBody {
+		unix.Close(fd)
+		return
+	}
 	durable.StartWriteBack(fd)
-	w.unsyncedStarts = append(w.unsyncedStarts, claimedFile{path, fd})
+	w.unsyncedClaims = append(w.unsyncedClaims, claimedFile{path, fd})
 }
 
-// A claimedFile is a start request claimed into its run's directory, open
-// until its content is synced.
+// closeClaimed closes the claimed requests kept to sync, unsynced: where
+// nothing is synced.
+func (w *watcher) closeClaimed() {
+	for _, c := range w.unsyncedClaims {
+		unix.Close(c.fd)
+	}
+	w.unsyncedClaims = nil
+}
+
+// A claimedFile is a request claimed (see keepClaimed), open until its
+// content is synced.
 type claimedFile struct {
 	path string
 	fd   int

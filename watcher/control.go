@@ -65,6 +65,9 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 		return "", false
 	}
 	w.claims[taken] = nil
+	if len(claimed.Body) > 0 {
+		w.keepClaimed(taken, claimed) // an empty one has nothing to lose
+	}
 	return taken, true
 }
 

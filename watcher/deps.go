@@ -435,7 +435,8 @@ type readHistory struct {
 
 // historyVersion tells apart the contents of the history files named by
 // files (see historyFiles): a line appended, by this watcher or any
-// other writer, changes it, as a file mended in place does.
+// other writer, changes it, as a file mended in place does (its size, or
+// its times; ctime too, which no writer can set back).
 func historyVersion(files string) string {
 	var b strings.Builder
 	b.WriteString(files)
@@ -443,7 +444,7 @@ func historyVersion(files string) string {
 		path, _, _ = strings.Cut(path, ":")
 		var st unix.Stat_t
 		if path != "" && unix.Lstat(path, &st) == nil {
-			fmt.Fprintf(&b, "|%d:%d.%d", st.Size, st.Mtim.Sec, st.Mtim.Nsec)
+			fmt.Fprintf(&b, "|%d:%d.%d:%d.%d", st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 		}
 	}
 	return b.String()

@@ -302,7 +302,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	if err != nil {
 		return false
 	}
-	w.claimedStart(w.store.Run(n.ID).Request()) // a version kept, or one not: see claimedStart
+	w.keepClaimed(w.store.Run(n.ID).Request(), claimed) // a version kept, or one not: see keepClaimed
 	if claimed.Ino != f.Ino {
 		err := w.admit(claimed)
 		if err == nil && claimed.UID != q.st.OwnerUID {

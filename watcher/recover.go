@@ -173,9 +173,12 @@ func (w *watcher) recoverClaimed(id string) {
 		}
 	}
 	if err != nil || perr != nil {
-		w.rejectClaimed(n, dir, "claimed request unreadable after restart: "+errors.Join(err, perr).Error())
+		w.rejectClaimed(n, dir, "claimed request unreadable after restart: "+whyUnreadable(b, err, perr))
 		return
 	}
+	// Claimed by a watcher that died before the flush that would have
+	// synced it: synced with this run's record.
+	w.keepClaimed(w.store.Run(id).Request(), spool.File{Dev: fi.Dev, Ino: fi.Ino})
 	st := w.newRun(id, int(fi.Uid), req)
 	if w.hasStarted(id) {
 		w.ranUnrecorded(st)
@@ -262,6 +265,18 @@ func closedGate(dir, name string) bool {
 		return false
 	}
 	return !tracker.GateSays(filepath.Join(dir, name)) // removeEmpty saw it is there, and not empty
+}
+
+// whyUnreadable says why a claimed request (b, read with err, parsed with
+// perr) cannot be started from. An empty one was whole when claimed (it
+// was parsed first): a power loss took back what its writer had not
+// synced, before the watcher's flush did (which comes before the run's
+// gate and its answer).
+func whyUnreadable(b []byte, err, perr error) string {
+	if err == nil && len(b) == 0 {
+		return "it is empty: a power loss took back its content, which its writer had not synced (send it again)"
+	}
+	return errors.Join(err, perr).Error()
 }
 
 // readRequest reads run id's claimed request, and its stat: a regular
@@ -421,12 +436,17 @@ func (w *watcher) neverRan(st *tracker.State, why string) {
 // startNeverRan starts run st, which never ran, from its claimed request.
 func (w *watcher) startNeverRan(st *tracker.State, why string) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart, Owner: st.OwnerUID}
-	b, _, err := w.readRequest(st.ID)
+	b, fi, err := w.readRequest(st.ID)
 	req, perr := spool.ParseStart(b)
+	if err == nil && perr == nil {
+		// Its record may have been written by a watcher that died before
+		// the flush that syncs the request: synced with the next.
+		w.keepClaimed(w.store.Run(st.ID).Request(), spool.File{Dev: fi.Dev, Ino: fi.Ino})
+	}
 	if err != nil || perr != nil {
 		now := time.Now()
 		st.State, st.EndedAt = tracker.Failed, &now
-		st.Reason = "could not start: its claimed request is unreadable: " + errors.Join(err, perr).Error()
+		st.Reason = "could not start: its claimed request is unreadable: " + whyUnreadable(b, err, perr)
 		w.save(st)
 		w.log.Printf("run %s: %s", n.ID, st.Reason)
 		return

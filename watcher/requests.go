@@ -340,7 +340,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
 	w.claimed(err)
 	if err == nil {
-		w.claimedStart(filepath.Join(dir, "request"))
+		w.keepClaimed(filepath.Join(dir, "request"), claimed)
 	}
 	if err != nil {
 		os.Remove(dir)

@@ -400,9 +400,9 @@ type watcher struct {
 	// unkept are the requests of queued runs to sync with the next
 	// records (see keep).
 	unkept []spool.File
-	// unsyncedStarts are the start requests claimed into their runs'
-	// directories, to sync with the next records (see claimedStart).
-	unsyncedStarts []claimedFile
+	// unsyncedClaims are the requests claimed since the last records were
+	// written, to sync with the next (see keepClaimed).
+	unsyncedClaims []claimedFile
 	deletedAs      map[string]deletion // how runs waited for ended, once deleted
 	// waitedDeletions are the deletions of runs others waited for, made
 	// by this watcher, and histDeletions those read from the history, by

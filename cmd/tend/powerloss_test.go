@@ -288,8 +288,12 @@ type plRun struct {
 	cut      int    // the cut it was submitted before
 	code     int    // a short run's exit code
 	accepted bool   // its start was answered accepted
-	end      *tracker.State
-	canceled bool // a cancel was answered canceled
+	// acceptedCut is the cut before which the answer was read: cut if
+	// before the first cut after its request, later if the watcher that
+	// recovered from that cut answered it.
+	acceptedCut int
+	end         *tracker.State
+	canceled    bool // a cancel was answered canceled
 	// labels holds, per key, the values requested (each is used once);
 	// labelSeen the keys of which a request was answered updated.
 	labels      map[string][]string
@@ -301,6 +305,9 @@ type plRun struct {
 	deleteSent  bool
 	deleted     bool
 	restartSeen int // the attempt a restart was answered with
+	// sent and answered count the control requests the CLI made for it,
+	// by verb, and those it was answered for (see answering).
+	sent, answered map[string]int
 	// after is the run it waited to end ("" for none); ranBeforeCut is
 	// set if its command had run when the power was cut.
 	after        string
@@ -698,7 +705,7 @@ func (t *trial) submit(kind, how string) *plRun {
 		}
 		t.background(func(out string) {
 			if strings.TrimSpace(out) == r.id {
-				r.accepted = true
+				r.accepted, r.acceptedCut = true, t.cutNo
 			}
 		}, append(args, "--", body)...)
 	}
@@ -738,7 +745,9 @@ func (t *trial) readOutcomes() {
 		switch {
 		case err == nil && strings.TrimSpace(string(b)) == spool.Accepted:
 			t.mu.Lock()
-			t.runs[id].accepted = true
+			if r := t.runs[id]; !r.accepted {
+				r.accepted, r.acceptedCut = true, t.cutNo
+			}
 			t.mu.Unlock()
 		case err == nil && len(b) > 0 && t.runs[id].cut < t.cutNo:
 			// Submitted before a cut that took back its body (its client
@@ -838,12 +847,12 @@ func (t *trial) act() {
 			t.mu.Lock()
 			r.labels[key] = append(r.labels[key], value)
 			t.mu.Unlock()
-			t.background(func(out string) {
+			t.background(t.answering(r, "label", func(out string) {
 				if o := outcomeOf(out); o.Outcome == spool.Updated {
 					r.labelSeen[key] = true
 					r.revsSeen = append(r.revsSeen, revOf(o.Detail))
 				}
-			}, "label", r.id, key+"="+value, "--json")
+			}), "label", r.id, key+"="+value, "--json")
 		}
 	case n < 17:
 		if r := t.pick(func(r *plRun) bool { return r.accepted && !r.deleteSent }); r != nil {
@@ -851,12 +860,12 @@ func (t *trial) act() {
 			t.mu.Lock()
 			r.notesSent[text] = true
 			t.mu.Unlock()
-			t.background(func(out string) {
+			t.background(t.answering(r, "note", func(out string) {
 				if o := outcomeOf(out); o.Outcome == spool.Updated {
 					r.notesSeen[text] = true
 					r.revsSeen = append(r.revsSeen, revOf(o.Detail))
 				}
-			}, "note", r.id, text, "--json")
+			}), "note", r.id, text, "--json")
 		}
 	case n < 18:
 		if r := t.pick(func(r *plRun) bool { return r.end != nil && !r.deleteSent }); r != nil {
@@ -871,11 +880,11 @@ func (t *trial) act() {
 		}
 	default:
 		if r := t.pick(func(r *plRun) bool { return live(r) && r.kind == "service" }); r != nil {
-			t.background(func(out string) {
+			t.background(t.answering(r, "restart", func(out string) {
 				if o := outcomeOf(out); o.Outcome == spool.Restarted {
 					r.restartSeen = max(r.restartSeen, int(revOf(o.Detail)))
 				}
-			}, "restart", r.id, "--json")
+			}), "restart", r.id, "--json")
 		}
 	}
 }
@@ -895,6 +904,28 @@ func (t *trial) waitEnd(r *plRun) {
 func outcomeOf(out string) (o struct{ Outcome, Detail string }) {
 	json.Unmarshal([]byte(out), &o)
 	return o
+}
+
+// answering counts a control request of verb the CLI is to make for run
+// r, and returns what notes its answer, then calls done (if not nil) with
+// the CLI's output: a request answered whole must never be rejected after
+// a cut (see verifyRejected). What it returns runs as background's done
+// does, with t.mu held.
+func (t *trial) answering(r *plRun, verb string, done func(out string)) func(out string) {
+	t.mu.Lock()
+	if r.sent == nil {
+		r.sent, r.answered = make(map[string]int), make(map[string]int)
+	}
+	r.sent[verb]++
+	t.mu.Unlock()
+	return func(out string) {
+		if o := outcomeOf(out); o.Outcome != "" && o.Outcome != spool.Rejected {
+			r.answered[verb]++
+		}
+		if done != nil {
+			done(out)
+		}
+	}
 }
 
 // revOf returns N from "rev N" or "attempt N".
@@ -1011,19 +1042,19 @@ func (t *trial) script(stop func() bool) {
 			t.waitEnd(r)
 			t.awaitClients()
 			r.labels["a"] = append(r.labels["a"], "x")
-			t.runOne(func(out string) {
+			t.runOne(t.answering(r, "label", func(out string) {
 				if o := outcomeOf(out); o.Outcome == spool.Updated {
 					r.labelSeen["a"] = true
 					r.revsSeen = append(r.revsSeen, revOf(o.Detail))
 				}
-			}, "label", r.id, "a=x", "--json")
+			}), "label", r.id, "a=x", "--json")
 			r.notesSent["n-"+r.id] = true
-			t.runOne(func(out string) {
+			t.runOne(t.answering(r, "note", func(out string) {
 				if o := outcomeOf(out); o.Outcome == spool.Updated {
 					r.notesSeen["n-"+r.id] = true
 					r.revsSeen = append(r.revsSeen, revOf(o.Detail))
 				}
-			}, "note", r.id, "n-"+r.id, "--json")
+			}), "note", r.id, "n-"+r.id, "--json")
 			if i == 0 || r.code != 0 {
 				t.remove(r)
 			}
@@ -1036,11 +1067,11 @@ func (t *trial) script(stop func() bool) {
 				}
 			}, "cancel", r.id, "--json")
 		case "service":
-			t.runOne(func(out string) {
+			t.runOne(t.answering(r, "restart", func(out string) {
 				if o := outcomeOf(out); o.Outcome == spool.Restarted {
 					r.restartSeen = int(revOf(o.Detail))
 				}
-			}, "restart", r.id, "--json")
+			}), "restart", r.id, "--json")
 		}
 	}
 }
@@ -1501,6 +1532,19 @@ func (t *trial) verifyRejected() {
 		}
 		b, _ := os.ReadFile(filepath.Join(dir, name+".error"))
 		t.check(len(b) > 0 && b[len(b)-1] == '\n', "rejected/%s has no reason (its .error holds %q)", name, b)
+		if n, err := spool.ParseName(name); err == nil && strings.HasPrefix(n.Tag, "c") && n.Verb != spool.VerbSignal {
+			// One the CLI made (tagged), whole: every such request of its
+			// run and verb was answered, so this one was too, and, taken
+			// again after the cut, must be answered again, not rejected,
+			// whatever a cut left of its content ("Carried out once" in
+			// protocol.md). (A signal is answered once sent, with nothing
+			// written: it may come back, as protocol.md says.)
+			t.mu.Lock()
+			r := t.runs[n.ID]
+			answered := r != nil && r.sent[n.Verb] > 0 && r.answered[n.Verb] == r.sent[n.Verb]
+			t.mu.Unlock()
+			t.check(!answered, "rejected/%s: every %s request for run %s was answered, yet this one is rejected now: %s", name, n.Verb, n.ID, bytes.TrimSpace(b))
+		}
 		if !slicesContains(t.rejectedSeen, name) && !t.reported["rejected "+name] {
 			t.reported["rejected "+name] = true // said once
 			t.progress("cut %d: rejected/%s: %s", t.cutNo, name, bytes.TrimSpace(b))
@@ -1590,8 +1634,11 @@ func (t *trial) verifyRun(r *plRun, st *tracker.State, events []tracker.Event, r
 	}
 	// 8. An accepted run keeps the request it was started with: what it
 	// is started from again, if it never passed its gate, and what a
-	// service is restarted from.
-	if r.accepted && !r.deleteSent {
+	// service is restarted from. Unless it was answered only after the
+	// cut that came after its request: that cut may have taken back what
+	// its writer had not synced (and the watcher had not yet) before it
+	// was answered, and the run then failed to start, with the reason.
+	if r.accepted && r.acceptedCut == r.cut && !r.deleteSent {
 		b, err := os.ReadFile(filepath.Join(t.root, "runs", r.id, "request"))
 		req, perr := spool.ParseStart(b)
 		t.check(err == nil && perr == nil && slices.Equal(req.Args(), st.Command),

@@ -35,10 +35,11 @@ const (
 	// FlushQueued: a queued run's request, left in the spool, beside its
 	// queued record: it is what the run starts with.
 	FlushQueued Flush = "queued"
-	// FlushClaimed: a start request claimed into its run's directory,
-	// beside the record that starts the run: it is what the run is
-	// started from again if it never passed its gate, and what a service
-	// is restarted from. Its writer need not have synced it.
+	// FlushClaimed: a request claimed, beside the records of what it
+	// does: a start's, in its run's directory, is what the run is started
+	// from again if it never passed its gate, and what a service is
+	// restarted from; a control request's, in claims/, is what is taken
+	// again if its removal is lost. Its writer need not have synced it.
 	FlushClaimed Flush = "claimed"
 	// FlushSeen: a run's directory, by a client that read its record and
 	// acts on it (tend wait), before it does.
