@@ -335,12 +335,12 @@ func (w *watcher) claimed(err error) {
 
 // keepClaimed notes a request claimed to path (a start into its run's
 // directory, a control request into claims/): its content is synced with
-// the next records, those of what it does, before a gate opens or anyone
-// is answered. Its writer (a shell's printf and mv, an editor, tend
-// itself) need not have synced it, and a power loss that kept its name and
-// not its content would leave an accepted run nothing to start from again
-// (if it never passed its gate) or to restart a service from, and bring
-// back a control request that was carried out, empty, to be rejected.
+// the next records, those of what it does, before a gate opens or it is
+// answered. Its writer (a shell's printf and mv, an editor, tend itself)
+// need not have synced it, and a power loss that kept its name and not
+// its content would leave an accepted run nothing to start from again (if
+// it never passed its gate) or to restart a service from, and bring back
+// a control request that was answered, empty, to be rejected.
 //
 // Its write-back starts now, before the run's files and fork: a journaled
 // ext4 then allocates its blocks in the transaction that the record's
@@ -354,9 +354,9 @@ func (w *watcher) keepClaimed(path string, claimed spool.File) {
 	// only if it is the file claimed, no larger than a request may be (as
 	// spool.Dir.Keep does): a queued run's directory is its owner's, who
 	// could put a file of theirs there, of any size, for every start of
-	// the batch to wait for. (A writer that still has it open may grow it
-	// meanwhile; its writes cost the flush no more than writes to any
-	// other file it has on the same disk would.)
+	// the batch to wait for. (A writer that still has it open could still
+	// grow it in the milliseconds until the flush, which then waits for
+	// what it wrote, as Keep's does.)
 	fd, st, err := durable.OpenRegular(path)
 	if err != nil {
 		w.log.Printf("syncing the claimed request: %v", err)

@@ -65,3 +65,21 @@ func TestKeepClaimed(t *testing.T) {
 		})
 	}
 }
+
+// TestHasContent: a control request's content is synced only if a power
+// loss could take back something it says.
+func TestHasContent(t *testing.T) {
+	for body, want := range map[string]bool{
+		"":                    false,
+		"\n":                  false,
+		"{}":                  false,
+		" {}\n":               false,
+		"{\"session\":\"s\"}": true,
+		"USR1\n":              true,
+		"a=b\n":               true,
+	} {
+		if got := hasContent([]byte(body)); got != want {
+			t.Errorf("hasContent(%q) = %v, want %v", body, got, want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -65,10 +66,23 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 		return "", false
 	}
 	w.claims[taken] = nil
-	if len(claimed.Body) > 0 {
-		w.keepClaimed(taken, claimed) // an empty one has nothing to lose
+	if hasContent(claimed.Body) {
+		w.keepClaimed(taken, claimed)
+		if !w.batch.active {
+			// Taken on a timer (a request written in place, one that
+			// waited): its answer may follow at once, with no record.
+			w.writeRecords(nil, nil)
+		}
 	}
 	return taken, true
+}
+
+// hasContent reports whether a control request's body says anything a
+// power loss could take back: not an empty one, nor the "{}" tend's own
+// clients send when they have nothing to say.
+func hasContent(body []byte) bool {
+	b := bytes.TrimSpace(body)
+	return len(b) > 0 && !bytes.Equal(b, []byte("{}"))
 }
 
 // unclaim removes claimed control request taken, carried out, and takes

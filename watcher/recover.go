@@ -271,10 +271,10 @@ func closedGate(dir, name string) bool {
 // perr) cannot be started from. An empty one was whole when claimed (it
 // was parsed first): a power loss took back what its writer had not
 // synced, before the watcher's flush did (which comes before the run's
-// gate and its answer).
+// gate and its answer), unless the run's owner emptied it since.
 func whyUnreadable(b []byte, err, perr error) string {
 	if err == nil && len(b) == 0 {
-		return "it is empty: a power loss took back its content, which its writer had not synced (send it again)"
+		return "it is empty (a power loss takes back what its writer did not sync): send it again"
 	}
 	return errors.Join(err, perr).Error()
 }

@@ -288,10 +288,10 @@ type plRun struct {
 	cut      int    // the cut it was submitted before
 	code     int    // a short run's exit code
 	accepted bool   // its start was answered accepted
-	// acceptedCut is the cut before which the answer was read: cut if
-	// before the first cut after its request, later if the watcher that
-	// recovered from that cut answered it.
-	acceptedCut int
+	// boot and acceptedBoot are the power cuts made (t.boots) when it
+	// was submitted and when its acceptance was read: more by then if the
+	// watcher that recovered from a cut answered it.
+	boot, acceptedBoot int
 	end         *tracker.State
 	canceled    bool // a cancel was answered canceled
 	// labels holds, per key, the values requested (each is used once);
@@ -644,7 +644,7 @@ func (t *trial) body(kind string, code int) string {
 // "rename", "inplace" or "cli"; "" picks one).
 func (t *trial) submit(kind, how string) *plRun {
 	r := &plRun{id: t.newID(), kind: kind, labels: make(map[string][]string), labelSeen: make(map[string]bool), notesSent: make(map[string]bool), notesSeen: make(map[string]bool)}
-	r.cut = t.cutNo
+	r.cut, r.boot = t.cutNo, t.boots
 	r.after, t.waitFor = t.waitFor, ""
 	cond := ":ended"
 	if t.waitCompleted {
@@ -705,7 +705,7 @@ func (t *trial) submit(kind, how string) *plRun {
 		}
 		t.background(func(out string) {
 			if strings.TrimSpace(out) == r.id {
-				r.accepted, r.acceptedCut = true, t.cutNo
+				r.accepted, r.acceptedBoot = true, t.boots
 			}
 		}, append(args, "--", body)...)
 	}
@@ -746,7 +746,7 @@ func (t *trial) readOutcomes() {
 		case err == nil && strings.TrimSpace(string(b)) == spool.Accepted:
 			t.mu.Lock()
 			if r := t.runs[id]; !r.accepted {
-				r.accepted, r.acceptedCut = true, t.cutNo
+				r.accepted, r.acceptedBoot = true, t.boots
 			}
 			t.mu.Unlock()
 		case err == nil && len(b) > 0 && t.runs[id].cut < t.cutNo:
@@ -1634,11 +1634,11 @@ func (t *trial) verifyRun(r *plRun, st *tracker.State, events []tracker.Event, r
 	}
 	// 8. An accepted run keeps the request it was started with: what it
 	// is started from again, if it never passed its gate, and what a
-	// service is restarted from. Unless it was answered only after the
-	// cut that came after its request: that cut may have taken back what
-	// its writer had not synced (and the watcher had not yet) before it
-	// was answered, and the run then failed to start, with the reason.
-	if r.accepted && r.acceptedCut == r.cut && !r.deleteSent {
+	// service is restarted from. Unless it was answered only after a cut
+	// that came after its request: that cut may have taken back what its
+	// writer had not synced (and the watcher had not yet) before it was
+	// answered, and the run then failed to start, with the reason.
+	if r.accepted && r.acceptedBoot == r.boot && !r.deleteSent {
 		b, err := os.ReadFile(filepath.Join(t.root, "runs", r.id, "request"))
 		req, perr := spool.ParseStart(b)
 		t.check(err == nil && perr == nil && slices.Equal(req.Args(), st.Command),
