@@ -292,8 +292,8 @@ type plRun struct {
 	// was submitted and when its acceptance was read: more by then if the
 	// watcher that recovered from a cut answered it.
 	boot, acceptedBoot int
-	end         *tracker.State
-	canceled    bool // a cancel was answered canceled
+	end                *tracker.State
+	canceled           bool // a cancel was answered canceled
 	// labels holds, per key, the values requested (each is used once);
 	// labelSeen the keys of which a request was answered updated.
 	labels      map[string][]string
