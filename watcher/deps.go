@@ -400,7 +400,7 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 // once each.
 func (w *watcher) history(id string) ([]tracker.Event, error) {
 	files := historyFiles(w.cfg.Root)
-	version := historyVersion(files) // before the read: a line appended meanwhile is read again
+	version := historyVersion(w.cfg.Root) // before the read: a line appended meanwhile is read again
 	if version != "" && w.turnHistory.version == version {
 		return w.turnHistory.events, nil
 	}
@@ -433,18 +433,16 @@ type readHistory struct {
 	events  []tracker.Event
 }
 
-// historyVersion tells apart the contents of the history files named by
-// files (see historyFiles): a line appended, by this watcher or any
-// other writer, changes it, as a file mended in place does (its size, or
-// its times; ctime too, which no writer can set back).
-func historyVersion(files string) string {
+// historyVersion tells apart the contents of root's history files: a
+// file replaced, or a line appended, by this watcher or any other writer,
+// changes it, as a file mended in place does (its size, or its times;
+// ctime too, which no writer can set back).
+func historyVersion(root string) string {
 	var b strings.Builder
-	b.WriteString(files)
-	for path := range strings.SplitSeq(files, ";") {
-		path, _, _ = strings.Cut(path, ":")
+	for _, path := range tracker.HistoryFiles(root) {
 		var st unix.Stat_t
-		if path != "" && unix.Lstat(path, &st) == nil {
-			fmt.Fprintf(&b, "|%d:%d.%d:%d.%d", st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
+		if unix.Lstat(path, &st) == nil {
+			fmt.Fprintf(&b, "%s:%d:%d:%d:%d.%d:%d.%d;", path, st.Dev, st.Ino, st.Size, st.Mtim.Sec, st.Mtim.Nsec, st.Ctim.Sec, st.Ctim.Nsec)
 		}
 	}
 	return b.String()

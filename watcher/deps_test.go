@@ -91,7 +91,10 @@ func TestHistoryRetryArmedAgain(t *testing.T) {
 // asked for by the runs that waited for them, cost one read of the
 // history between them, not one each; a line appended since is read.
 func TestHistoryReadOncePerTurn(t *testing.T) {
-	root := t.TempDir()
+	root := filepath.Join(t.TempDir(), "proj:v2") // a colon, as a path may have
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	hist := tracker.OpenHistory(root)
 	at := time.Now()
 	var ids []string
