@@ -44,7 +44,9 @@ func (w *watcher) takeSelect(n spool.Name, f spool.File, req spool.Select) {
 		}
 	}
 	if len(ids) == 0 {
-		w.answerSelection(sel)
+		// Once its content is synced (see keepClaimed), as any answer
+		// follows what it answers for.
+		w.follow(effectAnswer, "", func() { w.answerSelection(sel) })
 		return
 	}
 	parts := make([]spool.Name, len(ids))
