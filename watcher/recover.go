@@ -122,6 +122,9 @@ func (w *watcher) recoverRuns() error {
 		if !w.waitFailed(u.st) {
 			u.start()
 		}
+		if u.then != nil {
+			u.then()
+		}
 	}
 	slices.SortStableFunc(w.queue, func(a, b *queuedRun) int { return a.st.CreatedAt.Compare(b.st.CreatedAt) })
 	w.retryUnsaved() // records recoverCovered could not write
@@ -185,11 +188,18 @@ func (w *watcher) recoverClaimed(id string) {
 		w.accepted(n)
 		return
 	}
-	w.startUnlessWaitFailed(st, func() {
+	start := func() {
 		w.log.Printf("recover: run %s was claimed but not started: starting it", id)
 		w.save(st)
 		w.launch(st, req.Env)
-	})
+	}
+	if w.recovering && waitedForRuns(st) {
+		// Decided once every run is recovered, and answered then, after
+		// the record that says how (see keepClaimed): not before it.
+		w.undecided = append(w.undecided, undecidedStart{st, start, func() { w.accepted(n) }})
+		return
+	}
+	w.startUnlessWaitFailed(st, start)
 	w.accepted(n)
 }
 
@@ -484,7 +494,7 @@ func (w *watcher) startUnlessWaitFailed(st *tracker.State, start func()) {
 		return
 	}
 	if w.recovering {
-		w.undecided = append(w.undecided, undecidedStart{st, start})
+		w.undecided = append(w.undecided, undecidedStart{st, start, nil})
 		return
 	}
 	if !w.waitFailed(st) {
@@ -501,6 +511,7 @@ func waitedForRuns(st *tracker.State) bool { return len(st.After) > 0 && st.Rest
 type undecidedStart struct {
 	st    *tracker.State
 	start func()
+	then  func() // once it is started, or ended, if not nil: its answer
 }
 
 // waitFailed ends run st canceled, never started, if a condition it waits
