@@ -59,8 +59,8 @@ chaos:
 # random moments and around each flush of a scripted sequence, each
 # followed by a recovery and the checks. Needs root and FUSE. Ends with
 # "powerloss: N cuts, M checks, V violations (T torn first records
-# recovered, E ends brought back from the history, R accepted runs'
-# requests found emptied)"; exit 1 if V is not 0.
+# recovered, E ends and stops brought back from the history)"; exit 1 if
+# V is not 0.
 # TEND_POWERLOSS_SEED=N replays a trial (the first line prints its seed).
 CUTS ?= 200
 powerloss:

@@ -264,9 +264,6 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 		})
 	}
 	spoolSync := w.spoolUnsynced
-	if spoolSync {
-		wg.Go(func() { spoolErr = durable.FlushClaim.SyncDir(w.spool.Spool()) })
-	}
 	for _, f := range w.unkept {
 		wg.Go(func() {
 			if _, err := w.spool.Keep(f); err != nil {
@@ -286,6 +283,13 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	w.unsyncedClaims = nil
 	restErrs := w.store.WriteAll(rest, launches)
 	wg.Wait()
+	if spoolSync {
+		// Only now: a claim's removal from the spool must not be durable
+		// before its new name (in its run's directory, synced with the
+		// record above), or a power loss between the two would keep
+		// neither; and a queued request's name only once its content is.
+		spoolErr = durable.FlushClaim.SyncDir(w.spool.Spool())
+	}
 	if histSync {
 		w.historySynced(histErr)
 	}
@@ -402,27 +406,27 @@ func (w *watcher) movedOut(id string, err error) {
 	}
 }
 
-// syncMovedOut syncs the spool and the run directories requests were
-// moved into (see movedOut), together, before a batch writes its
-// history lines and records.
+// syncMovedOut syncs the run directories requests were moved into (see
+// movedOut), then the spool they left, before a batch writes its history
+// lines and records: in that order, as writeRecords syncs a claim's, so
+// that no power loss keeps a request's removal and not its new name.
 func (w *watcher) syncMovedOut() {
 	if len(w.movedOutOf) == 0 {
 		return
 	}
-	dirs := []string{w.spool.Spool()}
-	for _, id := range w.movedOutOf {
-		dirs = append(dirs, w.store.RunDir(id))
-	}
-	w.movedOutOf = nil
 	var wg sync.WaitGroup
-	for _, dir := range dirs {
+	for _, id := range w.movedOutOf {
 		wg.Go(func() {
-			if err := durable.FlushMovedOut.SyncDir(dir); err != nil {
+			if err := durable.FlushMovedOut.SyncDir(w.store.RunDir(id)); err != nil {
 				w.log.Printf("%v", err)
 			}
 		})
 	}
+	w.movedOutOf = nil
 	wg.Wait()
+	if err := durable.FlushMovedOut.SyncDir(w.spool.Spool()); err != nil {
+		w.log.Printf("%v", err)
+	}
 }
 
 // syncHistory makes the history appended so far durable, before what

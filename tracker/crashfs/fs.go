@@ -225,6 +225,16 @@ func (f *FS) CutAtFlushOf(match func(Flush) bool) <-chan struct{} {
 	return f.plan.done
 }
 
+// CutAfterFlushOf is CutAtFlushOf, with the cut made once that flush
+// is durable: what another flush in flight meanwhile had not yet made
+// durable is not.
+func (f *FS) CutAfterFlushOf(match func(Flush) bool) <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.plan = &cutPlan{match: match, after: true, done: make(chan struct{})}
+	return f.plan.done
+}
+
 // OnFlush has seen called at the start of every flush from now on (nil:
 // none), before it is made durable, with the file system's lock held: it
 // must not call the file system's methods, but may call Freeze from
