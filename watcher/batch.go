@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"io/fs"
 	"maps"
 	"slices"
 	"sync"
@@ -249,6 +250,8 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	if !w.histUnsynced && !w.spoolUnsynced && len(ends) == 0 && len(w.unsyncedClaims) == 0 {
 		return w.store.WriteAll(rest, launches)
 	}
+	claimDirs := w.claimDirsLeft(rest)
+	claimDirsSynced := true
 	var wg sync.WaitGroup
 	var histErr, spoolErr error
 	var endErrs []error
@@ -264,6 +267,9 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 		})
 	}
 	spoolSync := w.spoolUnsynced
+	if spoolSync && len(claimDirs) > 0 {
+		wg.Go(func() { claimDirsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
+	}
 	for _, f := range w.unkept {
 		wg.Go(func() {
 			if _, err := w.spool.Keep(f); err != nil {
@@ -284,11 +290,17 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	restErrs := w.store.WriteAll(rest, launches)
 	wg.Wait()
 	if spoolSync {
-		// Only now: a claim's removal from the spool must not be durable
-		// before its new name (in its run's directory, synced with the
-		// record above), or a power loss between the two would keep
-		// neither; and a queued request's name only once its content is.
-		spoolErr = durable.FlushClaim.SyncDir(w.spool.Spool())
+		// Only now, once the directories the requests moved to are synced
+		// (see claimedInto), and a queued request's name once its
+		// content is.
+		switch {
+		case !claimDirsSynced:
+			spoolErr = errors.New("a directory a request was claimed into is not synced")
+		case errors.Join(restErrs...) != nil:
+			spoolErr = errors.New("a record is not written")
+		default:
+			spoolErr = w.syncSpool(durable.FlushClaim)
+		}
 	}
 	if histSync {
 		w.historySynced(histErr)
@@ -306,7 +318,7 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	}
 	if spoolSync {
 		if spoolErr != nil {
-			w.log.Printf("%v", spoolErr) // the next flush tries again
+			w.log.Printf("%v: the spool is synced with the next flush", spoolErr)
 		} else {
 			w.spoolUnsynced = false
 		}
@@ -335,6 +347,65 @@ func (w *watcher) claimed(err error) {
 	if err == nil {
 		w.spoolUnsynced = true
 	}
+}
+
+// claimedInto notes that a request was claimed or moved from the spool
+// into dir (made for it, if made is set). Each half of a rename is durable
+// with its own directory (ext4 without a journal writes them apart), so
+// dir, and runs/ if dir is new, are synced before the spool is: no power
+// loss may keep the request's removal from the spool and not its new
+// name. A dir whose run's record the flush writes is synced with it
+// (Store.WriteAll syncs a new run's directory in runs/ too); the others
+// (claims/, a run that ends with no record synced) on their own, beside
+// the records; those of the requests moved out (see movedOut) before.
+func (w *watcher) claimedInto(dir string, made bool) {
+	if w.settings.Durability == tracker.WatcherCrash {
+		return
+	}
+	w.claimDirs[dir] = w.claimDirs[dir] || made
+}
+
+// claimDirsLeft returns the directories of claimDirs that the records of
+// states, about to be written, do not sync: those of other runs, and
+// runs/ for one made with no record there.
+func (w *watcher) claimDirsLeft(states []*tracker.State) []string {
+	recorded := make(map[string]bool, len(states))
+	for _, st := range states {
+		recorded[w.store.RunDir(st.ID)] = true
+	}
+	var dirs []string
+	runs := false
+	for dir, made := range w.claimDirs {
+		if !recorded[dir] {
+			dirs = append(dirs, dir)
+			runs = runs || made
+		}
+	}
+	if runs {
+		dirs = append(dirs, w.store.Dir())
+	}
+	return dirs
+}
+
+// syncClaimDirs syncs dirs together, and reports whether all are synced.
+// One gone is: the request it held moved on (rejected, its run deleted),
+// synced where it went.
+func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
+	var wg sync.WaitGroup
+	errs := make([]error, len(dirs))
+	for i, dir := range dirs {
+		wg.Go(func() {
+			if err := durable.FlushClaim.SyncDir(dir); !errors.Is(err, fs.ErrNotExist) {
+				errs[i] = err
+			}
+		})
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err != nil {
+		log("%v", err)
+	}
+	return err == nil
 }
 
 // keepClaimed notes a request claimed to path (a start into its run's
@@ -407,26 +478,58 @@ func (w *watcher) movedOut(id string, err error) {
 }
 
 // syncMovedOut syncs the run directories requests were moved into (see
-// movedOut), then the spool they left, before a batch writes its history
-// lines and records: in that order, as writeRecords syncs a claim's, so
-// that no power loss keeps a request's removal and not its new name.
+// movedOut), with those of every other claim since the spool was last
+// synced (see claimedInto), then the spool, before a batch writes its
+// history lines and records.
 func (w *watcher) syncMovedOut() {
 	if len(w.movedOutOf) == 0 {
 		return
 	}
-	var wg sync.WaitGroup
+	var dirs []string
 	for _, id := range w.movedOutOf {
+		dirs = append(dirs, w.store.RunDir(id))
+	}
+	w.movedOutOf = nil
+	var wg sync.WaitGroup
+	var claimsSynced bool
+	claimDirs := w.claimDirsLeft(nil)
+	wg.Go(func() { claimsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
+	for _, dir := range dirs {
 		wg.Go(func() {
-			if err := durable.FlushMovedOut.SyncDir(w.store.RunDir(id)); err != nil {
+			if err := durable.FlushMovedOut.SyncDir(dir); err != nil {
 				w.log.Printf("%v", err)
 			}
 		})
 	}
-	w.movedOutOf = nil
 	wg.Wait()
-	if err := durable.FlushMovedOut.SyncDir(w.spool.Spool()); err != nil {
+	if !claimsSynced {
+		return // the spool waits for the next flush's records
+	}
+	if err := w.syncSpool(durable.FlushMovedOut); err != nil {
 		w.log.Printf("%v", err)
 	}
+}
+
+// claimsLeftBehind has claims/ and then the spool synced with the next
+// flush, once recovery has written its records: a watcher that stopped
+// between a claim and its flush left the claim's removal from the spool
+// unsynced, and its new name, in a run's directory (synced with the
+// record recovery wrote there) or in claims/, too. (Not at once: the
+// next flush comes with the next request, and an idle file system writes
+// them back on its own.)
+func (w *watcher) claimsLeftBehind() {
+	w.claimedInto(w.spool.Claims(), false)
+	w.spoolUnsynced = true
+}
+
+// syncSpool syncs the spool (as flush), once every directory a request
+// was claimed into since it was last synced is (see claimedInto).
+func (w *watcher) syncSpool(flush durable.Flush) error {
+	if err := flush.SyncDir(w.spool.Spool()); err != nil {
+		return err
+	}
+	clear(w.claimDirs)
+	return nil
 }
 
 // syncHistory makes the history appended so far durable, before what

@@ -397,3 +397,52 @@ func TestBurstTakesExitsAfterAFlush(t *testing.T) {
 		t.Errorf("after the burst, the runs are %v; want all completed, their exits taken after its first flush", got)
 	}
 }
+
+// The directories requests were claimed into are synced before the spool,
+// except those the flush's records sync (see claimedInto).
+func TestClaimDirsLeft(t *testing.T) {
+	w := batchWatcher(t)
+	runs := w.store.Dir()
+	for _, tc := range []struct {
+		name     string
+		claimed  map[string]bool // dir -> made for the claim
+		recorded []string        // runs whose records the flush writes
+		want     []string
+	}{
+		{"a start, its first record written", map[string]bool{w.store.RunDir("a"): true}, []string{"a"}, nil},
+		{"a queued run started", map[string]bool{w.store.RunDir("q"): false}, []string{"q"}, nil},
+		{"a start with no record yet", map[string]bool{w.store.RunDir("a"): true}, nil, []string{w.store.RunDir("a"), runs}},
+		{"a control request", map[string]bool{w.spool.Claims(): false}, []string{"a"}, []string{w.spool.Claims()}},
+		{"a run that ends with no record synced", map[string]bool{w.store.RunDir("e"): false}, []string{"a"}, []string{w.store.RunDir("e")}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w.claimDirs = tc.claimed
+			var states []*tracker.State
+			for _, id := range tc.recorded {
+				states = append(states, &tracker.State{ID: id})
+			}
+			got := w.claimDirsLeft(states)
+			slices.Sort(got)
+			slices.Sort(tc.want)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("claimDirsLeft = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// A directory a request was claimed into that is gone since (the request
+// rejected from it, its run deleted) does not hold back the spool's sync:
+// held back, the spool would never be synced again.
+func TestGoneClaimDirLetsTheSpoolSync(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	w.claimedInto(w.store.RunDir("gone"), true)
+	w.claimed(nil)
+	w.writeRecords(nil, nil)
+	if w.spoolUnsynced || len(w.claimDirs) != 0 {
+		t.Errorf("after a flush, the spool is unsynced: %v, directories left to sync: %v", w.spoolUnsynced, w.claimDirs)
+	}
+}

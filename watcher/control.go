@@ -36,6 +36,9 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	taken = takenPath(w.spool, n)
 	claimed, err := w.spool.Claim(f, taken)
 	w.claimed(err)
+	if err == nil {
+		w.claimedInto(w.spool.Claims(), false)
+	}
 	if _, live := w.claims[taken]; live && errors.Is(err, fs.ErrExist) {
 		// A request of the same name and owner under way: this one is
 		// taken once that one is done (unclaim), as the same file written
@@ -68,11 +71,12 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	w.claims[taken] = nil
 	if hasContent(claimed.Body) {
 		w.keepClaimed(taken, claimed)
-		if !w.batch.active {
-			// Taken on a timer (a request written in place, one that
-			// waited): its answer may follow at once, with no record.
-			w.writeRecords(nil, nil)
-		}
+	}
+	if !w.batch.active {
+		// Taken on a timer (a request written in place, one that waited):
+		// its answer may follow at once, with no record, and must not be
+		// taken back with the claim.
+		w.writeRecords(nil, nil)
 	}
 	return taken, true
 }

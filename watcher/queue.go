@@ -302,6 +302,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	if err != nil {
 		return false
 	}
+	w.claimedInto(w.store.RunDir(n.ID), false)
 	w.keepClaimed(w.store.Run(n.ID).Request(), claimed) // a version kept, or one not: see keepClaimed
 	if claimed.Ino != f.Ino {
 		err := w.admit(claimed)
@@ -362,7 +363,7 @@ func (w *watcher) keepRequest(q *queuedRun) {
 		return
 	}
 	_, err = w.spool.Claim(f, w.store.Run(n.ID).Request())
-	w.movedOut(n.ID, err)
+	w.movedOut(n.ID, err) // its directory synced before the spool
 	if err != nil {
 		w.log.Printf("run %s: keeping its request: %v", n.ID, err)
 		return

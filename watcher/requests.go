@@ -231,6 +231,7 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 	dst, err := w.spool.Reject(name, reason)
 	switch {
 	case err == nil:
+		w.claimed(nil) // its removal from the spool, with the next flush
 	case dst != "": // moved, but not synced
 		w.log.Printf("%s: rejecting: %v", spool.Printable(name), err)
 	case errors.Is(err, fs.ErrNotExist):
@@ -340,6 +341,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
 	w.claimed(err)
 	if err == nil {
+		w.claimedInto(dir, true)
 		w.keepClaimed(filepath.Join(dir, "request"), claimed)
 	}
 	if err != nil {

@@ -321,6 +321,7 @@ func runWatcher(cfg Config, started *bool) error {
 	w.sweepExitRecords()
 	w.restoreControls()
 	w.finishDeletions()
+	w.claimsLeftBehind()
 	w.rescan()
 	w.dequeue()
 	w.drain()
@@ -358,6 +359,11 @@ type watcher struct {
 	// movedOutOf are the runs whose requests were moved out of the spool
 	// since it was last synced for them (see movedOut).
 	movedOutOf []string
+	// claimDirs are the directories requests were claimed or moved into
+	// from the spool since it was last synced, each true if it was made
+	// for it (its name in runs/ is new too): they are synced before the
+	// spool is (see claimedInto).
+	claimDirs map[string]bool
 	// ordersData is set where the root's file system commits a new file's
 	// data before its name (procfs.OrdersNewData): a run's first record is
 	// renamed in before its flush there, and an end's or a stop's is not
@@ -491,6 +497,7 @@ func newWatcher(cfg Config) *watcher {
 		runs:            make(map[string]*run),
 		jobs:            newJobs(cfg.Engine),
 		written:         make(map[string]tracker.Stamp),
+		claimDirs:       make(map[string]bool),
 		pending:         make(map[string]*pending),
 		faulted:         make(map[string]string),
 		forker:          newForker(cfg.ForkProcs),

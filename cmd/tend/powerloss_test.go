@@ -176,7 +176,9 @@ func (t *trial) cuts(n int) {
 		case t.mutant == "" && i%16 == 13:
 			t.tornCut()
 		case t.mutant == "" && i%16 == 5:
-			t.claimCut()
+			t.claimCut(1)
+		case t.mutant == "" && i%16 == 3:
+			t.claimCut(3)
 		case i%2 == 1 && t.scriptFlushes > 0:
 			point := (i/2 + int(t.seed%1000)) % (2 * t.scriptFlushes)
 			t.scriptedCut(point/2+1, point%2 == 1, model)
@@ -1007,12 +1009,18 @@ func (t *trial) script(stop func() bool) {
 			// is canceled while queued, its request moved from the spool
 			// into its directory, where no claim syncs the spool with its
 			// end; after a cut the request must not be back in the spool,
-			// to be rejected as a second start of the run.
-			t.slow, t.failing = true, true // still running when the waiter is taken
-			t.waitFor, t.waitCompleted = t.submit("short", "").id, true
+			// to be rejected as a second start of the run. Another waits
+			// for the same run's end, and is claimed from the spool in the
+			// same flush: its request must not be lost between the two.
+			t.slow, t.failing = true, true // still running when the waiters are taken
+			dep := t.submit("short", "").id
 			t.awaitClients() // it exists before what waits for it is taken
+			t.waitFor, t.waitCompleted = dep, true
 			r := t.submit("short", "")
+			t.waitFor = dep
+			ended := t.submit("short", "")
 			t.awaitStart(r)
+			t.awaitStart(ended)
 			t.waitEnd(r)
 		},
 		func() { t.awaitStart(t.submit("long", "cli")) },
@@ -1249,13 +1257,15 @@ func (t *trial) tornCut() {
 
 // claimCut runs the scripted sequence with the flushes of run
 // directories slow, and cuts the power, keeping nothing that was not
-// synced (crashfs.Strict), as soon as the spool is synced after a queued
-// run that waited has had its request claimed into its directory: a
-// watcher that synced the claim's removal from the spool no later than
+// synced (crashfs.Strict), as soon as the spool is synced after n queued
+// runs that waited have had their requests claimed or moved into their
+// directories: 1, the first to start; 3, as well the two that waited for
+// a run that fails, one moved out as the other is claimed, in one flush.
+// A watcher that synced a claim's removal from the spool no later than
 // the request's new name loses the request of a run it answered accepted
-// (check 8). The two flushes race in a batch's round of fsyncs, and a
-// cut at a random moment rarely comes between the two.
-func (t *trial) claimCut() {
+// (check 8). The two flushes race, and a cut at a random moment rarely
+// comes between the two.
+func (t *trial) claimCut(n int) {
 	earlier := make(map[string]bool) // waiters of the cuts before
 	t.waiters.Range(func(id, _ any) bool {
 		earlier[id.(string)] = true
@@ -1265,10 +1275,10 @@ func (t *trial) claimCut() {
 		return f.Dir && filepath.Dir(f.Path) == filepath.Join(".tend", "runs")
 	}, 50*time.Millisecond) // the next mount has the usual disk
 	cut := t.fs.CutAfterFlushOf(func(f crashfs.Flush) bool {
-		return f.Dir && f.Path == filepath.Join(".tend", "spool") && t.waiterClaimed(earlier)
+		return f.Dir && f.Path == filepath.Join(".tend", "spool") && t.waitersClaimed(earlier) >= n
 	})
 	t.script(t.fs.Frozen)
-	where := "once the spool was synced after a waiting run's request was claimed"
+	where := fmt.Sprintf("once the spool was synced after %d waiting runs' requests were claimed", n)
 	select {
 	case <-cut:
 	default:
@@ -1278,17 +1288,19 @@ func (t *trial) claimCut() {
 	t.powerCut(crashfs.Strict, where)
 }
 
-// waiterClaimed reports whether the request of a run that waits for
-// another, and is not one of earlier, is in its run's directory, as the
-// backing file system has it (it is called inside crashfs, which must not
-// be entered again).
-func (t *trial) waiterClaimed(earlier map[string]bool) bool {
-	claimed := false
+// waitersClaimed counts the runs that wait for another, not of earlier,
+// whose requests are in their run's directories, as the backing file
+// system has them (it is called inside crashfs, which must not be
+// entered again).
+func (t *trial) waitersClaimed(earlier map[string]bool) int {
+	n := 0
 	t.waiters.Range(func(id, _ any) bool {
-		claimed = !earlier[id.(string)] && exists(filepath.Join(t.backing, ".tend", "runs", id.(string), "request"))
-		return !claimed
+		if !earlier[id.(string)] && exists(filepath.Join(t.backing, ".tend", "runs", id.(string), "request")) {
+			n++
+		}
+		return true
 	})
-	return claimed
+	return n
 }
 
 // waiterRan reports whether the command of a run that waits for another
