@@ -1244,15 +1244,21 @@ func (t *trial) tornCut() {
 	cut := t.fs.CutAtFlushOf(func(f crashfs.Flush) bool {
 		return !f.Dir && filepath.Base(f.Path) == "state.json" // synced under its own name: renamed in first
 	})
+	t.scriptUntil(cut, crashfs.NamesFirst, "as a run's first record, renamed in, was to be flushed")
+}
+
+// scriptUntil runs the scripted sequence, which stops once cut is closed
+// (the power is cut there), and cuts the power as model has it: where
+// says where, or that the cut did not come, and it came at the end.
+func (t *trial) scriptUntil(cut <-chan struct{}, model crashfs.Model, where string) {
 	t.script(t.fs.Frozen)
-	where := "as a run's first record, renamed in, was to be flushed"
 	select {
 	case <-cut:
 	default:
 		t.fs.Freeze()
 		where += ", which did not come: at the end of the scripted sequence"
 	}
-	t.powerCut(crashfs.NamesFirst, where)
+	t.powerCut(model, where)
 }
 
 // claimCut runs the scripted sequence with the flushes of run
@@ -1277,15 +1283,7 @@ func (t *trial) claimCut(n int) {
 	cut := t.fs.CutAfterFlushOf(func(f crashfs.Flush) bool {
 		return f.Dir && f.Path == filepath.Join(".tend", "spool") && t.waitersClaimed(earlier) >= n
 	})
-	t.script(t.fs.Frozen)
-	where := fmt.Sprintf("once the spool was synced after %d waiting runs' requests were claimed", n)
-	select {
-	case <-cut:
-	default:
-		t.fs.Freeze()
-		where += ", which did not come: at the end of the scripted sequence"
-	}
-	t.powerCut(crashfs.Strict, where)
+	t.scriptUntil(cut, crashfs.Strict, fmt.Sprintf("once the spool was synced after %d waiting runs' requests were claimed", n))
 }
 
 // waitersClaimed counts the runs that wait for another, not of earlier,
