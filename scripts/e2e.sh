@@ -64,7 +64,7 @@ rc=0; tend_wait a || rc=$?
 # An array or an object comes whole, as JSON on one line.
 [ "$(tend_field a command)" = '["/bin/sh","-c","echo hi; exit 3"]' ] || fail "run a: command '$(tend_field a command)'"
 tend_control a label 'k=v' >/dev/null || fail "label a"
-[ "$(tend_field a labels)" = '{"k": "v"}' ] || fail "run a: labels '$(tend_field a labels)'"
+[ "$(tend_field a labels)" = '{"k":"v"}' ] || fail "run a: labels '$(tend_field a labels)'"
 [ "$(tend_field a id)" = a ] || fail "run a: id '$(tend_field a id)'"
 [ "$(cat "$root/runs/a/stdout")" = hi ] || fail "run a: stdout"
 

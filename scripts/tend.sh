@@ -79,9 +79,9 @@ tend_outcome() {
 
 # tend_field ID FIELD: print a top-level field of run ID's state.json: a
 # string without its quotes, a number as it is, an array or an object as
-# JSON on one line (["/bin/sh","-c","make"]). state.json has each
-# top-level field at two spaces' indent, and a composite one's closing
-# bracket too, so awk is enough.
+# compact JSON on one line (["/bin/sh","-c","make"], {"k":"v","z":"w"}).
+# state.json has each top-level field at two spaces' indent, and a
+# composite one's closing bracket too, so awk is enough.
 tend_field() {
 	awk -v key="  \"$2\": " '
 	index($0, key) == 1 {
@@ -95,6 +95,9 @@ tend_field() {
 	deep {
 		line = $0
 		sub(/^ +/, "", line)
+		# A member "key": value loses the space after its colon: the
+		# first that ends the key, a JSON string (one may hold ": ").
+		if (match(line, /^"([^"\\]|\\.)*": /)) line = substr(line, 1, RLENGTH - 1) substr(line, RLENGTH + 1)
 		if ($0 ~ /^  []}],?$/) { sub(/,$/, "", line); print out line; exit }
 		out = out line
 	}' "$(tend_root)/runs/$1/state.json" 2>/dev/null
