@@ -296,8 +296,8 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 		switch {
 		case !claimDirsSynced:
 			spoolErr = errors.New("a directory a request was claimed into is not synced")
-		case errors.Join(restErrs...) != nil:
-			spoolErr = errors.New("a record is not written")
+		case w.claimRecordFailed(rest, restErrs):
+			spoolErr = errors.New("the record of a run a request was claimed into is not written")
 		default:
 			spoolErr = w.syncSpool(durable.FlushClaim)
 		}
@@ -385,6 +385,20 @@ func (w *watcher) claimDirsLeft(states []*tracker.State) []string {
 		dirs = append(dirs, w.store.Dir())
 	}
 	return dirs
+}
+
+// claimRecordFailed reports whether the record of a run whose directory a
+// request was claimed into failed to be written (errs, of states): its
+// directory is then not synced, and the spool must wait. Another run's
+// failure holds nothing back: its owner could make its record fail on
+// purpose (a directory put where state.json goes).
+func (w *watcher) claimRecordFailed(states []*tracker.State, errs []error) bool {
+	for i, err := range errs {
+		if _, claimed := w.claimDirs[w.store.RunDir(states[i].ID)]; err != nil && claimed {
+			return true
+		}
+	}
+	return false
 }
 
 // syncClaimDirs syncs dirs together, and reports whether all are synced.
@@ -519,6 +533,9 @@ func (w *watcher) syncMovedOut() {
 // them back on its own.)
 func (w *watcher) claimsLeftBehind() {
 	w.claimedInto(w.spool.Claims(), false)
+	// And runs/, where the run directories it made are: the store syncs
+	// runs/ only for those this watcher makes.
+	w.claimedInto(w.store.Dir(), false)
 	w.spoolUnsynced = true
 }
 

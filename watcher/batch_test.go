@@ -446,3 +446,48 @@ func TestGoneClaimDirLetsTheSpoolSync(t *testing.T) {
 		t.Errorf("after a flush, the spool is unsynced: %v, directories left to sync: %v", w.spoolUnsynced, w.claimDirs)
 	}
 }
+
+// A record that cannot be written (its run's owner put a directory where
+// state.json goes) holds back the spool's sync only if a request was
+// claimed into its run's directory: otherwise its owner could keep every
+// other claim's removal unsynced.
+func TestFailingRecordHoldsBackOnlyItsClaim(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"good", "evil"} {
+		if err := w.store.MakeRunDir(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(w.store.Run("evil").State(), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	good := &tracker.State{ID: "good", State: tracker.Starting, CreatedAt: time.Now()}
+	evil := &tracker.State{ID: "evil", State: tracker.Running, CreatedAt: time.Now()}
+	w.claimed(nil)
+	w.claimedInto(w.store.RunDir("good"), true)
+	w.writeRecords([]*tracker.State{good, evil}, nil)
+	if w.spoolUnsynced {
+		t.Errorf("another run's record failed, and the spool was left unsynced for good's claim")
+	}
+	w.claimed(nil)
+	w.claimedInto(w.store.RunDir("evil"), false)
+	w.writeRecords([]*tracker.State{evil}, nil)
+	if !w.spoolUnsynced {
+		t.Errorf("the spool was synced while the record of the run a request was claimed into failed")
+	}
+}
+
+// A watcher that recovers a run its predecessor claimed syncs runs/, which
+// holds the run's directory that watcher made, before the spool: its store
+// syncs runs/ only for the directories it makes itself.
+func TestClaimsLeftBehindSyncRunsDir(t *testing.T) {
+	w := batchWatcher(t)
+	w.claimsLeftBehind()
+	got := w.claimDirsLeft([]*tracker.State{{ID: "x"}})
+	if !slices.Contains(got, w.store.Dir()) || !slices.Contains(got, w.spool.Claims()) {
+		t.Errorf("after recovery, the directories synced before the spool are %q; want runs/ and claims/", got)
+	}
+}
