@@ -508,16 +508,16 @@ func (w *watcher) syncMovedOut() {
 	var claimsSynced bool
 	claimDirs := w.claimDirsLeft(nil)
 	wg.Go(func() { claimsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
-	for _, dir := range dirs {
-		wg.Go(func() {
-			if err := durable.FlushMovedOut.SyncDir(dir); err != nil {
-				w.log.Printf("%v", err)
-			}
-		})
+	errs := make([]error, len(dirs))
+	for i, dir := range dirs {
+		wg.Go(func() { errs[i] = durable.FlushMovedOut.SyncDir(dir) })
 	}
 	wg.Wait()
-	if !claimsSynced {
-		return // the spool waits for the next flush's records
+	if err := errors.Join(errs...); err != nil || !claimsSynced {
+		// The spool waits for the next flush, as the moved-out requests'
+		// new names may not be durable.
+		w.log.Printf("the spool is synced with the next flush: %v", err)
+		return
 	}
 	if err := w.syncSpool(durable.FlushMovedOut); err != nil {
 		w.log.Printf("%v", err)

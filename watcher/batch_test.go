@@ -491,3 +491,18 @@ func TestClaimsLeftBehindSyncRunsDir(t *testing.T) {
 		t.Errorf("after recovery, the directories synced before the spool are %q; want runs/ and claims/", got)
 	}
 }
+
+// The spool is not synced after a request moved out of it into a run's
+// directory that could not be synced: its new name may not be durable.
+func TestMovedOutUnsyncedHoldsTheSpool(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	w.claimedInto(w.store.Dir(), false)
+	w.movedOutOf = []string{"gone"} // its directory cannot be opened
+	w.syncMovedOut()
+	if len(w.claimDirs) == 0 {
+		t.Errorf("the spool was synced, though the directory a request moved to was not")
+	}
+}
