@@ -84,6 +84,7 @@ func (w *watcher) drain() {
 		return
 	}
 	w.scanned = true
+	w.purges.scanning() // a find that ends during the look is still known
 	all, err := procfs.All()
 	if err != nil {
 		w.log.Printf("scanning /proc: %v", err)

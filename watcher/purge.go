@@ -32,6 +32,10 @@ type purges struct {
 	// not end as strays nor reapOrphans reap from under their Wait. The
 	// start time tells a process that got the PID of one reaped since.
 	finds map[int]uint64
+	// ended are the finds reaped since the last look through /proc
+	// began: that look may have listed one still running, and asks
+	// about it only after (see scanning).
+	ended map[int]uint64
 }
 
 // purgeTimeout is the longest a purge may take: the rest is left for the
@@ -40,7 +44,8 @@ const purgeTimeout = 10 * time.Minute
 
 func newPurges() purges {
 	ctx, stop := context.WithCancel(context.Background())
-	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{}), finds: make(map[int]uint64)}
+	return purges{ctx: ctx, stop: stop, slots: make(map[int]chan struct{}),
+		finds: make(map[int]uint64), ended: make(map[int]uint64)}
 }
 
 // slot returns the slot of owner's purges: one at a time each, so that a
@@ -73,22 +78,41 @@ func (p *purges) start(cmd *exec.Cmd) error {
 	return nil
 }
 
-// wait waits for cmd, started by start, and forgets its PID.
+// wait waits for cmd, started by start, and forgets its PID once the
+// next look through /proc begins.
 func (p *purges) wait(cmd *exec.Cmd) error {
 	err := cmd.Wait()
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	delete(p.finds, cmd.Process.Pid)
+	pid := cmd.Process.Pid
+	p.ended[pid] = p.finds[pid]
+	delete(p.finds, pid)
 	return err
 }
 
-// helper reports whether process proc is a purge's find under way. Its
-// PID alone is enough for a child not reaped yet (see reapOrphans).
+// scanning is called before a look through /proc whose processes are
+// then passed to helper: the finds reaped before it cannot be in it.
+func (p *purges) scanning() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	clear(p.ended)
+}
+
+// helper reports whether process proc is a purge's find, under way or
+// reaped since the last call of scanning. Its PID alone is enough for a
+// child not reaped yet (see reapOrphans).
 func (p *purges) helper(proc procfs.Stat) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	start, ok := p.finds[proc.PID]
-	return ok && (start == 0 || proc.StartTime == 0 || start == proc.StartTime)
+	same := func(start uint64) bool {
+		return start == 0 || proc.StartTime == 0 || start == proc.StartTime
+	}
+	if start, ok := p.finds[proc.PID]; ok {
+		return same(start)
+	}
+	// A reaped find's PID may be a new child's: only its start time tells.
+	start, ok := p.ended[proc.PID]
+	return ok && start != 0 && start == proc.StartTime
 }
 
 // purgesGrace is how long a watcher that stops lets its purges go on: a

@@ -2,8 +2,11 @@ package watcher
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/tendhq/tend/procfs"
 )
 
 // TestFirstProgram: a purge finds find(1) in /bin where /usr is not
@@ -39,5 +42,39 @@ func TestFirstProgram(t *testing.T) {
 		if got := firstProgram(tc.paths); got != tc.want {
 			t.Errorf("%s: firstProgram(%q) = %q, want %q", tc.name, tc.paths, got, tc.want)
 		}
+	}
+}
+
+// TestPurgeHelperOutlivesItsWait: a drain lists /proc, then asks about
+// each process it saw. A find reaped in between is still a purge's until
+// the next look begins (a drain took one for a stray and sent it SIGTERM),
+// and a process that got its PID never is.
+func TestPurgeHelperOutlivesItsWait(t *testing.T) {
+	p := newPurges()
+	cmd := exec.Command("sleep", "0.05")
+	if err := p.start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	seen, err := procfs.ReadStat(cmd.Process.Pid) // as the drain's look lists it
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.helper(seen) {
+		t.Fatalf("a find under way is not known: %+v", seen)
+	}
+	if err := p.wait(cmd); err != nil {
+		t.Fatal(err)
+	}
+	if !p.helper(seen) {
+		t.Errorf("a find reaped after the look listed it is no longer known")
+	}
+	reused := seen
+	reused.StartTime++
+	if p.helper(reused) {
+		t.Errorf("a process with a reaped find's PID and another start time is taken for it")
+	}
+	p.scanning()
+	if p.helper(seen) {
+		t.Errorf("a find reaped before the look began is still known")
 	}
 }
