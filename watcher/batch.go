@@ -524,19 +524,39 @@ func (w *watcher) syncMovedOut() {
 	}
 }
 
-// claimsLeftBehind has claims/ and then the spool synced with the next
+// claimsLeftBehind has runs/ and then the spool synced with the next
 // flush, once recovery has written its records: a watcher that stopped
 // between a claim and its flush left the claim's removal from the spool
 // unsynced, and its new name, in a run's directory (synced with the
-// record recovery wrote there) or in claims/, too. (Not at once: the
-// next flush comes with the next request, and an idle file system writes
-// them back on its own.)
+// record recovery wrote there, but runs/ is synced by the store only
+// for the directories this watcher makes) or in claims/ (whose requests
+// restoreControls has put back in the spool by now: see syncRestored).
+// (Not at once: the next flush comes with the next request, and an idle
+// file system writes them back on its own.)
 func (w *watcher) claimsLeftBehind() {
-	w.claimedInto(w.spool.Claims(), false)
-	// And runs/, where the run directories it made are: the store syncs
-	// runs/ only for those this watcher makes.
 	w.claimedInto(w.store.Dir(), false)
 	w.spoolUnsynced = true
+}
+
+// syncRestored syncs the spool at once, after the directories requests
+// were claimed into so far: control requests were put back in it from
+// claims/ (restoreControls). Their new names must be durable before
+// claims/ is synced with a later claim, or a power loss in between could
+// keep their removal from claims/ and not their names in the spool, and
+// one held there (a cancel of a run whose start waits in the spool) is
+// there until a later flush. Only when one was put back: a sync of the
+// spool at every start would be where the trial's claim mutant is cut,
+// every time, and hide it.
+func (w *watcher) syncRestored() {
+	if w.settings.Durability == tracker.WatcherCrash {
+		return
+	}
+	if !syncClaimDirs(w.claimDirsLeft(nil), w.log.Printf) {
+		return // the spool waits for the next flush, after them
+	}
+	if err := w.syncSpool(durable.FlushClaim); err != nil {
+		w.log.Printf("recover: %v: the spool is synced with the next flush", err)
+	}
 }
 
 // syncSpool syncs the spool (as flush), once every directory a request

@@ -487,8 +487,35 @@ func TestClaimsLeftBehindSyncRunsDir(t *testing.T) {
 	w := batchWatcher(t)
 	w.claimsLeftBehind()
 	got := w.claimDirsLeft([]*tracker.State{{ID: "x"}})
-	if !slices.Contains(got, w.store.Dir()) || !slices.Contains(got, w.spool.Claims()) {
-		t.Errorf("after recovery, the directories synced before the spool are %q; want runs/ and claims/", got)
+	if !slices.Contains(got, w.store.Dir()) || slices.Contains(got, w.spool.Claims()) {
+		t.Errorf("after recovery, the directories synced before the spool are %q; want runs/, and not claims/ (see syncRestored)", got)
+	}
+}
+
+// A control request put back in the spool from claims/ at recovery has
+// the spool synced at once, after the directories claimed into so far:
+// a later flush syncs claims/ before the spool, and a power loss in
+// between would keep the request's removal from claims/ and lose its
+// name in the spool.
+func TestRestoredClaimSyncsTheSpool(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.spool.MakeClaims(); err != nil {
+		t.Fatal(err)
+	}
+	n := spool.Name{ID: "x", Verb: spool.VerbCancel, Owner: os.Getuid()}
+	if err := os.WriteFile(filepath.Join(w.spool.Claims(), spool.ClaimedName(n)), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.claimedInto(w.store.Dir(), false) // recovery claimed a start into a run
+	w.restoreControls()
+	if _, err := os.Lstat(filepath.Join(w.spool.Spool(), n.String())); err != nil {
+		t.Fatalf("the claimed request was not put back: %v", err)
+	}
+	if len(w.claimDirs) != 0 {
+		t.Errorf("the spool was not synced after a request was put back in it (left to sync first: %v)", w.claimDirs)
 	}
 }
 

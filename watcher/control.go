@@ -555,11 +555,15 @@ func takenPath(d spool.Dir, n spool.Name) string {
 // deleted its run is answered deleted again (deletedByItself).
 func (w *watcher) restoreControls() {
 	claimed, _ := os.ReadDir(w.spool.Claims())
+	restored := false
 	for _, e := range claimed {
 		if name, ok := spool.ParseClaimedName(e.Name()); ok && e.Type().IsRegular() {
 			w.noteRestoredDelete(e.Name())
-			w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name)
+			restored = w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name) || restored
 		}
+	}
+	if restored {
+		w.syncRestored()
 	}
 	for _, e := range claimed {
 		claim, chosen := strings.CutSuffix(e.Name(), ".chosen")
@@ -589,26 +593,27 @@ func (w *watcher) noteRestoredDelete(claimed string) {
 // claims/) back in the spool, to be taken again. A request of the same
 // name there is taken instead if it is of the same owner (a newer one);
 // if it is another's, the claimed one is rejected, with the reason, and
-// answered to its owner: never lost, nor put over another's.
-func (w *watcher) restoreClaim(taken, name string) {
+// answered to its owner: never lost, nor put over another's. It reports
+// whether it put the request back.
+func (w *watcher) restoreClaim(taken, name string) bool {
 	if _, selector := spool.ParseSelectorName(name); !selector {
 		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
-			return
+			return false
 		}
 	}
 	dst := filepath.Join(w.spool.Spool(), name)
 	err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 	if err == nil {
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
-		return
+		return true
 	}
 	var mine, there unix.Stat_t
 	if unix.Lstat(taken, &mine) != nil {
-		return
+		return false
 	}
 	if errors.Is(err, unix.EEXIST) && unix.Lstat(dst, &there) == nil && there.Uid == mine.Uid {
 		os.Remove(taken) // a newer request of the same name, its owner's: it will do
-		return
+		return false
 	}
 	reason := fmt.Sprintf("claimed before the watcher stopped, and not to be put back in the spool (%v): send it again", err)
 	if errors.Is(err, unix.EEXIST) {
@@ -621,10 +626,11 @@ func (w *watcher) restoreClaim(taken, name string) {
 	n.Owner = int(mine.Uid)
 	if _, err := w.spool.RejectFrom(taken, name, reason); err != nil {
 		w.log.Printf("recover: %s: %v", name, err)
-		return
+		return false
 	}
 	w.log.Printf("recover: %s: rejected: %s", name, reason)
 	w.outcome(n, spool.Rejected, reason)
+	return false
 }
 
 // restoreLegacyClaims puts back the control requests a watcher before

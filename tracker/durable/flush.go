@@ -26,7 +26,8 @@ const (
 	// (the watcher syncs it as it starts, having made what was missing).
 	FlushRootDirs Flush = "root-dirs"
 	// FlushClaim: the spool, once requests were claimed from it (renamed
-	// out) or queued in it, beside the records written after.
+	// out) or queued in it, beside the records written after, or put
+	// back in it from claims/ at recovery.
 	FlushClaim Flush = "claim"
 	// FlushMovedOut: the spool and the run's directory, once the request
 	// of a queued run that is to end without starting (canceled) was
