@@ -401,14 +401,17 @@ func (w *watcher) claimRecordFailed(states []*tracker.State, errs []error) bool 
 	return false
 }
 
-// syncClaimDirs syncs dirs together, and reports whether all are synced.
-// One gone is: the request it held moved on (rejected, its run deleted),
-// synced where it went.
+// syncClaimDirs syncs dirs together, claimDirsInFlight at a time, and
+// reports whether all are synced. One gone is: the request it held moved
+// on (rejected, its run deleted), synced where it went.
 func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
 	var wg sync.WaitGroup
 	errs := make([]error, len(dirs))
+	slots := make(chan struct{}, claimDirsInFlight)
 	for i, dir := range dirs {
+		slots <- struct{}{}
 		wg.Go(func() {
+			defer func() { <-slots }()
 			if err := durable.FlushClaim.SyncDir(dir); !errors.Is(err, fs.ErrNotExist) {
 				errs[i] = err
 			}
@@ -421,6 +424,12 @@ func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
 	}
 	return err == nil
 }
+
+// claimDirsInFlight is how many directories syncClaimDirs syncs at once:
+// enough to keep a disk's queue full, and a bound on the descriptors and
+// threads a flush holds while claims pile up behind a spool whose sync
+// waits (see claimRecordFailed).
+const claimDirsInFlight = 32
 
 // keepClaimed notes a request claimed to path (a start into its run's
 // directory, a control request into claims/): its content is synced with

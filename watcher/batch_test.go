@@ -533,3 +533,28 @@ func TestMovedOutUnsyncedHoldsTheSpool(t *testing.T) {
 		t.Errorf("the spool was synced, though the directory a request moved to was not")
 	}
 }
+
+// syncClaimDirs syncs more directories than it holds at once, counts one
+// gone as synced, and reports one it cannot sync.
+func TestSyncClaimDirsMany(t *testing.T) {
+	root := t.TempDir()
+	var dirs []string
+	for i := range 3 * claimDirsInFlight {
+		dir := filepath.Join(root, fmt.Sprint(i))
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		dirs = append(dirs, dir)
+	}
+	gone := filepath.Join(root, "gone")
+	if !syncClaimDirs(append(dirs, gone), t.Logf) {
+		t.Errorf("%d directories and one gone: not all synced", len(dirs))
+	}
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if syncClaimDirs(append(dirs, filepath.Join(file, "sub")), t.Logf) {
+		t.Errorf("a directory that cannot be opened is taken for synced")
+	}
+}
