@@ -238,6 +238,10 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	w.settings = settings
 	w.store.SetDurability(settings.Durability)
+	if left, err := tracker.ReadWatcherInfo(cfg.Root); err == nil && left.Durability == tracker.WatcherCrash && settings.Durability != tracker.WatcherCrash {
+		// A watcher_crash watcher that did not stop cleanly (which syncs).
+		w.syncUnflushed("durability power_loss after a watcher with watcher_crash")
+	}
 	if err := w.loadKey(); err != nil {
 		return err
 	}
@@ -332,6 +336,11 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	defer os.Remove(layout.Root(cfg.Root).WatcherPID())
 	defer os.Remove(layout.Root(cfg.Root).WatcherInfo())
+	defer func() { // before watcher.json, which tells the next watcher to, is gone
+		if w.settings.Durability == tracker.WatcherCrash {
+			w.syncUnflushed("stopping")
+		}
+	}()
 	w.log.Printf("watching %s (pid %d, keeper %d), durability %s", cfg.Root, os.Getpid(), w.keeper, w.settings.Durability)
 	if cfg.Ready != nil {
 		fmt.Fprintln(cfg.Ready, "ready")
@@ -700,6 +709,9 @@ func (w *watcher) reloadSettings() {
 	infoChanged := problem != w.configProblem || l.Durability != w.settings.Durability || l.MaxRunning != w.settings.MaxRunning || l.MaxPerSession != w.settings.MaxPerSession
 	w.configProblem = problem
 	if !l.Equal(w.settings) {
+		if w.settings.Durability == tracker.WatcherCrash && l.Durability != tracker.WatcherCrash {
+			w.syncUnflushed("config: durability power_loss")
+		}
 		w.settings = l
 		w.store.SetDurability(l.Durability)
 		w.log.Printf("config: max_running %d, max_running_per_session %d, keep_finished %d, keep_finished_for %v, durability %s, queue_edit_window %v",
