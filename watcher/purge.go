@@ -38,6 +38,9 @@ type purges struct {
 	ended map[int]uint64
 }
 
+// maxEndedFinds bounds purges.ended between two looks through /proc.
+const maxEndedFinds = 1024
+
 // purgeTimeout is the longest a purge may take: the rest is left for the
 // next watcher (400,000 files took 12 s).
 const purgeTimeout = 10 * time.Minute
@@ -85,6 +88,12 @@ func (p *purges) wait(cmd *exec.Cmd) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	pid := cmd.Process.Pid
+	if len(p.ended) >= maxEndedFinds {
+		// No look through /proc lasts while so many finds end (one an
+		// owner at a time): a watcher that has not looked since (only
+		// its leaders were its children) need not keep them all.
+		clear(p.ended)
+	}
 	p.ended[pid] = p.finds[pid]
 	delete(p.finds, pid)
 	return err

@@ -78,3 +78,19 @@ func TestPurgeHelperOutlivesItsWait(t *testing.T) {
 		t.Errorf("a find reaped before the look began is still known")
 	}
 }
+
+// The reaped finds kept for a look through /proc are bounded, however
+// long the watcher goes without one.
+func TestPurgeEndedFindsBounded(t *testing.T) {
+	p := newPurges()
+	for range maxEndedFinds + 3 {
+		cmd := exec.Command("true")
+		if err := p.start(cmd); err != nil {
+			t.Fatal(err)
+		}
+		p.wait(cmd)
+	}
+	if len(p.ended) > maxEndedFinds {
+		t.Errorf("%d reaped finds kept, more than %d", len(p.ended), maxEndedFinds)
+	}
+}
