@@ -405,6 +405,11 @@ func (w *watcher) claimRecordFailed(states []*tracker.State, errs []error) bool 
 // reports whether all are synced. One gone is: the request it held moved
 // on (rejected, its run deleted), synced where it went.
 func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
+	return syncDirsBounded(dirs, durable.FlushClaim.SyncDir, log)
+}
+
+// syncDirsBounded is syncClaimDirs, each directory synced by syncDir.
+func syncDirsBounded(dirs []string, syncDir func(string) error, log func(string, ...any)) bool {
 	var wg sync.WaitGroup
 	errs := make([]error, len(dirs))
 	slots := make(chan struct{}, claimDirsInFlight)
@@ -412,7 +417,7 @@ func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if err := durable.FlushClaim.SyncDir(dir); !errors.Is(err, fs.ErrNotExist) {
+			if err := syncDir(dir); !errors.Is(err, fs.ErrNotExist) {
 				errs[i] = err
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -549,6 +550,23 @@ func TestSyncClaimDirsMany(t *testing.T) {
 	gone := filepath.Join(root, "gone")
 	if !syncClaimDirs(append(dirs, gone), t.Logf) {
 		t.Errorf("%d directories and one gone: not all synced", len(dirs))
+	}
+	var mu sync.Mutex
+	inFlight, most := 0, 0
+	counted := func(dir string) error {
+		mu.Lock()
+		inFlight++
+		most = max(most, inFlight)
+		mu.Unlock()
+		time.Sleep(time.Millisecond) // so that they overlap
+		mu.Lock()
+		inFlight--
+		mu.Unlock()
+		return nil
+	}
+	syncDirsBounded(dirs, counted, t.Logf)
+	if most > claimDirsInFlight {
+		t.Errorf("%d directories synced at once, more than %d", most, claimDirsInFlight)
 	}
 	file := filepath.Join(root, "file")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {

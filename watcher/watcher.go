@@ -238,10 +238,6 @@ func runWatcher(cfg Config, started *bool) error {
 	}
 	w.settings = settings
 	w.store.SetDurability(settings.Durability)
-	if left, err := tracker.ReadWatcherInfo(cfg.Root); err == nil && left.Durability == tracker.WatcherCrash && settings.Durability != tracker.WatcherCrash {
-		// A watcher_crash watcher that did not stop cleanly (which syncs).
-		w.syncUnflushed("durability power_loss after a watcher with watcher_crash")
-	}
 	if err := w.loadKey(); err != nil {
 		return err
 	}
@@ -272,6 +268,12 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	w.locks = []*flock.Flock{l}
+	// Only once the lock is held: before, the watcher.json read could be
+	// a live watcher's.
+	if left, err := tracker.ReadWatcherInfo(cfg.Root); err == nil && left.Durability == tracker.WatcherCrash && w.settings.Durability != tracker.WatcherCrash {
+		// A watcher_crash watcher that did not stop cleanly (which syncs).
+		w.syncUnflushed("durability power_loss after a watcher with watcher_crash")
+	}
 	defer func() {
 		for _, l := range w.locks {
 			l.Unlock()
