@@ -153,7 +153,7 @@ func Share(root string, gid int) error {
 		}
 	}
 	for path, mode := range map[string]uint32{
-		r.WatcherPID(): 0o644, r.WatcherInfo(): 0o644, r.KeeperPID(): 0o644, r.History(): 0o644, r.Queue(): 0o644,
+		r.WatcherPID(): 0o644, r.WatcherInfo(): 0o644, r.Unsynced(): 0o644, r.KeeperPID(): 0o644, r.History(): 0o644, r.Queue(): 0o644,
 		r.WatcherLock(): 0o600, r.KeeperLock(): 0o600, r.HistoryLock(): 0o600, r.UpLock(): 0o600, r.WatcherLog(): 0o600, r.RecordKey(): 0o600,
 	} {
 		if err := chmodRegular(path, mode); err != nil {

@@ -583,26 +583,6 @@ func (w *watcher) syncSpool(flush durable.Flush) error {
 	return nil
 }
 
-// syncUnflushed makes durable what was written under watcher_crash, by
-// this watcher or one before it, before anything is promised under
-// power_loss (or, as a watcher_crash watcher stops, for whoever comes
-// next): syncfs(2) of the root's file system, the one call that reaches
-// every record, history line, claim and name written without a flush.
-// why is logged with it. A failure is logged: what was written then
-// stays as durable as watcher_crash made it.
-func (w *watcher) syncUnflushed(why string) {
-	fd, err := unix.Open(w.cfg.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == nil {
-		err = unix.Syncfs(fd)
-		unix.Close(fd)
-	}
-	if err != nil {
-		w.log.Printf("%s: syncing %s's file system: %v: what was written with durability watcher_crash may not survive a power loss", why, w.cfg.Root, err)
-		return
-	}
-	w.log.Printf("%s: synced %s's file system, so that what was written with durability watcher_crash survives a power loss", why, w.cfg.Root)
-}
-
 // syncHistory makes the history appended so far durable, before what
 // depends on it alone (a deletion's answer).
 func (w *watcher) syncHistory() {

@@ -268,11 +268,10 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	w.locks = []*flock.Flock{l}
-	// Only once the lock is held: before, the watcher.json read could be
-	// a live watcher's.
-	if left, err := tracker.ReadWatcherInfo(cfg.Root); err == nil && left.Durability == tracker.WatcherCrash && w.settings.Durability != tracker.WatcherCrash {
-		// A watcher_crash watcher that did not stop cleanly (which syncs).
-		w.syncUnflushed("durability power_loss after a watcher with watcher_crash")
+	// Only once the lock is held: before, what it reads could be a live
+	// watcher's.
+	if err := w.startDurability(); err != nil {
+		return err
 	}
 	defer func() {
 		for _, l := range w.locks {
@@ -332,13 +331,14 @@ func runWatcher(cfg Config, started *bool) error {
 	w.dequeue()
 	w.drain()
 	w.collectGarbage()
+	w.crash("recovered")
 	w.startedAt = time.Now().UTC()
 	if err := w.writeInfo(); err != nil {
 		return err
 	}
 	defer os.Remove(layout.Root(cfg.Root).WatcherPID())
 	defer os.Remove(layout.Root(cfg.Root).WatcherInfo())
-	defer func() { // before watcher.json, which tells the next watcher to, is gone
+	defer func() {
 		if w.settings.Durability == tracker.WatcherCrash {
 			w.syncUnflushed("stopping")
 		}
@@ -711,8 +711,14 @@ func (w *watcher) reloadSettings() {
 	infoChanged := problem != w.configProblem || l.Durability != w.settings.Durability || l.MaxRunning != w.settings.MaxRunning || l.MaxPerSession != w.settings.MaxPerSession
 	w.configProblem = problem
 	if !l.Equal(w.settings) {
-		if w.settings.Durability == tracker.WatcherCrash && l.Durability != tracker.WatcherCrash {
+		switch {
+		case w.settings.Durability == tracker.WatcherCrash && l.Durability != tracker.WatcherCrash:
 			w.syncUnflushed("config: durability power_loss")
+		case w.settings.Durability != tracker.WatcherCrash && l.Durability == tracker.WatcherCrash:
+			if err := w.markUnsynced(); err != nil {
+				w.log.Printf("config: durability watcher_crash: %v (keeping durability %s)", err, w.settings.Durability)
+				l.Durability = w.settings.Durability
+			}
 		}
 		w.settings = l
 		w.store.SetDurability(l.Durability)

@@ -59,6 +59,11 @@ func (r Root) WatcherPID() string { return r.join("watcher.pid") }
 // WatcherInfo is watcher.json, written once the watcher takes requests.
 func (r Root) WatcherInfo() string { return r.join("watcher.json") }
 
+// Unsynced is there while what a watcher wrote with durability
+// watcher_crash may not be on disk yet: made before the first such
+// write, removed once syncfs(2) has made it durable.
+func (r Root) Unsynced() string { return r.join("unsynced") }
+
 // WatcherLog is the keeper's and watcher's log, when tend up started them.
 func (r Root) WatcherLog() string { return r.join("watcher.log") }
 
