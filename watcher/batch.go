@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"slices"
@@ -522,20 +523,34 @@ func (w *watcher) syncMovedOut() {
 	var claimsSynced bool
 	claimDirs := w.claimDirsLeft(nil)
 	wg.Go(func() { claimsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
-	errs := make([]error, len(dirs))
-	for i, dir := range dirs {
-		wg.Go(func() { errs[i] = durable.FlushMovedOut.SyncDir(dir) })
-	}
+	dirsSynced := syncDirsBounded(dirs, syncMovedInto, w.log.Printf)
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil || !claimsSynced {
+	if !dirsSynced || !claimsSynced {
 		// The spool waits for the next flush, as the moved-out requests'
 		// new names may not be durable.
-		w.log.Printf("the spool is synced with the next flush: %v", err)
+		w.log.Printf("the spool is synced with the next flush")
 		return
 	}
 	if err := w.syncSpool(durable.FlushMovedOut); err != nil {
 		w.log.Printf("%v", err)
+		return
 	}
+	// Every claim so far is durable now, with its directory: the flush
+	// that follows (no claim comes in between) need not sync the spool
+	// again, unless a queued request's content is to be synced first.
+	if len(w.unkept) == 0 {
+		w.spoolUnsynced = false
+	}
+}
+
+// syncMovedInto syncs dir, the directory of a run a request was moved
+// into; unlike a claim's (syncClaimDirs), one that is gone is not synced:
+// where the request went is not known to be durable.
+func syncMovedInto(dir string) error {
+	if err := durable.FlushMovedOut.SyncDir(dir); err != nil {
+		return fmt.Errorf("%v", err) // not fs.ErrNotExist, which syncDirsBounded passes over
+	}
+	return nil
 }
 
 // claimsLeftBehind has runs/ and then the spool synced with the next

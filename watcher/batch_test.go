@@ -535,6 +535,33 @@ func TestMovedOutUnsyncedHoldsTheSpool(t *testing.T) {
 	}
 }
 
+// A request moved out of the spool has it synced once in a flush: what
+// syncMovedOut synced is not synced again with the records, unless a
+// queued request's content waits to be synced before the spool is.
+func TestMovedOutSyncsTheSpoolOnce(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(w.store.RunDir("moved"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.claimedInto(w.store.Dir(), false)
+	w.claimed(nil)
+	w.movedOutOf = []string{"moved"}
+	w.syncMovedOut()
+	if w.spoolUnsynced || len(w.claimDirs) > 0 {
+		t.Errorf("after the spool was synced: spoolUnsynced %v, %d claim directories left", w.spoolUnsynced, len(w.claimDirs))
+	}
+	w.claimed(nil)
+	w.unkept = []spool.File{{}}
+	w.movedOutOf = []string{"moved"}
+	w.syncMovedOut()
+	if !w.spoolUnsynced {
+		t.Errorf("a queued request's content waits to be synced, but the spool is taken for synced")
+	}
+}
+
 // syncClaimDirs syncs more directories than it holds at once, counts one
 // gone as synced, and reports one it cannot sync.
 func TestSyncClaimDirsMany(t *testing.T) {
