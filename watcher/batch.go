@@ -567,24 +567,36 @@ func (w *watcher) claimsLeftBehind() {
 	w.spoolUnsynced = true
 }
 
-// syncRestored syncs the spool at once, after the directories requests
-// were claimed into so far: control requests were put back in it from
-// claims/ (restoreControls). Their new names must be durable before
-// claims/ is synced with a later claim, or a power loss in between could
-// keep their removal from claims/ and not their names in the spool, and
-// one held there (a cancel of a run whose start waits in the spool) is
-// there until a later flush. Only when one was put back: a sync of the
-// spool at every start would be where the trial's claim mutant is cut,
-// every time, and hide it.
-func (w *watcher) syncRestored() {
-	if w.settings.Durability == tracker.WatcherCrash {
+// syncRestored makes durable, at once, what restoreControls moved out of
+// claims/, in the order a power loss must respect. If it put a control
+// request back in the spool (putBack), the spool is synced, after the
+// directories requests were claimed into so far: its new name must be
+// durable before claims/ is synced, here or with a later claim, or a
+// power loss in between could keep its removal from claims/ and not its
+// name in the spool, and one held there (a cancel of a run whose start
+// waits in the spool) is there until a later flush. Then, if it rejected
+// one (rejected), claims/ is: the request is in rejected/, synced, and
+// its owner answered so; a power loss that brought it back to claims/
+// would have the next watcher carry it out. Nothing when neither: a sync
+// of the spool at every start would be where the trial's claim mutant is
+// cut, every time, and hide it.
+func (w *watcher) syncRestored(putBack, rejected bool) {
+	if w.settings.Durability == tracker.WatcherCrash || !putBack && !rejected {
 		return
 	}
-	if !syncClaimDirs(w.claimDirsLeft(nil), w.log.Printf) {
-		return // the spool waits for the next flush, after them
+	if putBack {
+		if !syncClaimDirs(w.claimDirsLeft(nil), w.log.Printf) {
+			return // the spool waits for the next flush, after them
+		}
+		if err := w.syncSpool(durable.FlushClaim); err != nil {
+			w.log.Printf("recover: %v: the spool is synced with the next flush", err)
+			return
+		}
 	}
-	if err := w.syncSpool(durable.FlushClaim); err != nil {
-		w.log.Printf("recover: %v: the spool is synced with the next flush", err)
+	if rejected {
+		if err := durable.FlushClaim.SyncDir(w.spool.Claims()); err != nil {
+			w.log.Printf("recover: %v", err)
+		}
 	}
 }
 

@@ -555,16 +555,15 @@ func takenPath(d spool.Dir, n spool.Name) string {
 // deleted its run is answered deleted again (deletedByItself).
 func (w *watcher) restoreControls() {
 	claimed, _ := os.ReadDir(w.spool.Claims())
-	restored := false
+	putBack, rejected := false, false
 	for _, e := range claimed {
 		if name, ok := spool.ParseClaimedName(e.Name()); ok && e.Type().IsRegular() {
 			w.noteRestoredDelete(e.Name())
-			restored = w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name) || restored
+			p, r := w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name)
+			putBack, rejected = putBack || p, rejected || r
 		}
 	}
-	if restored {
-		w.syncRestored()
-	}
+	w.syncRestored(putBack, rejected)
 	for _, e := range claimed {
 		claim, chosen := strings.CutSuffix(e.Name(), ".chosen")
 		_, name, _ := strings.Cut(claim, ":")
@@ -594,26 +593,26 @@ func (w *watcher) noteRestoredDelete(claimed string) {
 // name there is taken instead if it is of the same owner (a newer one);
 // if it is another's, the claimed one is rejected, with the reason, and
 // answered to its owner: never lost, nor put over another's. It reports
-// whether it put the request back.
-func (w *watcher) restoreClaim(taken, name string) bool {
+// whether it put the request back, and whether it rejected it.
+func (w *watcher) restoreClaim(taken, name string) (putBack, rejected bool) {
 	if _, selector := spool.ParseSelectorName(name); !selector {
 		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
-			return false
+			return false, false
 		}
 	}
 	dst := filepath.Join(w.spool.Spool(), name)
 	err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 	if err == nil {
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
-		return true
+		return true, false
 	}
 	var mine, there unix.Stat_t
 	if unix.Lstat(taken, &mine) != nil {
-		return false
+		return false, false
 	}
 	if errors.Is(err, unix.EEXIST) && unix.Lstat(dst, &there) == nil && there.Uid == mine.Uid {
 		os.Remove(taken) // a newer request of the same name, its owner's: it will do
-		return false
+		return false, false
 	}
 	reason := fmt.Sprintf("claimed before the watcher stopped, and not to be put back in the spool (%v): send it again", err)
 	if errors.Is(err, unix.EEXIST) {
@@ -626,11 +625,11 @@ func (w *watcher) restoreClaim(taken, name string) bool {
 	n.Owner = int(mine.Uid)
 	if _, err := w.spool.RejectFrom(taken, name, reason); err != nil {
 		w.log.Printf("recover: %s: %v", name, err)
-		return false
+		return false, false
 	}
 	w.log.Printf("recover: %s: rejected: %s", name, reason)
 	w.outcome(n, spool.Rejected, reason)
-	return false
+	return false, true
 }
 
 // restoreLegacyClaims puts back the control requests a watcher before
