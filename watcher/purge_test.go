@@ -94,3 +94,19 @@ func TestPurgeEndedFindsBounded(t *testing.T) {
 		t.Errorf("%d reaped finds kept, more than %d", len(p.ended), maxEndedFinds)
 	}
 }
+
+// A drain's look through /proc forgets the finds reaped before it began
+// (scanning): what it lists is afresh, and a process that has the PID of
+// one of them now is not taken for it.
+func TestDrainForgetsFindsReapedBefore(t *testing.T) {
+	w := batchWatcher(t)
+	gone := procfs.Stat{PID: 1<<22 - 1, StartTime: 42}
+	w.purges.ended[gone.PID] = gone.StartTime
+	if !w.purges.helper(gone) {
+		t.Fatal("a find reaped since the last look is not known")
+	}
+	w.drain()
+	if w.purges.helper(gone) {
+		t.Errorf("a find reaped before the drain's look through /proc is still known after it")
+	}
+}
