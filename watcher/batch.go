@@ -575,11 +575,14 @@ func (w *watcher) claimsLeftBehind() {
 // power loss in between could keep its removal from claims/ and not its
 // name in the spool, and one held there (a cancel of a run whose start
 // waits in the spool) is there until a later flush. Then, if it rejected
-// one (rejected), claims/ is: the request is in rejected/, synced, and
-// its owner answered so; a power loss that brought it back to claims/
-// would have the next watcher carry it out. Nothing when neither: a sync
-// of the spool at every start would be where the trial's claim mutant is
-// cut, every time, and hide it.
+// one (rejected), claims/ is, before the rejection is answered: the
+// request is in rejected/, synced, and a power loss that brought it back
+// to claims/ would have the next watcher carry out a request answered
+// rejected. (A sync that fails is logged, and the answers are given all
+// the same: with the disk failing, a request that waits for none would
+// wait for ever.) Nothing when neither: a sync of the spool at every
+// start would be where the trial's claim mutant is cut, every time, and
+// hide it.
 func (w *watcher) syncRestored(putBack, rejected bool) {
 	if w.settings.Durability == tracker.WatcherCrash || !putBack && !rejected {
 		return

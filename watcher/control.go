@@ -555,15 +555,22 @@ func takenPath(d spool.Dir, n spool.Name) string {
 // deleted its run is answered deleted again (deletedByItself).
 func (w *watcher) restoreControls() {
 	claimed, _ := os.ReadDir(w.spool.Claims())
-	putBack, rejected := false, false
+	putBack := false
+	var answers []func()
 	for _, e := range claimed {
 		if name, ok := spool.ParseClaimedName(e.Name()); ok && e.Type().IsRegular() {
 			w.noteRestoredDelete(e.Name())
-			p, r := w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name)
-			putBack, rejected = putBack || p, rejected || r
+			p, answer := w.restoreClaim(filepath.Join(w.spool.Claims(), e.Name()), name)
+			putBack = putBack || p
+			if answer != nil {
+				answers = append(answers, answer)
+			}
 		}
 	}
-	w.syncRestored(putBack, rejected)
+	w.syncRestored(putBack, len(answers) > 0)
+	for _, answer := range answers {
+		answer() // once its removal from claims/ is durable
+	}
 	for _, e := range claimed {
 		claim, chosen := strings.CutSuffix(e.Name(), ".chosen")
 		_, name, _ := strings.Cut(claim, ":")
@@ -593,26 +600,28 @@ func (w *watcher) noteRestoredDelete(claimed string) {
 // name there is taken instead if it is of the same owner (a newer one);
 // if it is another's, the claimed one is rejected, with the reason, and
 // answered to its owner: never lost, nor put over another's. It reports
-// whether it put the request back, and whether it rejected it.
-func (w *watcher) restoreClaim(taken, name string) (putBack, rejected bool) {
+// whether it put the request back; if it rejected it, it returns the
+// answer to give, once the request's removal from claims/ is durable (see
+// syncRestored).
+func (w *watcher) restoreClaim(taken, name string) (putBack bool, answer func()) {
 	if _, selector := spool.ParseSelectorName(name); !selector {
 		if n, err := spool.ParseName(name); err != nil || n.Verb == spool.VerbStart {
-			return false, false
+			return false, nil
 		}
 	}
 	dst := filepath.Join(w.spool.Spool(), name)
 	err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 	if err == nil {
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)
-		return true, false
+		return true, nil
 	}
 	var mine, there unix.Stat_t
 	if unix.Lstat(taken, &mine) != nil {
-		return false, false
+		return false, nil
 	}
 	if errors.Is(err, unix.EEXIST) && unix.Lstat(dst, &there) == nil && there.Uid == mine.Uid {
 		os.Remove(taken) // a newer request of the same name, its owner's: it will do
-		return false, false
+		return false, nil
 	}
 	reason := fmt.Sprintf("claimed before the watcher stopped, and not to be put back in the spool (%v): send it again", err)
 	if errors.Is(err, unix.EEXIST) {
@@ -625,11 +634,10 @@ func (w *watcher) restoreClaim(taken, name string) (putBack, rejected bool) {
 	n.Owner = int(mine.Uid)
 	if _, err := w.spool.RejectFrom(taken, name, reason); err != nil {
 		w.log.Printf("recover: %s: %v", name, err)
-		return false, false
+		return false, nil
 	}
 	w.log.Printf("recover: %s: rejected: %s", name, reason)
-	w.outcome(n, spool.Rejected, reason)
-	return false, true
+	return false, func() { w.outcome(n, spool.Rejected, reason) }
 }
 
 // restoreLegacyClaims puts back the control requests a watcher before

@@ -6,7 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker/crashfs"
 )
@@ -16,7 +18,9 @@ import (
 // answered: a power loss must not bring it back there, for the next
 // watcher to carry out what its owner was told was rejected. Checked on
 // a crashfs, which keeps, at a cut, only what was synced, each half of a
-// rename with its own directory.
+// rename with its own directory: the power is cut as the answer is
+// written, and claims/' sync is slowed, so that it cannot come just after
+// the answer and before the cut.
 func TestRestoreRejectedSyncsClaims(t *testing.T) {
 	if err := crashfs.Prepare(); err != nil {
 		if os.Getenv("TEND_REQUIRE_FUSE") != "" {
@@ -42,11 +46,30 @@ func TestRestoreRejectedSyncsClaims(t *testing.T) {
 	}
 	defer f.Unmount()
 	w := newWatcher(Config{Root: mnt, Log: io.Discard})
+	f.SetSlowFlushes(func(fl crashfs.Flush) bool { return fl.Dir && fl.Path == "claims" }, 200*time.Millisecond)
+	answers, err := fsnotify.NewWatcher()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer answers.Close()
+	if err := answers.Add(filepath.Dir(w.spool.OutcomePath(n))); err != nil {
+		t.Fatal(err)
+	}
+	answered := make(chan bool)
+	go func() {
+		_, ok := <-answers.Events
+		if ok {
+			f.Freeze()
+		}
+		answered <- ok
+	}()
 	w.restoreControls()
+	if !<-answered {
+		t.Fatal("the rejected request was not answered")
+	}
 	if _, err := os.Lstat(filepath.Join(mnt, "rejected", n.String())); err != nil {
 		t.Fatalf("the claimed request was not rejected: %v", err)
 	}
-	f.Freeze()
 	if err := f.Unmount(); err != nil {
 		t.Fatal(err)
 	}
