@@ -61,13 +61,18 @@ func (w *watcher) markUnsynced() error {
 
 // startDurability readies the root for this watcher's durability, under
 // the lock, before the watcher writes anything: under watcher_crash it
-// makes the unsynced file; under power_loss, where that file (or the
+// makes the unsynced file, and only then has the store write without a
+// flush; under power_loss, where that file (or the
 // watcher.json of a watcher_crash watcher of tend before it, which did
 // not stop cleanly) says a watcher before it wrote without a flush, it
 // syncs that first.
 func (w *watcher) startDurability() error {
 	if w.settings.Durability == tracker.WatcherCrash {
-		return w.markUnsynced()
+		if err := w.markUnsynced(); err != nil {
+			return err
+		}
+		w.store.SetDurability(tracker.WatcherCrash)
+		return nil
 	}
 	_, err := os.Lstat(w.root().Unsynced())
 	left, infoErr := tracker.ReadWatcherInfo(w.cfg.Root)
@@ -86,11 +91,7 @@ func (w *watcher) startDurability() error {
 // logged, and leaves the file for the next watcher to try again: what
 // was written then stays as durable as watcher_crash made it.
 func (w *watcher) syncUnflushed(why string) {
-	fd, err := unix.Open(w.cfg.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err == nil {
-		err = unix.Syncfs(fd)
-		unix.Close(fd)
-	}
+	err := unix.Syncfs(w.rootFD)
 	if err != nil {
 		w.log.Printf("%s: syncing %s's file system: %v: what was written with durability watcher_crash may not survive a power loss", why, w.cfg.Root, err)
 		return

@@ -237,7 +237,9 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	w.settings = settings
-	w.store.SetDurability(settings.Durability)
+	// The store writes with power_loss until startDurability has marked
+	// the root for watcher_crash: what it writes before (sealing an
+	// earlier tend's records) is synced.
 	if err := w.loadKey(); err != nil {
 		return err
 	}
@@ -268,6 +270,14 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	w.locks = []*flock.Flock{l}
+	// One descriptor of the root for syncfs, opened before anything is
+	// written without a flush: syncfs reports the write-back errors that
+	// came after its descriptor was opened, and only to its first caller.
+	w.rootFD, err = unix.Open(cfg.Root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: cfg.Root, Err: err}
+	}
+	defer unix.Close(w.rootFD)
 	// Only once the lock is held: before, what it reads could be a live
 	// watcher's.
 	if err := w.startDurability(); err != nil {
@@ -458,9 +468,12 @@ type watcher struct {
 	keeper int // the keeper above this watcher, 0 if there is none
 	// startedAt is when this watcher started taking requests.
 	startedAt time.Time
-	fsw       *fsnotify.Watcher
-	forker    *forker // starts every child process (see forker)
-	stdin     int     // /dev/null, every run's stdin (see devNull); -1 until opened
+	// rootFD is the root, open since before the watcher wrote anything,
+	// for syncUnflushed (-1 before).
+	rootFD int
+	fsw    *fsnotify.Watcher
+	forker *forker // starts every child process (see forker)
+	stdin  int     // /dev/null, every run's stdin (see devNull); -1 until opened
 	// strays are processes that left their run's group and outlived it,
 	// being ended, by PID.
 	strays map[int]*stray
@@ -514,6 +527,7 @@ func newWatcher(cfg Config) *watcher {
 		forker:          newForker(cfg.ForkProcs),
 		purges:          newPurges(),
 		stdin:           -1,
+		rootFD:          -1,
 		afterStart:      make(map[string][]string),
 		claims:          make(map[string][]string),
 		strays:          make(map[int]*stray),
