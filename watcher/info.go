@@ -88,8 +88,10 @@ func (w *watcher) startDurability() error {
 // next): syncfs(2) of the root's file system, the one call that reaches
 // every record, history line, claim and name written without a flush;
 // then it removes the unsynced file. why is logged with it. A failure is
-// logged, and leaves the file for the next watcher to try again: what
-// was written then stays as durable as watcher_crash made it.
+// logged, and leaves the file: the next watcher syncs again, which makes
+// durable what the page cache still holds (a write-back error the kernel
+// reported here is not reported to it again); what was written then
+// stays as durable as watcher_crash made it.
 func (w *watcher) syncUnflushed(why string) {
 	err := unix.Syncfs(w.rootFD)
 	if err != nil {

@@ -55,7 +55,7 @@ func TestRestoreRejectedSyncsClaims(t *testing.T) {
 	if err := answers.Add(filepath.Dir(w.spool.OutcomePath(n))); err != nil {
 		t.Fatal(err)
 	}
-	answered := make(chan bool)
+	answered := make(chan bool, 1)
 	go func() {
 		_, ok := <-answers.Events
 		if ok {
@@ -64,7 +64,12 @@ func TestRestoreRejectedSyncsClaims(t *testing.T) {
 		answered <- ok
 	}()
 	w.restoreControls()
-	if !<-answered {
+	select {
+	case ok := <-answered:
+		if !ok {
+			t.Fatal("the answers' watch failed")
+		}
+	case <-time.After(5 * time.Second): // restoreControls has returned: it answers before
 		t.Fatal("the rejected request was not answered")
 	}
 	if _, err := os.Lstat(filepath.Join(mnt, "rejected", n.String())); err != nil {

@@ -270,6 +270,11 @@ func runWatcher(cfg Config, started *bool) error {
 		return err
 	}
 	w.locks = []*flock.Flock{l}
+	defer func() {
+		for _, l := range w.locks {
+			l.Unlock()
+		}
+	}()
 	// One descriptor of the root for syncfs, opened before anything is
 	// written without a flush: syncfs reports the write-back errors that
 	// came after its descriptor was opened, and only to its first caller.
@@ -283,11 +288,6 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.startDurability(); err != nil {
 		return err
 	}
-	defer func() {
-		for _, l := range w.locks {
-			l.Unlock()
-		}
-	}()
 	// Before the lock goes: the next watcher finishes what is left of a
 	// deletion (finishDeletions), and must not find one under way.
 	defer w.finishPurges()
