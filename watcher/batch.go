@@ -2,7 +2,6 @@ package watcher
 
 import (
 	"errors"
-	"fmt"
 	"io/fs"
 	"maps"
 	"slices"
@@ -406,10 +405,16 @@ func (w *watcher) claimRecordFailed(states []*tracker.State, errs []error) bool 
 // reports whether all are synced. One gone is: the request it held moved
 // on (rejected, its run deleted), synced where it went.
 func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
-	return syncDirsBounded(dirs, durable.FlushClaim.SyncDir, log)
+	return syncDirsBounded(dirs, func(dir string) error {
+		if err := durable.FlushClaim.SyncDir(dir); !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		return nil
+	}, log)
 }
 
-// syncDirsBounded is syncClaimDirs, each directory synced by syncDir.
+// syncDirsBounded syncs dirs with syncDir, claimDirsInFlight at a time,
+// logs what fails, and reports whether all are synced.
 func syncDirsBounded(dirs []string, syncDir func(string) error, log func(string, ...any)) bool {
 	var wg sync.WaitGroup
 	errs := make([]error, len(dirs))
@@ -418,9 +423,7 @@ func syncDirsBounded(dirs []string, syncDir func(string) error, log func(string,
 		slots <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-slots }()
-			if err := syncDir(dir); !errors.Is(err, fs.ErrNotExist) {
-				errs[i] = err
-			}
+			errs[i] = syncDir(dir)
 		})
 	}
 	wg.Wait()
@@ -523,7 +526,9 @@ func (w *watcher) syncMovedOut() {
 	var claimsSynced bool
 	claimDirs := w.claimDirsLeft(nil)
 	wg.Go(func() { claimsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
-	dirsSynced := syncDirsBounded(dirs, syncMovedInto, w.log.Printf)
+	// Unlike a claim's, a run's directory that is gone is not synced:
+	// where its request went is not known to be durable.
+	dirsSynced := syncDirsBounded(dirs, durable.FlushMovedOut.SyncDir, w.log.Printf)
 	wg.Wait()
 	if !dirsSynced || !claimsSynced {
 		// The spool waits for the next flush, as the moved-out requests'
@@ -541,16 +546,6 @@ func (w *watcher) syncMovedOut() {
 	if len(w.unkept) == 0 {
 		w.spoolUnsynced = false
 	}
-}
-
-// syncMovedInto syncs dir, the directory of a run a request was moved
-// into; unlike a claim's (syncClaimDirs), one that is gone is not synced:
-// where the request went is not known to be durable.
-func syncMovedInto(dir string) error {
-	if err := durable.FlushMovedOut.SyncDir(dir); err != nil {
-		return fmt.Errorf("%v", err) // not fs.ErrNotExist, which syncDirsBounded passes over
-	}
-	return nil
 }
 
 // claimsLeftBehind has runs/ and then the spool synced with the next
