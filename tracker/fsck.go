@@ -53,8 +53,9 @@ func IdentifyRun(pid int, id string) (uint64, bool) {
 // breaks the access rules for a watcher running as the root's owner (see
 // CheckAccess), bad history lines (each with its file and line), state
 // files that do not parse, were edited by hand, or have no event in the
-// history, records whose process is gone, leftover temporary files, and
-// orphaned outcome files and run directories. It changes nothing.
+// history, records whose process is gone, leftover temporary files,
+// orphaned outcome files and run directories, and a failed sync that the
+// unsynced file records (SyncFailure). It changes nothing.
 func Check(root string, alive Liveness) []Problem {
 	var problems []Problem
 	var st unix.Stat_t
@@ -67,6 +68,9 @@ func Check(root string, alive Liveness) []Problem {
 	}
 	if n := PendingChanges(root); n > 0 {
 		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
+	}
+	if failure := SyncFailure(root); failure != "" {
+		problems = append(problems, Problem{layout.Root(root).Unsynced(), syncFailureWhat(failure)})
 	}
 	problems = append(problems, checkRuns(root, events, alive)...)
 	problems = append(problems, leftovers(root)...)

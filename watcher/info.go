@@ -35,28 +35,13 @@ func (w *watcher) writeInfo() error {
 	return nil
 }
 
-// markUnsynced makes the root's unsynced file (layout.Root.Unsynced), if
+// markUnsynced makes the root's unsynced file (tracker.MarkUnsynced), if
 // it is not there, before this watcher writes anything without a flush:
 // it tells the watcher that comes next, or this one when the durability
 // goes back to power_loss, to sync first. Unlike watcher.json, it is
 // there from before the first such write, and no client removes it.
-// It needs no flush of its own: a power loss that takes it back takes
-// back what was written after it too.
 func (w *watcher) markUnsynced() error {
-	path := w.root().Unsynced()
-	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
-	if errors.Is(err, unix.EEXIST) {
-		return nil
-	}
-	if err != nil {
-		return &os.PathError{Op: "create", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	line := "written with durability watcher_crash since " + time.Now().UTC().Format(time.RFC3339) + "; the next watcher with power_loss syncs first\n"
-	if err := durable.WriteAll(fd, []byte(line)); err != nil {
-		return &os.PathError{Op: "write", Path: path, Err: err}
-	}
-	return nil
+	return tracker.MarkUnsynced(w.cfg.Root, time.Now())
 }
 
 // startDurability readies the root for this watcher's durability, under
@@ -87,19 +72,38 @@ func (w *watcher) startDurability() error {
 // power_loss (or, as a watcher_crash watcher stops, for whoever comes
 // next): syncfs(2) of the root's file system, the one call that reaches
 // every record, history line, claim and name written without a flush;
-// then it removes the unsynced file. why is logged with it. A failure is
-// logged, and leaves the file: the next watcher syncs again, which makes
-// durable what the page cache still holds (a write-back error the kernel
-// reported here is not reported to it again); what was written then
-// stays as durable as watcher_crash made it.
+// then it removes the unsynced file. why is logged with it.
+//
+// A failure is logged and appended to the unsynced file, which then stays
+// through later syncs that succeed (tracker.SyncFailure): the kernel
+// reports a write-back error to one caller of syncfs only, so the next
+// watcher's sync succeeds whatever this one lost, and only tend fsck can
+// tell what that was.
 func (w *watcher) syncUnflushed(why string) {
-	err := unix.Syncfs(w.rootFD)
+	err := w.syncfs()
 	if err != nil {
-		w.log.Printf("%s: syncing %s's file system: %v: what was written with durability watcher_crash may not survive a power loss", why, w.cfg.Root, err)
+		w.log.Printf("%s: syncing %s's file system: %v: what was written with durability watcher_crash may not survive a power loss, or may be lost already (run tend fsck)", why, w.cfg.Root, err)
+		if err := tracker.NoteSyncFailure(w.cfg.Root, time.Now(), err); err != nil {
+			w.log.Printf("%v", err)
+		}
+		return
+	}
+	if failure := tracker.SyncFailure(w.cfg.Root); failure != "" {
+		w.log.Printf("%s: synced %s's file system, but %s says a sync before failed (%s): what was written before then may be lost; left for tend fsck", why, w.cfg.Root, w.root().Unsynced(), failure)
 		return
 	}
 	w.log.Printf("%s: synced %s's file system, so that what was written with durability watcher_crash survives a power loss", why, w.cfg.Root)
 	if err := os.Remove(w.root().Unsynced()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		w.log.Printf("%v", err)
 	}
+}
+
+// syncfs syncs the root's file system through the descriptor held since
+// the lock was taken; Config.FailSyncfs makes it fail as a disk's
+// write-back can.
+func (w *watcher) syncfs() error {
+	if w.cfg.FailSyncfs {
+		return unix.EIO
+	}
+	return unix.Syncfs(w.rootFD)
 }

@@ -80,6 +80,9 @@ type Config struct {
 	// which a watcher kills itself with SIGKILL, each the first time a
 	// watcher on the root reaches it.
 	CrashAt []string
+	// FailSyncfs is for tests of a disk whose write-back fails: every
+	// syncfs(2) of the root's file system fails with EIO.
+	FailSyncfs bool
 	// RenameNewAnywhere is for the power-loss trial: a run's first record
 	// is renamed in before its flush on any file system, not only on one
 	// that orders a new file's data before its name (see

@@ -8,11 +8,12 @@ import (
 	"github.com/tendhq/tend/cmd/internal/runtext"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 type fsckCmd struct {
 	JSON   bool `help:"Print {root, problems, repaired} as JSON (docs/schema/fsck.schema.json)."`
-	Repair bool `help:"Fix what can be fixed: bad history lines move to a side file, broken state files are kept aside and rebuilt, partial writes are removed. Refused while a watcher runs."`
+	Repair bool `help:"Fix what can be fixed: bad history lines move to a side file, broken state files are kept aside and rebuilt, partial writes are removed, and a failed sync's notice (unsynced) once nothing else is wrong. Refused while a watcher runs."`
 }
 
 func (c *fsckCmd) Help() string {
@@ -50,6 +51,19 @@ func (c *fsckCmd) Run(e *env) error {
 		}
 	}
 	problems := check(e.root)
+	if c.Repair && len(problems) == 1 && problems[0].Path == layout.Root(e.root).Unsynced() {
+		// A failed sync of a watcher_crash watcher's writes, and nothing
+		// else wrong: what it lost, fsck would have found.
+		if err := tracker.ClearSyncFailure(e.root); err != nil {
+			return err
+		}
+		line := problems[0].Path + ": removed (synced; the records check out after the failed sync it recorded)"
+		repaired = append(repaired, line)
+		if !c.JSON {
+			fmt.Fprintln(e.stdout, "repaired:", line)
+		}
+		problems = check(e.root)
+	}
 	if c.JSON {
 		texts := []string{}
 		for _, p := range problems {

@@ -104,6 +104,9 @@ func readStatus(root string) (status, error) {
 	if p := tracker.PendingProblem(root); p != "" {
 		s.Problems = append(s.Problems, p)
 	}
+	if p := tracker.SyncFailureProblem(root); p != "" {
+		s.Problems = append(s.Problems, p)
+	}
 	if msg := runtext.DiskProblem(root); msg != "" {
 		s.Problems = append(s.Problems, msg)
 	}

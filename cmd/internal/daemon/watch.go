@@ -102,6 +102,7 @@ func (c *watcherCmd) Run(e *env) error {
 		cfg.CrashAt = strings.Split(steps, ",")
 	}
 	cfg.RenameNewAnywhere = os.Getenv("TEND_TEST_RENAME_NEW") == "1"
+	cfg.FailSyncfs = os.Getenv("TEND_TEST_FAIL_SYNCFS") == "1"
 	cfg.Boot = os.Getenv("TEND_TEST_BOOT_ID") // a machine restarted, for the tests
 	if c.ReadyFD >= 0 {
 		cfg.Ready = os.NewFile(uintptr(c.ReadyFD), "ready")

@@ -448,6 +448,9 @@ func probeRoot(client *tend.Client) topProbeMsg {
 	if msg := runtext.DiskProblem(root); msg != "" {
 		p.problems = append(p.problems, msg)
 	}
+	if msg := tracker.SyncFailureProblem(root); msg != "" {
+		p.problems = append(p.problems, msg)
+	}
 	return p
 }
 
