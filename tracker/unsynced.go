@@ -15,13 +15,14 @@ import (
 )
 
 // The root's unsynced file (layout.Root.Unsynced) says that what a
-// watcher wrote with durability watcher_crash may not be on disk yet: its
+// watcher wrote may not be on disk: with durability watcher_crash, its
 // first line, written by MarkUnsynced, says since when. A watcher whose
-// syncfs(2) fails appends a line (NoteSyncFailure), and from then on the
-// file is not removed by a sync that succeeds: the kernel reports a
-// write-back error to one caller of syncfs only, so the next watcher's
-// sync succeeds whatever the failed one lost. It stays until tend fsck
-// --repair finds nothing else wrong (ClearSyncFailure).
+// flush fails (the syncfs(2) that ends watcher_crash, or an fsync under
+// power_loss) appends a line (NoteSyncFailure), made if it was not there,
+// and from then on the file is not removed by a sync that succeeds: the
+// kernel reports a write-back error to one caller only, so the flush
+// that tries again succeeds whatever the failed one lost. It stays until
+// tend fsck --repair finds nothing else wrong (ClearSyncFailure).
 
 // syncFailed begins each line that records a failed sync.
 const syncFailed = "sync failed "
@@ -49,9 +50,9 @@ func MarkUnsynced(root string, now time.Time) error {
 	return nil
 }
 
-// NoteSyncFailure appends to root's unsynced file (made if it is gone)
-// that a sync of the file system failed at now with syncErr, and syncs
-// the file: on a disk whose write-back fails, that may fail too.
+// NoteSyncFailure appends to root's unsynced file (made if it is not
+// there) that a flush failed at now with syncErr, and syncs the file: on
+// a disk whose write-back fails, that may fail too.
 func NoteSyncFailure(root string, now time.Time, syncErr error) error {
 	path := layout.Root(root).Unsynced()
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
@@ -108,7 +109,7 @@ func SyncFailureProblem(root string) string {
 
 // syncFailureWhat says what failure, a failed sync, means, and what to do.
 func syncFailureWhat(failure string) string {
-	return "a sync of the root's file system failed (" + failure + "): what a watcher wrote with durability watcher_crash before then may be lost; " +
+	return "a flush failed (" + failure + "): what a watcher wrote before then may be lost; " +
 		"tend fsck checks the records, and tend fsck --repair, once nothing else is wrong, removes this file"
 }
 

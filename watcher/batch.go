@@ -2,6 +2,7 @@ package watcher
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"maps"
 	"slices"
@@ -268,12 +269,12 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	}
 	spoolSync := w.spoolUnsynced
 	if spoolSync && len(claimDirs) > 0 {
-		wg.Go(func() { claimDirsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
+		wg.Go(func() { claimDirsSynced = syncClaimDirs(claimDirs, w.syncFailed) })
 	}
 	for _, f := range w.unkept {
 		wg.Go(func() {
 			if _, err := w.spool.Keep(f); err != nil {
-				w.log.Printf("%v", err) // as for a claim: its run's record is written
+				w.syncFailed(err) // as for a claim: its run's record is written
 			}
 		})
 	}
@@ -282,7 +283,7 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 		wg.Go(func() {
 			defer unix.Close(c.fd)
 			if err := durable.FlushClaimed.Fdatasync(c.fd); err != nil {
-				w.log.Printf("syncing the claimed request %s: %v", c.path, err) // as for a claim: its run's record is written
+				w.syncFailed(fmt.Errorf("syncing the claimed request %s: %w", c.path, err)) // as for a claim: its run's record is written
 			}
 		})
 	}
@@ -404,18 +405,18 @@ func (w *watcher) claimRecordFailed(states []*tracker.State, errs []error) bool 
 // syncClaimDirs syncs dirs together, claimDirsInFlight at a time, and
 // reports whether all are synced. One gone is: the request it held moved
 // on (rejected, its run deleted), synced where it went.
-func syncClaimDirs(dirs []string, log func(string, ...any)) bool {
+func syncClaimDirs(dirs []string, failed func(error)) bool {
 	return syncDirsBounded(dirs, func(dir string) error {
 		if err := durable.FlushClaim.SyncDir(dir); !errors.Is(err, fs.ErrNotExist) {
 			return err
 		}
 		return nil
-	}, log)
+	}, failed)
 }
 
 // syncDirsBounded syncs dirs with syncDir, claimDirsInFlight at a time,
-// logs what fails, and reports whether all are synced.
-func syncDirsBounded(dirs []string, syncDir func(string) error, log func(string, ...any)) bool {
+// tells failed what fails, and reports whether all are synced.
+func syncDirsBounded(dirs []string, syncDir func(string) error, failed func(error)) bool {
 	var wg sync.WaitGroup
 	errs := make([]error, len(dirs))
 	slots := make(chan struct{}, claimDirsInFlight)
@@ -429,7 +430,7 @@ func syncDirsBounded(dirs []string, syncDir func(string) error, log func(string,
 	wg.Wait()
 	err := errors.Join(errs...)
 	if err != nil {
-		log("%v", err)
+		failed(err)
 	}
 	return err == nil
 }
@@ -525,10 +526,10 @@ func (w *watcher) syncMovedOut() {
 	var wg sync.WaitGroup
 	var claimsSynced bool
 	claimDirs := w.claimDirsLeft(nil)
-	wg.Go(func() { claimsSynced = syncClaimDirs(claimDirs, w.log.Printf) })
+	wg.Go(func() { claimsSynced = syncClaimDirs(claimDirs, w.syncFailed) })
 	// Unlike a claim's, a run's directory that is gone is not synced:
 	// where its request went is not known to be durable.
-	dirsSynced := syncDirsBounded(dirs, durable.FlushMovedOut.SyncDir, w.log.Printf)
+	dirsSynced := syncDirsBounded(dirs, durable.FlushMovedOut.SyncDir, w.syncFailed)
 	wg.Wait()
 	if !dirsSynced || !claimsSynced {
 		// The spool waits for the next flush, as the moved-out requests'
@@ -583,7 +584,7 @@ func (w *watcher) syncRestored(putBack, rejected bool) {
 		return
 	}
 	if putBack {
-		if !syncClaimDirs(w.claimDirsLeft(nil), w.log.Printf) {
+		if !syncClaimDirs(w.claimDirsLeft(nil), w.syncFailed) {
 			return // the spool waits for the next flush, after them
 		}
 		if err := w.syncSpool(durable.FlushClaim); err != nil {
@@ -593,7 +594,7 @@ func (w *watcher) syncRestored(putBack, rejected bool) {
 	}
 	if rejected {
 		if err := durable.FlushClaim.SyncDir(w.spool.Claims()); err != nil {
-			w.log.Printf("recover: %v", err)
+			w.syncFailed(fmt.Errorf("recover: %w", err))
 		}
 	}
 }
@@ -602,6 +603,7 @@ func (w *watcher) syncRestored(putBack, rejected bool) {
 // was claimed into since it was last synced is (see claimedInto).
 func (w *watcher) syncSpool(flush durable.Flush) error {
 	if err := flush.SyncDir(w.spool.Spool()); err != nil {
+		w.noteFlushFailure(err) // its callers log it
 		return err
 	}
 	clear(w.claimDirs)
@@ -618,7 +620,7 @@ func (w *watcher) syncHistory() {
 
 func (w *watcher) historySynced(err error) {
 	if err != nil {
-		w.log.Printf("history: %v", err) // the next flush tries again
+		w.syncFailed(fmt.Errorf("history: %w", err)) // the next flush tries again
 		return
 	}
 	w.histUnsynced = false
@@ -628,6 +630,7 @@ func (w *watcher) historySynced(err error) {
 func (w *watcher) recorded(st *tracker.State, err error) {
 	if err != nil {
 		w.log.Printf("run %s: recording %s: %v (retrying; the last record written stays as it was)", st.ID, st.State, err)
+		w.noteFlushFailure(err) // the retry makes this record durable, but the disk failed a flush once
 		w.unsaved.states[st.ID] = st
 		if w.giveUpGone(st) { // counts the try
 			w.runWaiting(st.ID)

@@ -575,7 +575,7 @@ func TestSyncClaimDirsMany(t *testing.T) {
 		dirs = append(dirs, dir)
 	}
 	gone := filepath.Join(root, "gone")
-	if !syncClaimDirs(append(dirs, gone), t.Logf) {
+	if !syncClaimDirs(append(dirs, gone), func(err error) { t.Log(err) }) {
 		t.Errorf("%d directories and one gone: not all synced", len(dirs))
 	}
 	var mu sync.Mutex
@@ -591,7 +591,7 @@ func TestSyncClaimDirsMany(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}
-	syncDirsBounded(dirs, counted, t.Logf)
+	syncDirsBounded(dirs, counted, func(err error) { t.Log(err) })
 	if most > claimDirsInFlight {
 		t.Errorf("%d directories synced at once, more than %d", most, claimDirsInFlight)
 	}
@@ -599,7 +599,7 @@ func TestSyncClaimDirsMany(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if syncClaimDirs(append(dirs, filepath.Join(file, "sub")), t.Logf) {
+	if syncClaimDirs(append(dirs, filepath.Join(file, "sub")), func(err error) { t.Log(err) }) {
 		t.Errorf("a directory that cannot be opened is taken for synced")
 	}
 }

@@ -61,7 +61,10 @@ func (w *watcher) startDurability() error {
 	}
 	_, err := os.Lstat(w.root().Unsynced())
 	left, infoErr := tracker.ReadWatcherInfo(w.cfg.Root)
-	if err == nil || infoErr == nil && left.Durability == tracker.WatcherCrash {
+	switch {
+	case err == nil && tracker.SyncFailure(w.cfg.Root) != "":
+		w.syncUnflushed("durability power_loss after a failed sync")
+	case err == nil || infoErr == nil && left.Durability == tracker.WatcherCrash:
 		w.syncUnflushed("durability power_loss after a watcher with watcher_crash")
 	}
 	return nil
@@ -72,20 +75,14 @@ func (w *watcher) startDurability() error {
 // power_loss (or, as a watcher_crash watcher stops, for whoever comes
 // next): syncfs(2) of the root's file system, the one call that reaches
 // every record, history line, claim and name written without a flush;
-// then it removes the unsynced file. why is logged with it.
-//
-// A failure is logged and appended to the unsynced file, which then stays
-// through later syncs that succeed (tracker.SyncFailure): the kernel
-// reports a write-back error to one caller of syncfs only, so the next
-// watcher's sync succeeds whatever this one lost, and only tend fsck can
-// tell what that was.
+// then it removes the unsynced file. why is logged with it. A failure is
+// logged and recorded (noteSyncFailure), and the file then stays through
+// later syncs that succeed.
 func (w *watcher) syncUnflushed(why string) {
 	err := w.syncfs()
 	if err != nil {
 		w.log.Printf("%s: syncing %s's file system: %v: what was written with durability watcher_crash may not survive a power loss, or may be lost already (run tend fsck)", why, w.cfg.Root, err)
-		if err := tracker.NoteSyncFailure(w.cfg.Root, time.Now(), err); err != nil {
-			w.log.Printf("%v", err)
-		}
+		w.noteSyncFailure(fmt.Errorf("syncfs of %s's file system: %w", w.cfg.Root, err))
 		return
 	}
 	if failure := tracker.SyncFailure(w.cfg.Root); failure != "" {
@@ -106,4 +103,38 @@ func (w *watcher) syncfs() error {
 		return unix.EIO
 	}
 	return unix.Syncfs(w.rootFD)
+}
+
+// syncFailed logs err, a flush's, and records it if the flush itself
+// failed (noteFlushFailure). Safe to call from the goroutines of a flush.
+func (w *watcher) syncFailed(err error) {
+	w.log.Printf("%v", err)
+	w.noteFlushFailure(err)
+}
+
+// noteFlushFailure has noteSyncFailure record err if it is, or wraps, a
+// flush that failed in the sync itself (durable.FlushError): not a file
+// that could not be opened, which a user could cause with a file of
+// theirs, and which loses nothing.
+func (w *watcher) noteFlushFailure(err error) {
+	var fe *durable.FlushError
+	if errors.As(err, &fe) {
+		w.noteSyncFailure(err)
+	}
+}
+
+// noteSyncFailure records, the first time for this watcher, that a flush
+// failed with err, in the root's unsynced file (tracker.NoteSyncFailure),
+// where tend status and tend fsck find it and no later sync that succeeds
+// removes it: the kernel reports a write-back error to one caller only,
+// so the flush that tries again succeeds whatever this one lost, and only
+// tend fsck, reading the records against the history, can tell what that
+// was. Safe to call from the goroutines of a flush.
+func (w *watcher) noteSyncFailure(err error) {
+	if !w.syncFailureNoted.CompareAndSwap(false, true) {
+		return
+	}
+	if nerr := tracker.NoteSyncFailure(w.cfg.Root, time.Now(), err); nerr != nil {
+		w.log.Printf("%v", nerr)
+	}
 }

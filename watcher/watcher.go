@@ -18,6 +18,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -380,6 +381,9 @@ type watcher struct {
 	// yet synced, spoolUnsynced while a claim from the spool is not (see
 	// writeRecords).
 	histUnsynced, spoolUnsynced bool
+	// syncFailureNoted is set once a failed flush is recorded in the
+	// root's unsynced file (see noteSyncFailure).
+	syncFailureNoted atomic.Bool
 	// movedOutOf are the runs whose requests were moved out of the spool
 	// since it was last synced for them (see movedOut).
 	movedOutOf []string

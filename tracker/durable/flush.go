@@ -85,13 +85,28 @@ func Flushes() []Flush {
 		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
 }
 
+// A FlushError is a flush that failed in the sync itself, not in opening
+// what it was to sync. After one, what was written before may be lost
+// though a flush tried again succeeds: the kernel reports a write-back
+// error to one caller only.
+type FlushError struct {
+	Flush Flush
+	Err   error
+}
+
+func (e *FlushError) Error() string { return e.Err.Error() }
+func (e *FlushError) Unwrap() error { return e.Err }
+
 // Fsync fsyncs fd, as f.
 func (f Flush) Fsync(fd int) error {
 	if f.removed() {
 		markFD(fd)
 		return nil
 	}
-	return unix.Fsync(fd)
+	if err := unix.Fsync(fd); err != nil {
+		return &FlushError{f, err}
+	}
+	return nil
 }
 
 // Fdatasync fdatasyncs fd, as f: its data and size, not its other
@@ -101,7 +116,10 @@ func (f Flush) Fdatasync(fd int) error {
 		markFD(fd)
 		return nil
 	}
-	return unix.Fdatasync(fd)
+	if err := unix.Fdatasync(fd); err != nil {
+		return &FlushError{f, err}
+	}
+	return nil
 }
 
 // Removed reports whether f is left out, as the power-loss trial's mutants
@@ -132,7 +150,7 @@ func (f Flush) SyncDir(dir string) error {
 	}
 	defer unix.Close(fd)
 	if err := unix.Fsync(fd); err != nil && !errors.Is(err, unix.EINVAL) {
-		return fmt.Errorf("fsync %s: %w", dir, err)
+		return &FlushError{f, fmt.Errorf("fsync %s: %w", dir, err)}
 	}
 	return nil
 }

@@ -61,7 +61,8 @@ func (r Root) WatcherInfo() string { return r.join("watcher.json") }
 
 // Unsynced is there while what a watcher wrote with durability
 // watcher_crash may not be on disk yet: made before the first such
-// write, removed once syncfs(2) has made it durable.
+// write, removed once syncfs(2) has made it durable. A flush that failed
+// is recorded in it, and keeps it until tend fsck --repair.
 func (r Root) Unsynced() string { return r.join("unsynced") }
 
 // WatcherLog is the keeper's and watcher's log, when tend up started them.
