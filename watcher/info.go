@@ -123,8 +123,8 @@ func (w *watcher) noteFlushFailure(err error) {
 	}
 }
 
-// noteSyncFailure records, the first time for this watcher, that a flush
-// failed with err, in the root's unsynced file (tracker.NoteSyncFailure),
+// noteSyncFailure records, the first time for this watcher (the first
+// time it could be written), that a flush failed with err, in the root's unsynced file (tracker.NoteSyncFailure),
 // where tend status and tend fsck find it and no later sync that succeeds
 // removes it: the kernel reports a write-back error to one caller only,
 // so the flush that tries again succeeds whatever this one lost, and only
@@ -136,5 +136,6 @@ func (w *watcher) noteSyncFailure(err error) {
 	}
 	if nerr := tracker.NoteSyncFailure(w.cfg.Root, time.Now(), err); nerr != nil {
 		w.log.Printf("%v", nerr)
+		w.syncFailureNoted.Store(false) // the next failure tries again
 	}
 }
