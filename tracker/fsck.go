@@ -69,8 +69,9 @@ func Check(root string, alive Liveness) []Problem {
 	if n := PendingChanges(root); n > 0 {
 		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
 	}
-	if failure := SyncFailure(root); failure != "" {
-		problems = append(problems, Problem{layout.Root(root).Unsynced(), syncFailureWhat(failure)})
+	boot, _ := procfs.BootID()
+	if failure, thisBoot := SyncFailure(root, boot); failure != "" {
+		problems = append(problems, Problem{layout.Root(root).Unsynced(), syncFailureWhat(failure, thisBoot)})
 	}
 	problems = append(problems, checkRuns(root, events, alive)...)
 	problems = append(problems, leftovers(root)...)

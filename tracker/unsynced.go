@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gofrs/flock"
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
 	"golang.org/x/sys/unix"
@@ -51,9 +53,10 @@ func MarkUnsynced(root string, now time.Time) error {
 }
 
 // NoteSyncFailure appends to root's unsynced file (made if it is not
-// there) that a flush failed at now with syncErr, and syncs the file: on
-// a disk whose write-back fails, that may fail too.
-func NoteSyncFailure(root string, now time.Time, syncErr error) error {
+// there) that a flush failed at now, in boot (procfs.BootID), with
+// syncErr (cut to maxFailure bytes), and syncs the file: on a disk whose
+// write-back fails, that may fail too.
+func NoteSyncFailure(root string, now time.Time, boot string, syncErr error) error {
 	path := layout.Root(root).Unsynced()
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
 	if err != nil {
@@ -61,7 +64,10 @@ func NoteSyncFailure(root string, now time.Time, syncErr error) error {
 	}
 	defer unix.Close(fd)
 	msg := strings.ReplaceAll(syncErr.Error(), "\n", " ")
-	line := syncFailed + "at " + now.UTC().Format(time.RFC3339) + ": " + msg + "\n"
+	if len(msg) > maxFailure {
+		msg = strings.ToValidUTF8(msg[:maxFailure], "") + "..."
+	}
+	line := syncFailed + "at " + now.UTC().Format(time.RFC3339) + " in boot " + boot + ": " + msg + "\n"
 	if err := durable.WriteAll(fd, []byte(line)); err != nil {
 		return &os.PathError{Op: "write", Path: path, Err: err}
 	}
@@ -71,52 +77,96 @@ func NoteSyncFailure(root string, now time.Time, syncErr error) error {
 	return nil
 }
 
-// SyncFailure returns the first failed sync root's unsynced file records
-// ("at <time>: <error>"), or "" if it records none or is not there. A
-// file that cannot be read, or is not a regular file, is reported as a
-// failure: nothing then says what was synced.
-func SyncFailure(root string) string {
+// maxFailure bounds the error a failure's line keeps: a flush of many
+// directories fails with all of their errors joined.
+const maxFailure = 1 << 10
+
+// SyncFailure returns the first failed flush root's unsynced file records
+// ("at <time> in boot <id>: <error>"), or "" if it records none or is
+// not there, and whether one of those it records failed in boot (the
+// current one, for tend fsck). A file that cannot be read whole, or is
+// not a regular file, is reported as a failure of this boot: nothing
+// then says what was synced.
+func SyncFailure(root, boot string) (failure string, thisBoot bool) {
 	path := layout.Root(root).Unsynced()
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if errors.Is(err, os.ErrNotExist) {
-		return ""
+		return "", false
 	}
 	if err != nil {
-		return err.Error()
+		return err.Error(), true
 	}
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return path + " is not a regular file"
+		return path + " is not a regular file", true
 	}
 	sc := bufio.NewScanner(io.LimitReader(f, maxUnsynced))
+	sc.Buffer(make([]byte, 0, 4096), maxUnsynced)
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), syncFailed); ok {
-			return rest
+			if failure == "" {
+				failure = rest
+			}
+			thisBoot = thisBoot || boot != "" && strings.Contains(rest, " in boot "+boot+": ")
 		}
 	}
-	return ""
+	if err := sc.Err(); err != nil {
+		return fmt.Sprintf("%s cannot be read: %v", path, err), true
+	}
+	return failure, thisBoot
 }
 
-// SyncFailureProblem says what a failed sync that root's unsynced file
+// SyncFailureProblem says what a failed flush that root's unsynced file
 // records means, and what to do, or "" if it records none: for tend
-// status.
+// status and tend top.
 func SyncFailureProblem(root string) string {
-	if failure := SyncFailure(root); failure != "" {
-		return layout.Root(root).Unsynced() + ": " + syncFailureWhat(failure)
+	boot, _ := procfs.BootID()
+	if failure, thisBoot := SyncFailure(root, boot); failure != "" {
+		return layout.Root(root).Unsynced() + ": " + syncFailureWhat(failure, thisBoot)
 	}
 	return ""
 }
 
-// syncFailureWhat says what failure, a failed sync, means, and what to do.
-func syncFailureWhat(failure string) string {
-	return "a flush failed (" + failure + "): what a watcher wrote before then may be lost; " +
-		"tend fsck checks the records, and tend fsck --repair, once nothing else is wrong, removes this file"
+// syncFailureWhat says what failure, a failed flush, means, and what to
+// do. After a write-back error the kernel keeps the pages it could not
+// write, clean, in its cache: until the machine restarts (or the cache
+// lets them go), tend fsck reads them as written.
+func syncFailureWhat(failure string, thisBoot bool) string {
+	what := "a flush failed (" + failure + "): what a watcher wrote before then may be lost; "
+	if thisBoot {
+		what += "it still reads as written until the machine restarts (the page cache keeps it), so after a restart "
+	}
+	return what + "tend fsck checks the records and the history against each other, and tend fsck --repair, once it finds nothing else wrong, removes this file"
 }
+
+// ErrFailedThisBoot is ClearSyncFailure's refusal: the flush failed in
+// this boot, and what it lost reads as written until a restart.
+var ErrFailedThisBoot = errors.New("a flush failed in this boot: what it lost reads as written until the machine restarts; run tend fsck --repair again after a restart")
 
 // ClearSyncFailure syncs root's file system and, if that succeeds,
 // removes root's unsynced file: tend fsck --repair does, once it finds
-// nothing else wrong, with no watcher running.
+// nothing else wrong. It holds the watcher's lock, shared, meanwhile, and
+// fails if a watcher runs, or (ErrFailedThisBoot) if a failure it
+// records is of this boot.
 func ClearSyncFailure(root string) error {
+	l := flock.New(layout.Root(root).WatcherLock(), flock.SetFlag(os.O_RDONLY|unix.O_NOFOLLOW))
+	got, err := l.TryRLock()
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case !got:
+		return fmt.Errorf("a watcher runs on %s: stop it first", root)
+	default:
+		defer l.Unlock()
+	}
+	boot, err := procfs.BootID()
+	if err != nil {
+		return err
+	}
+	if _, thisBoot := SyncFailure(root, boot); thisBoot {
+		return ErrFailedThisBoot
+	}
 	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return &os.PathError{Op: "open", Path: root, Err: err}

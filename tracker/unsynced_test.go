@@ -8,32 +8,46 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker/layout"
 )
 
-// A failed sync is found in the unsynced file after its first line, and
-// only there; a file that cannot be trusted counts as a failure.
+// A failed flush is found in the unsynced file after its first line, and
+// only there, with whether it was of the boot asked about; a file that
+// cannot be trusted or read whole counts as a failure of this boot.
 func TestSyncFailure(t *testing.T) {
 	when := time.Date(2026, 11, 29, 1, 2, 3, 0, time.UTC)
+	long := errors.New(strings.Repeat("fsync /r/runs/x: input/output error\n", 2000))
 	tests := []struct {
-		name  string
-		make  func(root string) error
-		found string // "" for none; else a part of what SyncFailure says
+		name     string
+		make     func(root string) error
+		found    string // "" for none; else a part of what SyncFailure says
+		thisBoot bool   // of boot "b1"
 	}{
-		{"absent", func(string) error { return nil }, ""},
-		{"marked", func(root string) error { return MarkUnsynced(root, when) }, ""},
+		{"absent", func(string) error { return nil }, "", false},
+		{"marked", func(root string) error { return MarkUnsynced(root, when) }, "", false},
 		{"failed once", func(root string) error {
 			MarkUnsynced(root, when)
-			return NoteSyncFailure(root, when, errors.New("input/output\\nerror"))
-		}, "at 2026-11-29T01:02:03Z: input/output\\nerror"},
-		{"failed with no mark", func(root string) error {
-			return NoteSyncFailure(root, when, errors.New("two\nlines"))
-		}, "at 2026-11-29T01:02:03Z: two lines"},
+			return NoteSyncFailure(root, when, "b1", errors.New("input/output\\nerror"))
+		}, "at 2026-11-29T01:02:03Z in boot b1: input/output\\nerror", true},
+		{"failed in another boot", func(root string) error {
+			return NoteSyncFailure(root, when, "b0", errors.New("two\nlines"))
+		}, "at 2026-11-29T01:02:03Z in boot b0: two lines", false},
+		{"failed in both", func(root string) error {
+			NoteSyncFailure(root, when, "b0", errors.New("first"))
+			return NoteSyncFailure(root, when, "b1", errors.New("second"))
+		}, "in boot b0: first", true},
+		{"a long error, cut", func(root string) error {
+			return NoteSyncFailure(root, when, "b0", long)
+		}, "input/output error fsync /r/runs/x", false},
+		{"a line longer than is read", func(root string) error {
+			return os.WriteFile(layout.Root(root).Unsynced(), []byte("sync failed "+strings.Repeat("x", maxUnsynced+1)+"\n"), 0o644)
+		}, "cannot be read", true},
 		{"a symlink", func(root string) error {
 			os.WriteFile(filepath.Join(root, "elsewhere"), []byte("sync failed never\n"), 0o644)
 			return os.Symlink("elsewhere", layout.Root(root).Unsynced())
-		}, "too many levels of symbolic links"},
-		{"a directory", func(root string) error { return os.Mkdir(layout.Root(root).Unsynced(), 0o755) }, "is not a regular file"},
+		}, "too many levels of symbolic links", true},
+		{"a directory", func(root string) error { return os.Mkdir(layout.Root(root).Unsynced(), 0o755) }, "is not a regular file", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -41,9 +55,12 @@ func TestSyncFailure(t *testing.T) {
 			if err := tt.make(root); err != nil {
 				t.Fatal(err)
 			}
-			got := SyncFailure(root)
-			if tt.found == "" && got != "" || !strings.Contains(got, tt.found) {
-				t.Errorf("SyncFailure = %q, want %q", got, tt.found)
+			got, thisBoot := SyncFailure(root, "b1")
+			if tt.found == "" && got != "" || !strings.Contains(got, tt.found) || thisBoot != tt.thisBoot {
+				t.Errorf("SyncFailure = %q, %v; want %q, %v", got, thisBoot, tt.found, tt.thisBoot)
+			}
+			if len(got) > 2*maxFailure {
+				t.Errorf("SyncFailure returned %d bytes", len(got))
 			}
 			problem := SyncFailureProblem(root)
 			if (got == "") != (problem == "") || got != "" && !strings.Contains(problem, got) {
@@ -53,10 +70,15 @@ func TestSyncFailure(t *testing.T) {
 	}
 }
 
-// ClearSyncFailure removes the file, failure and all, once it has synced.
+// ClearSyncFailure removes the file once it has synced, unless a failure
+// it records is of this boot: what that one lost still reads as written.
 func TestClearSyncFailure(t *testing.T) {
+	boot, err := procfs.BootID()
+	if err != nil {
+		t.Skip("no boot ID:", err)
+	}
 	root := t.TempDir()
-	if err := NoteSyncFailure(root, time.Now(), errors.New("input/output error")); err != nil {
+	if err := NoteSyncFailure(root, time.Now(), "an-earlier-boot", errors.New("input/output error")); err != nil {
 		t.Fatal(err)
 	}
 	if err := ClearSyncFailure(root); err != nil {
@@ -67,5 +89,14 @@ func TestClearSyncFailure(t *testing.T) {
 	}
 	if p := Check(root, func(int, uint64) bool { return false }); len(p) != 0 {
 		t.Errorf("Check found %v", p)
+	}
+	if err := NoteSyncFailure(root, time.Now(), boot, errors.New("input/output error")); err != nil {
+		t.Fatal(err)
+	}
+	if err := ClearSyncFailure(root); !errors.Is(err, ErrFailedThisBoot) {
+		t.Errorf("ClearSyncFailure after a failure of this boot = %v, want ErrFailedThisBoot", err)
+	}
+	if p := SyncFailureProblem(root); !strings.Contains(p, "until the machine restarts") {
+		t.Errorf("the problem of a failure of this boot says %q", p)
 	}
 }

@@ -63,7 +63,9 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 		// the one that replaced it is examined as any other (its owner,
 		// its body), from the spool.
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE); err != nil {
-			w.spool.RejectFrom(taken, n.String(), "replaced by a newer request of the same name before it was taken")
+			if _, err := w.spool.RejectFrom(taken, n.String(), "replaced by a newer request of the same name before it was taken"); err != nil {
+				w.syncFailed(fmt.Errorf("%s: rejecting: %w", n, err))
+			}
 		}
 		w.examine(n.String())
 		return "", false
@@ -387,7 +389,7 @@ func (w *watcher) deleteRun(st *tracker.State, reason, request string) error {
 		return err
 	}
 	if err != nil {
-		w.log.Printf("%v (renamed aside, not synced)", err)
+		w.syncFailed(fmt.Errorf("%w (renamed aside, not synced)", err))
 	}
 	// Its end is no longer the end of a run of this ID: a run that waits
 	// for a start request of the same ID, yet to be taken, must not find
@@ -632,9 +634,12 @@ func (w *watcher) restoreClaim(taken, name string) (putBack bool, answer func())
 		n = sn
 	}
 	n.Owner = int(mine.Uid)
-	if _, err := w.spool.RejectFrom(taken, name, reason); err != nil {
+	switch dst, err := w.spool.RejectFrom(taken, name, reason); {
+	case dst == "":
 		w.log.Printf("recover: %s: %v", name, err)
 		return false, nil
+	case err != nil: // moved, but not synced: answered all the same
+		w.syncFailed(fmt.Errorf("recover: %s: %w", name, err))
 	}
 	w.log.Printf("recover: %s: rejected: %s", name, reason)
 	return false, func() { w.outcome(n, spool.Rejected, reason) }

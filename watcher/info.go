@@ -62,7 +62,7 @@ func (w *watcher) startDurability() error {
 	_, err := os.Lstat(w.root().Unsynced())
 	left, infoErr := tracker.ReadWatcherInfo(w.cfg.Root)
 	switch {
-	case err == nil && tracker.SyncFailure(w.cfg.Root) != "":
+	case err == nil && w.syncFailure() != "":
 		w.syncUnflushed("durability power_loss after a failed sync")
 	case err == nil || infoErr == nil && left.Durability == tracker.WatcherCrash:
 		w.syncUnflushed("durability power_loss after a watcher with watcher_crash")
@@ -85,7 +85,7 @@ func (w *watcher) syncUnflushed(why string) {
 		w.noteSyncFailure(fmt.Errorf("syncfs of %s's file system: %w", w.cfg.Root, err))
 		return
 	}
-	if failure := tracker.SyncFailure(w.cfg.Root); failure != "" {
+	if failure := w.syncFailure(); failure != "" {
 		w.log.Printf("%s: synced %s's file system, but %s says a sync before failed (%s): what was written before then may be lost; left for tend fsck", why, w.cfg.Root, w.root().Unsynced(), failure)
 		return
 	}
@@ -93,6 +93,13 @@ func (w *watcher) syncUnflushed(why string) {
 	if err := os.Remove(w.root().Unsynced()); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		w.log.Printf("%v", err)
 	}
+}
+
+// syncFailure returns the first failed flush the root's unsynced file
+// records, or "" (tracker.SyncFailure).
+func (w *watcher) syncFailure() string {
+	failure, _ := tracker.SyncFailure(w.cfg.Root, w.boot)
+	return failure
 }
 
 // syncfs syncs the root's file system through the descriptor held since
@@ -134,7 +141,7 @@ func (w *watcher) noteSyncFailure(err error) {
 	if !w.syncFailureNoted.CompareAndSwap(false, true) {
 		return
 	}
-	if nerr := tracker.NoteSyncFailure(w.cfg.Root, time.Now(), err); nerr != nil {
+	if nerr := tracker.NoteSyncFailure(w.cfg.Root, time.Now(), w.boot, err); nerr != nil {
 		w.log.Printf("%v", nerr)
 		w.syncFailureNoted.Store(false) // the next failure tries again
 	}

@@ -234,6 +234,7 @@ func (w *watcher) cutStart(st *tracker.State, name string, f *os.File, n int64) 
 	}
 	if err != nil {
 		w.log.Printf("run %s: cutting %s: %v (its dropped bytes stay a hole)", st.ID, name, err)
+		w.noteFlushFailure(err)
 		return ""
 	}
 	w.crash("cut-recorded")

@@ -233,7 +233,7 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 	case err == nil:
 		w.claimed(nil) // its removal from the spool, with the next flush
 	case dst != "": // moved, but not synced
-		w.log.Printf("%s: rejecting: %v", spool.Printable(name), err)
+		w.syncFailed(fmt.Errorf("%s: rejecting: %w", spool.Printable(name), err))
 	case errors.Is(err, fs.ErrNotExist):
 		w.forget(name)
 		delete(w.faulted, name)
@@ -410,7 +410,7 @@ func (w *watcher) rejectClaimed(n spool.Name, dir, reason string) {
 		w.log.Printf("%s: rejecting: %v (it stays in %s, for the next watcher to reject)", n, err, dir)
 		return
 	case err != nil: // moved, but not synced
-		w.log.Printf("%s: rejecting: %v", n, err)
+		w.syncFailed(fmt.Errorf("%s: rejecting: %w", n, err))
 		fallthrough
 	default:
 		os.RemoveAll(dir)

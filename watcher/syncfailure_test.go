@@ -29,6 +29,12 @@ func TestFlushFailureRecorded(t *testing.T) {
 			w.historySynced(eio)
 			w.historySynced(&durable.FlushError{Flush: durable.FlushHistory, Err: unix.ENOSPC})
 		}, "history: input/output error"},
+		{"the notice written at the second try", func(w *watcher) {
+			os.Mkdir(w.root().Unsynced(), 0o755) // cannot be appended to
+			w.historySynced(eio)
+			os.Remove(w.root().Unsynced())
+			w.historySynced(&durable.FlushError{Flush: durable.FlushHistory, Err: unix.ENOSPC})
+		}, "history: no space left on device"},
 		{"a claim's directory not opened", func(w *watcher) {
 			file := filepath.Join(w.cfg.Root, "file")
 			os.WriteFile(file, nil, 0o644)
@@ -44,7 +50,7 @@ func TestFlushFailureRecorded(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			w := newWatcher(Config{Root: t.TempDir(), Log: io.Discard})
 			tt.fail(w)
-			got := tracker.SyncFailure(w.cfg.Root)
+			got, _ := tracker.SyncFailure(w.cfg.Root, "")
 			if tt.want == "" && got != "" || !strings.Contains(got, tt.want) {
 				t.Errorf("recorded %q, want %q", got, tt.want)
 			}

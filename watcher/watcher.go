@@ -140,13 +140,14 @@ func lock(root string) (*flock.Flock, error) {
 func (w *watcher) loadKey() error {
 	key, created, err := tracker.LoadKey(w.cfg.Root, true)
 	if err != nil {
+		w.noteFlushFailure(err)
 		return err
 	}
 	w.store.SetKey(key)
 	if created {
 		sealed, errs := w.store.SealAll()
 		for _, err := range errs {
-			w.log.Printf("sealing: %v", err)
+			w.syncFailed(fmt.Errorf("sealing: %w", err))
 		}
 		if len(sealed) > 0 {
 			w.log.Printf("%s made: sealed the %d records an earlier tend wrote", w.root().RecordKey(), len(sealed))
@@ -266,6 +267,7 @@ func runWatcher(cfg Config, started *bool) error {
 		// must hold what it is answered about), durable before anything
 		// in them is.
 		if err := durable.FlushRootDirs.SyncDir(cfg.Root); err != nil {
+			w.noteFlushFailure(err) // the keeper's next watcher may sync it well
 			return err
 		}
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -52,17 +53,24 @@ func (c *fsckCmd) Run(e *env) error {
 	}
 	problems := check(e.root)
 	if c.Repair && len(problems) == 1 && problems[0].Path == layout.Root(e.root).Unsynced() {
-		// A failed sync of a watcher_crash watcher's writes, and nothing
-		// else wrong: what it lost, fsck would have found.
-		if err := tracker.ClearSyncFailure(e.root); err != nil {
+		// A failed flush, and nothing else wrong that fsck can see: in a
+		// later boot, what the flush lost would show in the records and
+		// the history; in its own, the page cache still holds it.
+		switch err := tracker.ClearSyncFailure(e.root); {
+		case errors.Is(err, tracker.ErrFailedThisBoot):
+			if !c.JSON {
+				fmt.Fprintf(e.stdout, "not repaired: %s: %v\n", problems[0].Path, err)
+			}
+		case err != nil:
 			return err
+		default:
+			line := problems[0].Path + ": removed (synced; the records and the history check out after the failed flush it recorded)"
+			repaired = append(repaired, line)
+			if !c.JSON {
+				fmt.Fprintln(e.stdout, "repaired:", line)
+			}
+			problems = check(e.root)
 		}
-		line := problems[0].Path + ": removed (synced; the records check out after the failed sync it recorded)"
-		repaired = append(repaired, line)
-		if !c.JSON {
-			fmt.Fprintln(e.stdout, "repaired:", line)
-		}
-		problems = check(e.root)
 	}
 	if c.JSON {
 		texts := []string{}
