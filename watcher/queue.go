@@ -38,6 +38,9 @@ type queuedRun struct {
 	gone    *time.Timer
 	// at fires when the run's not_before comes (see settleWaits).
 	at *time.Timer
+	// recheck is set while its request, held back with a slot free, is
+	// due to be examined again (see heldBack).
+	recheck bool
 }
 
 // addQueued puts q at the end of the queue.
@@ -273,8 +276,12 @@ func (w *watcher) startQueuedRuns() {
 				continue // it waits for another run, or a time
 			}
 		}
-		if !job && !w.slotFor(q.st.Session) || !w.startQueued(q) {
-			continue // its session is at its cap, or its writer is busy with it
+		if !job && !w.slotFor(q.st.Session) {
+			continue // its session is at its cap
+		}
+		if !w.startQueued(q) {
+			w.heldBack(q) // its writer is busy with it, or it is no request now
+			continue
 		}
 		w.removeQueued(q)
 		changed = true
@@ -336,6 +343,28 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	w.saveChange(q.st, tracker.Event{}, kind)
 	w.launch(q.st, q.req.Env)
 	return true
+}
+
+// heldBack has queued run q's request examined again once the settle
+// period has passed: startQueued could not take it with a slot free (a
+// writer has it open, it does not parse yet, or it fails the checks any
+// request does, as one with a second hard link does), and nothing may
+// come to say that changed: a writer that closes without writing, or a
+// link made or removed elsewhere, makes no event in the spool. examine
+// then takes it as an edit, which starts it, or rejects it, which cancels
+// the run. One whose request is gone waits for it (queuedRequestRemoved).
+func (w *watcher) heldBack(q *queuedRun) {
+	if q.recheck || q.removed {
+		return
+	}
+	q.recheck = true
+	name := spool.Name{ID: q.st.ID, Verb: spool.VerbStart, Owner: q.st.OwnerUID}.String()
+	w.after(w.cfg.Settle, func() {
+		q.recheck = false
+		if w.queued(q.st.ID) == q {
+			w.examine(name)
+		}
+	})
 }
 
 // cancelQueued ends queued run q canceled, answering cancel request n.
