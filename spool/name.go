@@ -202,14 +202,15 @@ func editDistance(a, b string) int {
 // Ignored reports whether name is one that editors, atomic savers and
 // tend's own clients use for files that are not (yet) requests: hidden
 // files (vim swap files .x.swp, emacs locks .#x, temp files of atomic
-// savers, tend's own .x.start.tmp), emacs autosaves #x#, backups x~, vim's
-// write probe 4913, and names ending in a temp or backup suffix. A request
+// savers, tend's own .x.start.tmp), names starting with '#' (emacs
+// autosaves #x#), backups x~, vim's write probes (4913, or 4913 + 123k
+// when one is left over), and names ending in a temp or backup suffix. A request
 // written under such a name and renamed to its real name is taken once,
 // whole. No valid request name is ignored: IDs never start with '.' and no
 // verb is one of these suffixes.
 func Ignored(name string) bool {
 	switch {
-	case name == "" || name == "4913":
+	case name == "" || vimProbe(name):
 		return true
 	case name[0] == '.' || name[0] == '#' || strings.HasSuffix(name, "~"):
 		return true
@@ -220,6 +221,14 @@ func Ignored(name string) bool {
 		}
 	}
 	return false
+}
+
+// vimProbe reports whether name is one of the files vim makes and removes
+// to learn whether it may write in a directory: 4913, and, where one is
+// in the way, 4913 + 123, + 246, ... (bufwrite.c).
+func vimProbe(name string) bool {
+	n, err := strconv.Atoi(name)
+	return err == nil && name[0] != '+' && n >= 4913 && (n-4913)%123 == 0 && strconv.Itoa(n) == name
 }
 
 var ignoredSuffixes = []string{

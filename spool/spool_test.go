@@ -66,14 +66,14 @@ func TestParseName(t *testing.T) {
 
 func TestIgnored(t *testing.T) {
 	for _, name := range []string{
-		".a.start.swp", ".a.start.swx", "4913", ".#a.start", "#a.start#", "a.start~",
+		".a.start.swp", ".a.start.swx", "4913", "5036", "5159", ".#a.start", "#a.start#", "#a", "a.start~",
 		".a.start.1a2b3c.tmp", "a.start.tmp", "a.start___jb_tmp___", "a.start.kate-swp", ".hidden",
 	} {
 		if !Ignored(name) {
 			t.Errorf("Ignored(%q) = false, want true", name)
 		}
 	}
-	for _, name := range []string{"a.start", "a.cancel", "x.strat", "noverb", "tmp.start", "a.tmp.start"} {
+	for _, name := range []string{"a.start", "a.cancel", "x.strat", "noverb", "tmp.start", "a.tmp.start", "4914", "5035", "04913", "+4913", "491"} {
 		if Ignored(name) {
 			t.Errorf("Ignored(%q) = true, want false", name)
 		}
