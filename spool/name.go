@@ -131,6 +131,11 @@ func ParseName(name string) (Name, error) {
 		}
 		return Name{}, fmt.Errorf("%s: verbs are %s", msg, strings.Join(Verbs, ", "))
 	}
+	if n.ID == SelectID && (n.Verb == VerbCancel || n.Verb == VerbSignal) {
+		// Only a valid selector name gets here (ParseSelectorName comes
+		// first): the tag is missing or bad.
+		return Name{}, fmt.Errorf("a selector request needs a tag: name it %s@<tag>.%s, the tag named as an ID is (letters, digits, ., _, -)", SelectID, n.Verb)
+	}
 	if err := ValidID(n.ID); err != nil {
 		return Name{}, err
 	}

@@ -47,6 +47,9 @@ func TestParseName(t *testing.T) {
 		{"a@.cancel", Name{}, "tag: empty id"},
 		{"a@b@c.cancel", Name{}, `tag: id "b@c" has "@"`},
 		{"@t.cancel", Name{}, "empty id"},
+		{"*.cancel", Name{}, "a selector request needs a tag: name it *@<tag>.cancel"},
+		{"*@a b.signal", Name{}, "a selector request needs a tag: name it *@<tag>.signal"},
+		{"*.start", Name{}, `id "*" has "*" at byte 0`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
