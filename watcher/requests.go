@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -227,6 +228,46 @@ func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
 // reject moves a bad request aside with its reason and, if its name is a
 // valid request name, answers it with a rejected outcome.
 func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string) {
+	w.rejectAnswered(name, n, nameErr, reason, true)
+}
+
+// rejectDuplicate rejects start request n, read as f, of the run whose
+// directory dir exists. If it is that run's own request written again,
+// byte for byte, by its owner (an editor saving an unchanged buffer just
+// after the run was taken, a script that wrote it twice), and the answer
+// the first got is still there, that answer stands: the copy is moved
+// aside all the same, with its reason, but a client that reads the
+// answer late finds accepted, not a rejection of a run that ran. (One
+// that waits for its answer, as tend start does, removed the old answer
+// first, and gets one.)
+func (w *watcher) rejectDuplicate(n spool.Name, f spool.File, dir string) {
+	reason := fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir)
+	if w.writtenAgain(n, f) {
+		w.rejectAnswered(n.String(), n, nil, reason+"; this is the request it was started from, written again, and the answer it had stands", false)
+		return
+	}
+	w.reject(n.String(), n, nil, reason)
+}
+
+// writtenAgain reports whether start request n, read as f, is the request
+// its existing run was started from (kept in its directory), by the same
+// owner, and the answer to it is still there.
+func (w *watcher) writtenAgain(n spool.Name, f spool.File) bool {
+	st, err := w.lookup(n.ID)
+	if err != nil || st.OwnerUID != f.UID {
+		return false
+	}
+	kept, _, err := durable.ReadRegular(w.store.Run(n.ID).Request(), spool.MaxBody)
+	if err != nil || !bytes.Equal(kept, f.Body) {
+		return false
+	}
+	outcome, _, err := w.spool.ReadOutcome(n)
+	return err == nil && outcome == spool.Accepted
+}
+
+// rejectAnswered is reject, which answers the request only if answer is
+// set.
+func (w *watcher) rejectAnswered(name string, n spool.Name, nameErr error, reason string, answer bool) {
 	reason = strings.TrimPrefix(reason, name+": ") // the .error line names it already
 	dst, err := w.spool.Reject(name, reason)
 	switch {
@@ -248,8 +289,10 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 	if q := w.queued(n.ID); q != nil && nameErr == nil && n.Verb == spool.VerbStart {
 		w.queuedRequestGone(q, "its request was edited into one that is rejected: "+reason)
 	}
-	if nameErr == nil {
+	if nameErr == nil && answer {
 		w.outcome(n, spool.Rejected, reason)
+	}
+	if nameErr == nil {
 		w.afterStartDecided(n)
 	}
 }
@@ -319,7 +362,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	// schedules it.
 	if slurm == nil && (!w.slotFor(req.Session) || len(w.queue) > 0) || len(req.After) > 0 || req.NotBefore != nil {
 		if dir := w.store.RunDir(n.ID); exists(dir) && !emptyDir(dir) {
-			w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, w.store.RunDir(n.ID)))
+			w.rejectDuplicate(n, f, dir)
 			return
 		}
 		w.enqueue(n, f, req)
@@ -335,7 +378,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	}
 	// A directory just made is empty: only one that was there is looked into.
 	if err != nil && !emptyDir(dir) {
-		w.reject(n.String(), n, nil, fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir))
+		w.rejectDuplicate(n, f, dir)
 		return
 	}
 	claimed, err := w.spool.Claim(f, filepath.Join(dir, "request"))
