@@ -131,7 +131,7 @@ func (c *Client) CancelWhere(ctx context.Context, opts Control, match func(sessi
 	var reqs []request
 	for _, st := range runs {
 		if match(st.Session) && !tracker.Final(st.State) {
-			reqs = append(reqs, request{spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body})
+			reqs = append(reqs, request{name: spool.Name{ID: st.ID, Verb: spool.VerbCancel}, body: body})
 		}
 	}
 	if len(reqs) == 0 {
@@ -157,7 +157,7 @@ func (c *Client) Delete(ctx context.Context, opts Control, ids ...string) ([]Out
 		if err := CheckID(id); err != nil {
 			return nil, err
 		}
-		reqs[i] = request{spool.Name{ID: id, Verb: spool.VerbDelete}, body}
+		reqs[i] = request{name: spool.Name{ID: id, Verb: spool.VerbDelete}, body: body}
 	}
 	return c.submit(ctx, reqs)
 }

@@ -68,6 +68,7 @@ func (e *OutcomeError) Unwrap() error {
 type request struct {
 	name spool.Name
 	body []byte
+	ino  uint64 // of the file written, once it is
 }
 
 // submit writes every request into the spool, then waits for all of their
@@ -97,7 +98,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	// shared root's outcomes/ is the watcher's), known by its inode: an
 	// answer replaces it atomically, so a new one is a new inode.
 	stale := make(map[spool.Name]uint64)
-	for _, r := range reqs {
+	for i, r := range reqs {
 		if err := os.Remove(c.dir.OutcomePath(r.name)); errors.Is(err, os.ErrPermission) {
 			var st unix.Stat_t
 			if unix.Stat(c.dir.OutcomePath(r.name), &st) == nil {
@@ -106,9 +107,11 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
 		}
-		if err := c.dir.Submit(r.name, r.body, r.name.Verb != spool.VerbStart); err != nil {
+		ino, err := c.dir.SubmitFile(r.name, r.body, r.name.Verb != spool.VerbStart)
+		if err != nil {
 			return nil, fmt.Errorf("cannot submit %s: %w", r.name, err)
 		}
+		reqs[i].ino = ino
 	}
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
@@ -126,6 +129,16 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 			if err != nil {
 				break
 			}
+			if n.Verb == spool.VerbStart {
+				var mine bool
+				if outcome, detail, mine = c.startAnswer(n, reqs[done].ino, outcome, detail); !mine {
+					var st unix.Stat_t
+					if unix.Stat(c.dir.OutcomePath(n), &st) == nil {
+						stale[n] = st.Ino // another's: wait for the next answer
+					}
+					break
+				}
+			}
 			outcomes[done] = Outcome{ID: n.ID, Verb: n.Verb, Outcome: outcome, Detail: detail}
 			if n.Tag != "" {
 				os.Remove(c.dir.OutcomePath(n)) // read: nobody else needs it
@@ -142,6 +155,39 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 		return false, nil
 	})
 	return outcomes, err
+}
+
+// startAnswer tells whether outcome (with detail), read for start request
+// n, answers this client's own request, whose file had inode ino, and
+// what it means for it. Clients of one user share the answer to a name:
+// two that start the same ID at once (two sessions of an agent) each
+// remove the answer there and wait for the next, and either may read the
+// other's. Where its own file went decides, since the watcher moves a
+// request, never copies it: into the run's directory, the run is its
+// own, accepted, whatever the answer says (another's request of the same
+// name was rejected after it); where another's request made the run,
+// only a rejection answers it, once it has left the spool; still in the
+// spool, with no run of another's request, only accepted (a queued run)
+// answers it; elsewhere, it was moved aside, and the answer is its own. A client that cannot look (another user's run directory) takes
+// the answer as it is.
+func (c *Client) startAnswer(n spool.Name, ino uint64, outcome, detail string) (string, string, bool) {
+	var taken, waiting unix.Stat_t
+	inRun := unix.Lstat(c.store.Run(n.ID).Request(), &taken) == nil
+	inSpool := unix.Lstat(c.spoolPath(n), &waiting) == nil
+	switch {
+	case ino == 0:
+		return outcome, detail, true
+	case inRun && taken.Ino == ino:
+		if outcome != spool.Accepted {
+			return spool.Accepted, "", true
+		}
+		return outcome, detail, true
+	case inRun: // made from another's request
+		return outcome, detail, outcome != spool.Accepted && !(inSpool && waiting.Ino == ino)
+	case inSpool && waiting.Ino == ino:
+		return outcome, detail, outcome == spool.Accepted
+	}
+	return outcome, detail, true
 }
 
 // answeredAs returns whose requests the watcher answers this client's as
@@ -174,7 +220,7 @@ func (c *Client) watchAnswers(ctx context.Context, uid int, check func() (bool, 
 // submitOne submits one request and returns its outcome, and the outcome's
 // error if it is not a success.
 func (c *Client) submitOne(ctx context.Context, n spool.Name, body []byte) (Outcome, error) {
-	outcomes, err := c.submit(ctx, []request{{n, body}})
+	outcomes, err := c.submit(ctx, []request{{name: n, body: body}})
 	if err != nil {
 		return Outcome{ID: n.ID, Verb: n.Verb}, err
 	}

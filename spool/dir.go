@@ -463,9 +463,18 @@ func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {
 // link: a client running as root in another user's root writes nowhere
 // else. The file is the writer's alone to read (mode 0600).
 func (d Dir) Submit(n Name, body []byte, replace bool) error {
+	_, err := d.SubmitFile(n, body, replace)
+	return err
+}
+
+// SubmitFile is Submit, and returns the inode of the file it wrote: the
+// watcher claims a request by renaming it, so a client finds by it where
+// its own request went (a run's directory, rejected/), whoever else wrote
+// a request of the same name.
+func (d Dir) SubmitFile(n Name, body []byte, replace bool) (uint64, error) {
 	dir, err := unix.Open(d.Spool(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return &os.PathError{Op: "open", Path: d.Spool(), Err: err}
+		return 0, &os.PathError{Op: "open", Path: d.Spool(), Err: err}
 	}
 	defer unix.Close(dir)
 	var suffix [6]byte
@@ -476,10 +485,14 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 	dst := filepath.Join(d.Spool(), n.String())
 	fd, err := unix.Openat(dir, tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return &os.PathError{Op: "create", Path: filepath.Join(d.Spool(), tmp), Err: err}
+		return 0, &os.PathError{Op: "create", Path: filepath.Join(d.Spool(), tmp), Err: err}
 	}
+	var st unix.Stat_t
+	err = unix.Fstat(fd, &st)
 	Mark(fd)
-	err = durable.WriteAll(fd, body)
+	if err == nil {
+		err = durable.WriteAll(fd, body)
+	}
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
@@ -496,8 +509,9 @@ func (d Dir) Submit(n Name, body []byte, replace bool) error {
 	}
 	if err != nil {
 		unix.Unlinkat(dir, tmp, 0)
+		return 0, err
 	}
-	return err
+	return st.Ino, nil
 }
 
 // markAttr is the extended attribute root's clients put on their request
