@@ -545,13 +545,16 @@ func cmp[T int64 | string](v, def T) T {
 	return def
 }
 
-// drainingStdio is the stdio transport, except that at the end of its
-// input it answers every request it read before it reports the end: a
-// client that pipes its requests in and closes stdin gets every answer.
+// drainingStdio is the stdio transport, except that a line that is no
+// JSON-RPC message is answered with an error, not the end of the session
+// (filterLines), and at the end of its input it answers every request it
+// read before it reports the end: a client that pipes its requests in and
+// closes stdin gets every answer.
 type drainingStdio struct{}
 
 func (drainingStdio) Connect(ctx context.Context) (mcp.Connection, error) {
-	conn, err := (&mcp.StdioTransport{}).Connect(ctx)
+	out := &lockedWriter{w: os.Stdout}
+	conn, err := (&mcp.IOTransport{Reader: filterLines(os.Stdin, out), Writer: out}).Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
