@@ -25,6 +25,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
@@ -393,11 +394,30 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 		if err != nil {
 			return errorResult("logs", err), nil, nil
 		}
+		if cut := partialRune(sl.Data); cut > 0 && cut < len(sl.Data) {
+			// JSON would make the character's bytes read so far U+FFFD,
+			// and the next read's rest another: they are read next time.
+			sl.Data, sl.Next, sl.EOF = sl.Data[:len(sl.Data)-cut], sl.Next-int64(cut), false
+		}
 		return nil, &logsOut{LogSlice: sl}, nil
 	case "both":
 		return t.logsBoth(ctx, in)
 	}
 	return toolError(fmt.Sprintf("logs: stream %q: want stdout, stderr or both", in.Stream)), nil, nil
+}
+
+// partialRune returns how many bytes at the end of s are the start of a
+// UTF-8 character whose rest is not in s, or 0.
+func partialRune(s string) int {
+	for i := len(s) - 1; i >= 0 && i >= len(s)-utf8.UTFMax+1; i-- {
+		if utf8.RuneStart(s[i]) {
+			if utf8.FullRuneInString(s[i:]) {
+				return 0
+			}
+			return len(s) - i
+		}
+	}
+	return 0
 }
 
 // logsBoth reads both streams' lines from offset and stderr_offset.
