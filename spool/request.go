@@ -404,8 +404,11 @@ func (s *Start) validate() error {
 		}
 	}
 	for _, k := range sortedKeys(s.Env) {
-		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(s.Env[k], 0) >= 0 {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
 			return fmt.Errorf(`"env": bad variable %q: names are non-empty and have no '=' or NUL`, k)
+		}
+		if strings.IndexByte(s.Env[k], 0) >= 0 {
+			return fmt.Errorf(`"env": variable %q: its value has a NUL byte, which no environment can hold`, k)
 		}
 	}
 	for _, k := range sortedKeys(s.Labels) {

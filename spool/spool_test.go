@@ -108,6 +108,7 @@ func TestParseStart(t *testing.T) {
 		{"seconds timeout", `{"command": "x", "timeout": 1.5}`, []string{"/bin/sh", "-c", "x"}, "", false},
 		{"huge grace", `{"command": "x", "grace": "48h"}`, nil, `"grace": 48h0m0s is longer than the limit`, false},
 		{"bad env", `{"command": "x", "env": {"A=B": "c"}}`, nil, `"env": bad variable "A=B"`, false},
+		{"NUL in an env value", `{"command": "x", "env": {"A": "b\u0000c"}}`, nil, `"env": variable "A": its value has a NUL byte`, false},
 		{"bad session", `{"command": "x", "session": "../x"}`, nil, `"session"`, false},
 		{"trailing data", `{"command": "x"} {}`, nil, "unexpected data after", false},
 		{"garbage", `{"command" "x"}`, nil, "invalid JSON", false},
