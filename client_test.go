@@ -120,6 +120,14 @@ func TestInvalidArgumentsWriteNothing(t *testing.T) {
 		{"revision for several", func() error { _, err := c.Delete(ctx, tend.Control{IfRev: 2}, "a", "b"); return err }, "one ID"},
 		{"bad stream", func() error { _, err := c.ReadLog(ctx, "a", "stdin", 0, 0); return err }, `stream "stdin"`},
 		{"negative offset", func() error { _, err := c.ReadLog(ctx, "a", tend.Stdout, -1, 0); return err }, "negative"},
+		{"huge environment", func() error {
+			_, err := c.Start(ctx, "a", tend.Request{Shell: "true", Env: map[string]string{"BIG": strings.Repeat("x", 2<<20)}})
+			return err
+		}, "start: the request would be"},
+		{"huge selector", func() error {
+			_, err := c.CancelSelected(ctx, spool.Select{Labels: map[string]string{"k": strings.Repeat("x", 2<<20)}}, tend.Control{})
+			return err
+		}, "cancel: the request would be"},
 	}
 	for _, tt := range tests {
 		err := tt.call()

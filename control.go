@@ -251,7 +251,16 @@ func (c *Client) body(verb string, opts Control, fields map[string]any) ([]byte,
 	if err != nil {
 		return nil, invalidf("%s: %v", verb, err)
 	}
-	return b, nil
+	return b, checkSize(verb, b)
+}
+
+// checkSize refuses a request body the watcher would reject for its size,
+// before it is written: it would only take up room in rejected/.
+func checkSize(verb string, body []byte) error {
+	if len(body) > spool.MaxBody {
+		return invalidf("%s: the request would be %d bytes, over the limit of %d: fewer IDs or labels, a shorter command, or a smaller environment", verb, len(body), spool.MaxBody)
+	}
+	return nil
 }
 
 // parseControl parses a control request's body as the watcher will.

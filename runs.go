@@ -84,6 +84,9 @@ func Body(req Request) ([]byte, error) {
 		return nil, invalidf("the command is empty")
 	}
 	body, err := req.MarshalJSON()
+	if err == nil && len(body) > spool.MaxBody {
+		return nil, checkSize(spool.VerbStart, body)
+	}
 	if err == nil {
 		_, err = spool.ParseStart(body)
 	}
