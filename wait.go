@@ -176,8 +176,12 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	if ferr == nil && until(first) {
 		return first, c.seen(id) // no watcher needed, so none is started
 	}
+	var st *Record // as last read: returned if ctx ends first
+	if ferr == nil {
+		st = first
+	}
 	if err := c.autoStart(ctx); err != nil {
-		return nil, err
+		return st, err
 	}
 	// A queued run's request stays in the spool; only one whose run has
 	// no record yet is waited for there.
@@ -192,7 +196,6 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		}
 		return nil, c.notFound(id)
 	}
-	var st *Record
 	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		read, err := c.store.Read(id)
 		if errors.Is(err, tracker.ErrNotFound) && st == nil && ferr != nil {

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/tracker"
 )
 
 // watchUntil checks on a timer at first: a condition that holds at once or
@@ -103,5 +105,27 @@ func TestWatcherCheckProbesAtItsPace(t *testing.T) {
 	w.next = time.Time{}
 	if !w.gone() {
 		t.Error("gone() = false once its probe was due")
+	}
+}
+
+// A wait whose context ends before it has looked again returns the
+// record it read first, not none: the run exists.
+func TestWaitForEndedContextKeepsTheRecord(t *testing.T) {
+	root := filepath.Join(t.TempDir(), ".tend")
+	c, err := Open(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(c.store.RunDir("v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.store.Write(&tracker.State{ID: "v1", State: tracker.Running, Rev: 1, Command: []string{"sleep", "1"}, CreatedAt: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	st, err := c.WaitFor(ctx, "v1", Ended)
+	if !errors.Is(err, context.Canceled) || st == nil || st.ID != "v1" {
+		t.Errorf("WaitFor with its context ended = %v, %v; want the record and context.Canceled", st, err)
 	}
 }
