@@ -287,7 +287,11 @@ func (w *watcher) settleWaits(now time.Time) bool {
 				ended, again = true, true
 				continue
 			}
-			w.noteHeldUp(q.st, waits, unread)
+			reason, ok := w.stillWaits(q.st, now)
+			if !ok {
+				reason, _, _ = strings.Cut(q.st.Reason, heldUp)
+			}
+			w.noteHeldUp(q.st, reason, waits, unread)
 			if waits != "" && q.st.NotBefore != nil && now.Before(*q.st.NotBefore) && q.at == nil {
 				q.at = w.after(time.Until(*q.st.NotBefore), func() {
 					q.at = nil
@@ -305,13 +309,37 @@ func (w *watcher) settleWaits(now time.Time) bool {
 // telling whether it may start (see noteHeldUp).
 const heldUp = "; held up: "
 
-// noteHeldUp has queued run st's reason say so while what it waits for,
-// as conditions says (waits), cannot be read (unread): a record or the
-// history the watcher cannot read (an operator must mend it), not the
-// run it waits for, is what it waits for then. Saved only when that
-// changes.
-func (w *watcher) noteHeldUp(st *tracker.State, waits string, unread bool) {
-	reason, _, _ := strings.Cut(st.Reason, heldUp)
+// stillWaits says what waiting run st still waits for now, for its
+// reason: waitReason of the conditions that do not hold yet (a run whose
+// end it waited for, ended, is no longer named). ok is false while its
+// reason is another (an edit's), which it keeps.
+func (w *watcher) stillWaits(st *tracker.State, now time.Time) (reason string, ok bool) {
+	reason, _, _ = strings.Cut(st.Reason, heldUp)
+	if !strings.HasPrefix(reason, "waiting for ") && !strings.HasPrefix(reason, "not before ") {
+		return "", false
+	}
+	left := *st
+	left.After = nil
+	for _, name := range st.After {
+		one := *st
+		one.After, one.NotBefore = []string{name}, nil
+		if waits, never, _ := w.conditions(&one, now); waits != "" || never != "" {
+			left.After = append(left.After, name)
+		}
+	}
+	if st.NotBefore != nil && !now.Before(*st.NotBefore) {
+		left.NotBefore = nil
+	}
+	return waitReason(&left), true
+}
+
+// noteHeldUp has queued run st's reason be reason (what it still waits
+// for: see stillWaits), and while what it
+// waits for, as conditions says (waits), cannot be read (unread), say so:
+// a record or the history the watcher cannot read (an operator must mend
+// it), not the run it waits for, is what it waits for then. Saved only
+// when that changes.
+func (w *watcher) noteHeldUp(st *tracker.State, reason, waits string, unread bool) {
 	if unread {
 		reason += heldUp + waits
 	}
