@@ -236,6 +236,12 @@ func (d Dir) Keep(f File) (bool, error) {
 		// it was read (whose writer would have the flush write it all).
 		return false, nil
 	}
+	if sp := (unix.Stat_t{}); unix.Stat(d.Spool(), &sp) != nil || sp.Dev != st.Dev {
+		// Not on the spool's file system: a file its owner mounted over
+		// the request (FUSE), whose sync it answers, and whose failure
+		// would be recorded as the disk's (see tracker.NoteSyncFailure).
+		return false, nil
+	}
 	if err := durable.FlushQueued.Fdatasync(fd); err != nil {
 		return false, fmt.Errorf("%s: keeping it: %w", f.Name, err)
 	}

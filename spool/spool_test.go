@@ -709,3 +709,35 @@ func TestStartMarshalRefusesNotUTF8(t *testing.T) {
 		t.Errorf("ParseStart of a body that is not UTF-8: %v", err)
 	}
 }
+
+// A request its owner mounted another file system over (a FUSE mount,
+// whose fsync it answers) is not synced as the spool's: a failure there
+// is not the disk's.
+func TestKeepOtherFileSystem(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("a bind mount needs root")
+	}
+	d := newDir(t)
+	path := filepath.Join(d.Spool(), "q.start")
+	if err := os.WriteFile(path, []byte("echo hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	other, err := os.CreateTemp("/dev/shm", "tend-keep-")
+	if err != nil {
+		t.Skip("no /dev/shm:", err)
+	}
+	other.WriteString("echo over")
+	other.Close()
+	defer os.Remove(other.Name())
+	if err := unix.Mount(other.Name(), path, "", unix.MS_BIND, ""); err != nil {
+		t.Skip("bind mount:", err)
+	}
+	defer unix.Unmount(path, unix.MNT_DETACH)
+	f, err := d.Read("q.start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kept, err := d.Keep(f); kept || err != nil {
+		t.Errorf("Keep of a file mounted over the request: %v, %v; want false, nil", kept, err)
+	}
+}
