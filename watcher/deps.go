@@ -321,6 +321,10 @@ func (w *watcher) stillWaits(st *tracker.State, now time.Time) (reason string, o
 	left := *st
 	left.After = nil
 	for _, name := range st.After {
+		if w.runningFor(name) {
+			left.After = append(left.After, name) // the common case, and cheap
+			continue
+		}
 		one := *st
 		one.After, one.NotBefore = []string{name}, nil
 		if waits, never, _ := w.conditions(&one, now); waits != "" || never != "" {
@@ -331,6 +335,27 @@ func (w *watcher) stillWaits(st *tracker.State, now time.Time) (reason string, o
 		left.NotBefore = nil
 	}
 	return waitReason(&left), true
+}
+
+// runningFor reports whether dependency name (of a run's After) names a
+// run that has not ended, whose end it waits for: a map lookup, where
+// conditions, for each of a fan-in's hundreds at every turn of the
+// queue, would cost more. (A run of that ID made after the waiting one
+// began to wait, the one it waited for deleted since, is taken for it
+// here: its reason says so until conditions, which decides, has it
+// start or end.)
+func (w *watcher) runningFor(name string) bool {
+	d, err := spool.ParseDep(name)
+	if err != nil || d.When == spool.Ready {
+		return false
+	}
+	if _, ended := w.ended[d.ID]; ended {
+		return false
+	}
+	if r := w.runs[d.ID]; r != nil {
+		return !tracker.Final(r.st.State)
+	}
+	return w.queued(d.ID) != nil
 }
 
 // noteHeldUp has queued run st's reason be reason (what it still waits
