@@ -168,8 +168,9 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 // name was rejected after it); where another's request made the run,
 // only a rejection answers it, once it has left the spool; still in the
 // spool, with no run of another's request, only accepted (a queued run)
-// answers it; elsewhere, it was moved aside, and the answer is its own. A client that cannot look (another user's run directory) takes
-// the answer as it is.
+// answers it; elsewhere, it was moved aside, and the answer is its own.
+// A client that cannot look (another user's run directory) takes the
+// answer as it is.
 func (c *Client) startAnswer(n spool.Name, ino uint64, outcome, detail string) (string, string, bool) {
 	var taken, waiting unix.Stat_t
 	inRun := unix.Lstat(c.store.Run(n.ID).Request(), &taken) == nil

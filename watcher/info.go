@@ -131,12 +131,13 @@ func (w *watcher) noteFlushFailure(err error) {
 }
 
 // noteSyncFailure records, the first time for this watcher (the first
-// time it could be written), that a flush failed with err, in the root's unsynced file (tracker.NoteSyncFailure),
-// where tend status and tend fsck find it and no later sync that succeeds
-// removes it: the kernel reports a write-back error to one caller only,
-// so the flush that tries again succeeds whatever this one lost, and only
-// tend fsck, reading the records against the history, can tell what that
-// was. Safe to call from the goroutines of a flush.
+// time it could be written), that a flush failed with err, in the root's
+// unsynced file (tracker.NoteSyncFailure), where tend status and tend
+// fsck find it and no later sync that succeeds removes it: the kernel
+// reports a write-back error to one caller only, so the flush that tries
+// again succeeds whatever this one lost, and only tend fsck, reading the
+// records against the history after a restart, can tell what that was.
+// Safe to call from the goroutines of a flush.
 func (w *watcher) noteSyncFailure(err error) {
 	if !w.syncFailureNoted.CompareAndSwap(false, true) {
 		return
