@@ -30,6 +30,25 @@ func ProbeWatcher(root string) (running bool, pid int, err error) {
 	return probe(r.WatcherLock(), r.WatcherPID())
 }
 
+// HoldOffWatcher takes root's watcher lock, shared, and returns its
+// release: no watcher starts on root until then (one that tries waits a
+// moment, then says another runs). It fails if a watcher runs. The lock
+// file is made if it is missing, as a watcher makes it, so that one
+// starting meanwhile cannot take a lock file of its own: for tend fsck
+// --repair, which changes records only a watcher may otherwise change.
+func HoldOffWatcher(root string) (release func(), err error) {
+	r := layout.Root(root)
+	l := flock.New(r.WatcherLock(), flock.SetFlag(os.O_CREATE|os.O_RDONLY|syscall.O_NOFOLLOW), flock.SetPermissions(0o600))
+	got, err := l.TryRLock()
+	if err != nil {
+		return nil, err
+	}
+	if !got {
+		return nil, fmt.Errorf("a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", root, ReadPID(r.WatcherPID()))
+	}
+	return func() { l.Unlock() }, nil
+}
+
 // ProbeKeeper reports whether a keeper is in charge of root, and the PID
 // it wrote, deciding by the keeper's lock.
 func ProbeKeeper(root string) (running bool, pid int, err error) {

@@ -69,9 +69,8 @@ func Check(root string, alive Liveness) []Problem {
 	if n := PendingChanges(root); n > 0 {
 		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
 	}
-	boot, _ := procfs.BootID()
-	if failure, thisBoot := SyncFailure(root, boot); failure != "" {
-		problems = append(problems, Problem{layout.Root(root).Unsynced(), syncFailureWhat(failure, thisBoot)})
+	if p, ok := syncFailureProblem(root); ok {
+		problems = append(problems, p)
 	}
 	problems = append(problems, checkRuns(root, events, alive)...)
 	problems = append(problems, leftovers(root)...)

@@ -1,15 +1,12 @@
 package tracker
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
 
-	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
@@ -89,29 +86,20 @@ const maxFailure = 1 << 10
 // then says what was synced.
 func SyncFailure(root, boot string) (failure string, thisBoot bool) {
 	path := layout.Root(root).Unsynced()
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
+	b, _, err := durable.ReadRegular(path, maxUnsynced)
 	if errors.Is(err, os.ErrNotExist) {
 		return "", false
 	}
 	if err != nil {
-		return err.Error(), true
+		return path + " cannot be read: " + strings.TrimPrefix(err.Error(), path+": "), true
 	}
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
-		return path + " is not a regular file", true
-	}
-	sc := bufio.NewScanner(io.LimitReader(f, maxUnsynced))
-	sc.Buffer(make([]byte, 0, 4096), maxUnsynced)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), syncFailed); ok {
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), syncFailed); ok {
 			if failure == "" {
 				failure = rest
 			}
 			thisBoot = thisBoot || boot != "" && strings.Contains(rest, " in boot "+boot+": ")
 		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Sprintf("%s cannot be read: %v", path, err), true
 	}
 	return failure, thisBoot
 }
@@ -120,23 +108,29 @@ func SyncFailure(root, boot string) (failure string, thisBoot bool) {
 // records means, and what to do, or "" if it records none: for tend
 // status and tend top.
 func SyncFailureProblem(root string) string {
-	boot, _ := procfs.BootID()
-	if failure, thisBoot := SyncFailure(root, boot); failure != "" {
-		return layout.Root(root).Unsynced() + ": " + syncFailureWhat(failure, thisBoot)
+	if p, ok := syncFailureProblem(root); ok {
+		return p.String()
 	}
 	return ""
 }
 
-// syncFailureWhat says what failure, a failed flush, means, and what to
-// do. After a write-back error the kernel keeps the pages it could not
-// write, clean, in its cache: until the machine restarts (or the cache
-// lets them go), tend fsck reads them as written.
-func syncFailureWhat(failure string, thisBoot bool) string {
+// syncFailureProblem is the Problem a failed flush that root's unsynced
+// file records is, for tend fsck. After a write-back error the kernel
+// keeps the pages it could not write, clean, in its cache: until the
+// machine restarts (or the cache lets them go), tend fsck reads them as
+// written.
+func syncFailureProblem(root string) (Problem, bool) {
+	boot, _ := procfs.BootID()
+	failure, thisBoot := SyncFailure(root, boot)
+	if failure == "" {
+		return Problem{}, false
+	}
 	what := "a flush failed (" + failure + "): what a watcher wrote before then may be lost; "
 	if thisBoot {
 		what += "it still reads as written until the machine restarts (the page cache keeps it), so after a restart "
 	}
-	return what + "tend fsck checks the records and the history against each other, and tend fsck --repair, once it finds nothing else wrong, removes this file"
+	what += "tend fsck checks the records and the history against each other, and tend fsck --repair, once it finds nothing else wrong, removes this file"
+	return Problem{layout.Root(root).Unsynced(), what}, true
 }
 
 // ErrFailedThisBoot is ClearSyncFailure's refusal: the flush failed in
@@ -145,21 +139,9 @@ var ErrFailedThisBoot = errors.New("a flush failed in this boot: what it lost re
 
 // ClearSyncFailure syncs root's file system and, if that succeeds,
 // removes root's unsynced file: tend fsck --repair does, once it finds
-// nothing else wrong. It holds the watcher's lock, shared, meanwhile, and
-// fails if a watcher runs, or (ErrFailedThisBoot) if a failure it
-// records is of this boot.
+// nothing else wrong, holding watchers off (HoldOffWatcher). It fails
+// (ErrFailedThisBoot) if a failure the file records is of this boot.
 func ClearSyncFailure(root string) error {
-	l := flock.New(layout.Root(root).WatcherLock(), flock.SetFlag(os.O_RDONLY|unix.O_NOFOLLOW))
-	got, err := l.TryRLock()
-	switch {
-	case errors.Is(err, os.ErrNotExist):
-	case err != nil:
-		return err
-	case !got:
-		return fmt.Errorf("a watcher runs on %s: stop it first", root)
-	default:
-		defer l.Unlock()
-	}
 	boot, err := procfs.BootID()
 	if err != nil {
 		return err

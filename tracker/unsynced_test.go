@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker/layout"
 )
@@ -46,8 +47,8 @@ func TestSyncFailure(t *testing.T) {
 		{"a symlink", func(root string) error {
 			os.WriteFile(filepath.Join(root, "elsewhere"), []byte("sync failed never\n"), 0o644)
 			return os.Symlink("elsewhere", layout.Root(root).Unsynced())
-		}, "too many levels of symbolic links", true},
-		{"a directory", func(root string) error { return os.Mkdir(layout.Root(root).Unsynced(), 0o755) }, "is not a regular file", true},
+		}, "cannot be read: a symbolic link", true},
+		{"a directory", func(root string) error { return os.Mkdir(layout.Root(root).Unsynced(), 0o755) }, "cannot be read: a directory", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -98,5 +99,28 @@ func TestClearSyncFailure(t *testing.T) {
 	}
 	if p := SyncFailureProblem(root); !strings.Contains(p, "until the machine restarts") {
 		t.Errorf("the problem of a failure of this boot says %q", p)
+	}
+}
+
+// HoldOffWatcher keeps a watcher from taking the root's lock until it is
+// released, making the lock file if it is missing, and fails while a
+// watcher holds it.
+func TestHoldOffWatcher(t *testing.T) {
+	root := t.TempDir()
+	release, err := HoldOffWatcher(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watcher := flock.New(layout.Root(root).WatcherLock())
+	if got, err := watcher.TryLock(); got || err != nil {
+		t.Fatalf("a watcher took the lock held off: %v, %v", got, err)
+	}
+	release()
+	if got, err := watcher.TryLock(); !got || err != nil {
+		t.Fatalf("a watcher could not take the lock once released: %v, %v", got, err)
+	}
+	defer watcher.Unlock()
+	if _, err := HoldOffWatcher(root); err == nil || !strings.Contains(err.Error(), "a watcher runs on") {
+		t.Errorf("HoldOffWatcher while a watcher runs = %v", err)
 	}
 }

@@ -37,10 +37,11 @@ func (c *fsckCmd) Run(e *env) error {
 		if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
 			return exitf(exitRefused, "fsck --repair: %v", err)
 		}
-		if running, pid, _ := tracker.ProbeWatcher(e.root); running {
-			return exitf(exitRefused, "fsck --repair: a watcher runs on %s (pid %d): stop it first (tend down --keep-runs)", e.root, pid)
+		release, err := tracker.HoldOffWatcher(e.root)
+		if err != nil {
+			return exitf(exitRefused, "fsck --repair: %v", err)
 		}
-		var err error
+		defer release() // held through the notice's removal below too
 		repaired, err = tracker.Repair(e.root, tracker.IdentifyRun)
 		for _, line := range repaired {
 			if !c.JSON {

@@ -111,16 +111,14 @@ func answerBad(out io.Writer, line []byte, code int, msg string) {
 	if json.Unmarshal(line, &m) == nil && len(m.ID) > 0 && (m.ID[0] == '"' || m.ID[0] == '-' || m.ID[0] >= '0' && m.ID[0] <= '9') {
 		id = m.ID
 	}
+	type wireError struct {
+		Code    int    `json:"code"`
+		Message string `json:"message"`
+	}
 	b, _ := json.Marshal(struct {
 		JSONRPC string          `json:"jsonrpc"`
 		ID      json.RawMessage `json:"id"`
-		Error   struct {
-			Code    int    `json:"code"`
-			Message string `json:"message"`
-		} `json:"error"`
-	}{JSONRPC: "2.0", ID: id, Error: struct {
-		Code    int    `json:"code"`
-		Message string `json:"message"`
-	}{code, msg}})
+		Error   wireError       `json:"error"`
+	}{"2.0", id, wireError{code, msg}})
 	out.Write(append(b, '\n'))
 }
