@@ -241,12 +241,27 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 // that waits for its answer, as tend start does, removed the old answer
 // first, and gets one.)
 func (w *watcher) rejectDuplicate(n spool.Name, f spool.File, dir string) {
-	reason := fmt.Sprintf("run %s already exists: run ids are used once (see %s)", n.ID, dir)
+	reason := fmt.Sprintf("run %s already exists%s: run ids are used once (see %s)", n.ID, w.existingAs(n.ID), dir)
 	if w.writtenAgain(n, f) {
 		w.rejectAnswered(n.String(), n, nil, reason+"; this is the request it was started from, written again, and the answer it had stands", false)
 		return
 	}
 	w.reject(n.String(), n, nil, reason)
+}
+
+// existingAs tells how run id stands, for the rejection of a second
+// start of it: " (canceled: <reason>)", or "" if its record cannot be
+// read. A writer whose request was canceled while it wrote (a queued
+// run's, canceled by another client) learns why its write was refused.
+func (w *watcher) existingAs(id string) string {
+	st, err := w.lookup(id)
+	if err != nil {
+		return ""
+	}
+	if st.Reason == "" {
+		return fmt.Sprintf(" (%s)", st.State)
+	}
+	return fmt.Sprintf(" (%s: %s)", st.State, spool.Printable(st.Reason))
 }
 
 // writtenAgain reports whether start request n, read as f, is the request
