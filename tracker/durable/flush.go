@@ -103,6 +103,9 @@ func (f Flush) Fsync(fd int) error {
 		markFD(fd)
 		return nil
 	}
+	if err := f.failing(); err != nil {
+		return err
+	}
 	if err := unix.Fsync(fd); err != nil {
 		return &FlushError{f, err}
 	}
@@ -116,10 +119,24 @@ func (f Flush) Fdatasync(fd int) error {
 		markFD(fd)
 		return nil
 	}
+	if err := f.failing(); err != nil {
+		return err
+	}
 	if err := unix.Fdatasync(fd); err != nil {
 		return &FlushError{f, err}
 	}
 	return nil
+}
+
+// failing returns the error f fails with, without syncing, where the
+// tests make it fail ($TEND_TEST_FAIL_FLUSH names it, in every tend
+// process started with it): no disk here can be made to fail an fsync,
+// and each of tend's flushes must have its failure recorded.
+func (f Flush) failing() *FlushError {
+	if string(f) != os.Getenv("TEND_TEST_FAIL_FLUSH") {
+		return nil
+	}
+	return &FlushError{f, fmt.Errorf("flush %s: %w (TEND_TEST_FAIL_FLUSH)", f, unix.EIO)}
 }
 
 // Removed reports whether f is left out, as the power-loss trial's mutants
@@ -149,6 +166,9 @@ func (f Flush) SyncDir(dir string) error {
 		return &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(fd)
+	if err := f.failing(); err != nil {
+		return &FlushError{f, fmt.Errorf("fsync %s: %w", dir, err.Err)}
+	}
 	if err := unix.Fsync(fd); err != nil && !errors.Is(err, unix.EINVAL) {
 		return &FlushError{f, fmt.Errorf("fsync %s: %w", dir, err)}
 	}
