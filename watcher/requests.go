@@ -52,6 +52,7 @@ const faultRetry = time.Second
 // examines it again in a while: nothing is lost, and it is taken once the
 // fault is gone. The fault is logged once for each request.
 func (w *watcher) takeLater(name, what string, err error) {
+	w.noteFlushFailure(err) // a rejection's reason that could not be synced
 	if w.faulted[name] != err.Error() {
 		w.log.Printf("%s: %s: %v (it stays in the spool; retrying every %v)", spool.Printable(name), what, err, faultRetry)
 		w.faulted[name] = err.Error()
