@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
 
@@ -116,6 +119,7 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	outcomes := make([]Outcome, len(reqs))
 	done := 0
 	watcher := c.checkWatcher()
+	late := lateCheck{due: time.Now().Add(lateAfter)}
 	err := c.watchAnswers(ctx, owner, func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name
@@ -152,9 +156,42 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 			return false, errorf(ErrNoWatcher, "no watcher is running on %s: the request waits in %s until one starts (run: tend up)",
 				c.root, c.spoolPath(reqs[done].name))
 		}
+		late.check(c, reqs[done].name)
 		return false, nil
 	})
 	return outcomes, err
+}
+
+// lateAfter is how long a client waits for an answer before it looks for
+// a reason, one it can tell its user, why the answer is late. A start is
+// answered in milliseconds; a cancel, once its run has ended.
+const lateAfter = 5 * time.Second
+
+// A lateCheck tells a client's Late why an answer is late, once.
+type lateCheck struct {
+	due  time.Time // when to look next
+	said bool
+}
+
+// check tells c's Late, once, that the answer to n is late because the
+// watcher's disk failed a flush in this boot: a watcher answers only
+// what is on disk, and waits as long as it cannot write there. It looks
+// once a second from lateAfter on.
+func (l *lateCheck) check(c *Client, n spool.Name) {
+	now := time.Now()
+	if c.late == nil || l.said || now.Before(l.due) {
+		return
+	}
+	l.due = now.Add(time.Second)
+	boot, err := procfs.BootID()
+	if err != nil {
+		return
+	}
+	if failure, thisBoot := tracker.SyncFailure(c.root, boot); thisBoot {
+		l.said = true
+		c.late(fmt.Sprintf("no answer to %s.%s yet: the watcher's disk failed a flush (%s); the watcher answers once what it writes is on disk, and this waits for it (see tend status)",
+			n.ID, n.Verb, failure))
+	}
 }
 
 // startAnswer tells whether outcome (with detail), read for start request

@@ -48,6 +48,7 @@ type Client struct {
 	root    string
 	session string
 	watch   *WatcherOptions
+	late    func(string)
 	dir     spool.Dir
 	store   *tracker.Store
 }
@@ -62,6 +63,11 @@ type Options struct {
 	// in the spool for the next watcher, and the call fails with
 	// ErrNoWatcher.
 	Watcher *WatcherOptions
+	// Late, if set, is told once a call, with a line for its user, when
+	// an answer is late for a reason the client can see: the watcher's
+	// disk failed a flush in this boot, and the watcher holds answers
+	// until what it writes is on disk. The call goes on waiting.
+	Late func(notice string)
 }
 
 // Open returns a client of the tend root at root (made absolute). The root
@@ -79,7 +85,7 @@ func Open(root string, opts Options) (*Client, error) {
 			return nil, invalidf("%s", strings.Replace(err.Error(), "id", "session", 1))
 		}
 	}
-	return &Client{root: abs, session: opts.Session, watch: opts.Watcher, dir: spool.Dir{Root: abs}, store: tracker.NewStore(abs)}, nil
+	return &Client{root: abs, session: opts.Session, watch: opts.Watcher, late: opts.Late, dir: spool.Dir{Root: abs}, store: tracker.NewStore(abs)}, nil
 }
 
 // FindRoot returns the root a client in directory dir uses when none is

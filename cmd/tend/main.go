@@ -132,7 +132,7 @@ func (e *env) context() context.Context {
 // client returns a client of the root acting as session ("" for none),
 // which starts a watcher when a request finds none, unless --no-start.
 func (e *env) client(session string) (*tend.Client, error) {
-	opts := tend.Options{Session: session}
+	opts := tend.Options{Session: session, Late: func(notice string) { fmt.Fprintln(e.stderr, "tend:", notice) }}
 	if !e.noStart {
 		opts.Watcher = &tend.WatcherOptions{
 			Started: func(pid int) {
