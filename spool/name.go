@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // The verbs a request name may end in.
@@ -101,10 +102,17 @@ func ValidID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {
-			return fmt.Errorf("id %q has %q at byte %d: ids use only letters, digits, '.', '_' and '-'", id, id[i:i+1], i)
+			return fmt.Errorf("id %q has %q at byte %d: ids use only letters, digits, '.', '_' and '-'", id, badChar(id[i:]), i)
 		}
 	}
 	return nil
+}
+
+// badChar returns the character s starts with: a whole UTF-8 character
+// ("é", not its first byte "\xc3"), or the byte alone if it begins none.
+func badChar(s string) string {
+	_, n := utf8.DecodeRuneInString(s)
+	return s[:n]
 }
 
 func idByte(c byte) bool {

@@ -67,6 +67,26 @@ func TestParseName(t *testing.T) {
 	}
 }
 
+// TestValidIDNames: an ID's bad character is named whole, as the
+// reader wrote it, not by its first byte.
+func TestValidIDNames(t *testing.T) {
+	tests := []struct{ id, want string }{
+		{"café", `id "café" has "é" at byte 3`},
+		{"a\u200bb", `id "a\u200bb" has "\u200b" at byte 1`},
+		{"日本", `id "日本" has "日" at byte 0`},
+		{"a\xc3", `id "a\xc3" has "\xc3" at byte 1`},
+		{"a\xc3(", `id "a\xc3(" has "\xc3" at byte 1`},
+		{"a\xffé", `id "a\xffé" has "\xff" at byte 1`},
+		{"x y", `id "x y" has " " at byte 1`},
+	}
+	for _, tt := range tests {
+		err := ValidID(tt.id)
+		if err == nil || !strings.HasPrefix(err.Error(), tt.want+":") {
+			t.Errorf("ValidID(%q) = %v, want %s: ...", tt.id, err, tt.want)
+		}
+	}
+}
+
 func TestIgnored(t *testing.T) {
 	for _, name := range []string{
 		".a.start.swp", ".a.start.swx", "4913", "5036", "5159", ".#a.start", "#a.start#", "#a", "a.start~",
