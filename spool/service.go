@@ -218,20 +218,35 @@ func ParseSignal(body []byte) (Signal, error) {
 	return s, checkControl(s.Session, s.IfRev)
 }
 
-// SignalNamed returns the signal a name (HUP, SIGHUP, hup) or number names.
+// SignalNamed returns the signal name names, as tend signal, the signal
+// tool and a signal request take it: a name, with or without SIG, in any
+// case (TERM, SIGTERM, term), or a number from 1 to 64 in decimal digits
+// (15). Nothing else is read as a signal, so that no two readers differ:
+// not "-9" (kill's option, not a signal), "+9" or "09" (010 is octal to
+// some), nor a name whose letters are not ASCII ("ſıgterm" upper-cases to
+// SIGTERM).
 func SignalNamed(name string) (syscall.Signal, error) {
-	if n, err := strconv.Atoi(name); err == nil && n > 0 && n < 65 {
-		return syscall.Signal(n), nil
-	}
-	up := strings.ToUpper(name)
-	if !strings.HasPrefix(up, "SIG") {
-		up = "SIG" + up
-	}
-	if sig := unix.SignalNum(up); sig != 0 {
-		return sig, nil
-	}
 	if name == "" {
 		return 0, errors.New("no signal: write its name, such as HUP or USR1")
 	}
-	return 0, fmt.Errorf("unknown signal %q: use a name such as HUP, USR1, TERM", name)
+	if n, err := strconv.Atoi(name); err == nil && name[0] != '+' && name[0] != '-' && name[0] != '0' && n <= 64 {
+		return syscall.Signal(n), nil
+	}
+	if asciiAlnum(name) {
+		up := strings.ToUpper(name)
+		if sig := unix.SignalNum("SIG" + strings.TrimPrefix(up, "SIG")); sig != 0 {
+			return sig, nil
+		}
+	}
+	return 0, fmt.Errorf("unknown signal %q: want a name such as TERM or SIGTERM, or a number from 1 to 64 such as 15, without a sign", name)
+}
+
+// asciiAlnum reports whether s has only ASCII letters and digits.
+func asciiAlnum(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
 }

@@ -506,6 +506,17 @@ func TestParseSignal(t *testing.T) {
 		{`{"signal": "INT", "session": "s"}`, syscall.SIGINT, ""},
 		{"\ufeffHUP\r\n", syscall.SIGHUP, ""}, {"\ufeff{\"signal\": \"INT\"}", syscall.SIGINT, ""},
 		{"", 0, "no signal"}, {"NOPE", 0, `unknown signal "NOPE"`}, {"99", 0, "unknown signal"},
+		{"SIGTERM", syscall.SIGTERM, ""}, {"term", syscall.SIGTERM, ""}, {"9", syscall.SIGKILL, ""},
+		{"64", 64, ""}, {"1", syscall.SIGHUP, ""}, {`{"signal": "15"}`, syscall.SIGTERM, ""},
+		// One rule, whoever sends it: a name or a number, nothing else.
+		{"-9", 0, `unknown signal "-9": want a name such as TERM or SIGTERM, or a number from 1 to 64 such as 15, without a sign`},
+		{"+9", 0, `unknown signal "+9": want a name`}, {`{"signal": "+9"}`, 0, `unknown signal "+9"`},
+		{"09", 0, `unknown signal "09"`}, {"0", 0, `unknown signal "0"`}, {"65", 0, `unknown signal "65"`},
+		{"-KILL", 0, `unknown signal "-KILL"`}, {"SIG", 0, `unknown signal "SIG"`},
+		{"SIGSIGTERM", 0, `unknown signal "SIGSIGTERM"`},
+		{"ſıgterm", 0, `unknown signal "ſıgterm"`}, {"ınt", 0, `unknown signal "ınt"`},
+		{"TERM\x00", 0, `unknown signal "TERM\x00"`}, {`{"signal": " 9"}`, 0, `unknown signal " 9"`},
+		{"99999999999999999999", 0, `unknown signal "99999999999999999999"`},
 	}
 	for _, tt := range tests {
 		s, err := ParseSignal([]byte(tt.body))

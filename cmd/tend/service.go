@@ -29,7 +29,7 @@ func (c controlArgs) send(e *env, verb string, send func(*tend.Client, tend.Cont
 
 type signalCmd struct {
 	controlArgs
-	Signal string `arg:"" help:"The signal: HUP, USR1, TERM, ... (or its number)."`
+	Signal string `arg:"" help:"The signal: HUP, USR1, TERM, ... with or without SIG, or its number (15, no sign)."`
 }
 
 func (c *signalCmd) Help() string {

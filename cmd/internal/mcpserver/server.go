@@ -228,7 +228,7 @@ type waitOut struct {
 
 type signalIn struct {
 	ID     string `json:"id" jsonschema:"the run's ID"`
-	Signal string `json:"signal" jsonschema:"HUP, INT, TERM, USR1, ... or a number"`
+	Signal string `json:"signal" jsonschema:"a name, with or without SIG, in any case (HUP, INT, TERM, SIGUSR1, ...), or a number from 1 to 64 in digits (15; no sign: not -9)"`
 }
 
 // addTools adds t's tools to s, each with the output schema of its result.
