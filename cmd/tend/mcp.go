@@ -16,7 +16,9 @@ session of the server's TEND_SESSION: the runs an agent starts are its
 session's, ls lists only them, and cancel, cancel_all, signal and delete
 act only on them (show, logs and wait read any run by its ID: a session is a scope,
 not a permission boundary). Every argument is checked as the spool checks
-it; a bad one is a tool error, and the server goes on serving. At the end
+it; a bad one is a tool error, and the server goes on serving. A number
+is taken only if it is read exactly (below 2^53 in magnitude), never
+rounded to another. At the end
 of its input, the server answers every request it read, then exits.
 Examples:
   tend mcp          # with TEND_SESSION=agent-1 in its environment

@@ -47,9 +47,13 @@ func cmdMCPCall(ts *testscript.TestScript, neg bool, args []string) {
 		}
 		return
 	}
-	var in map[string]any
+	// The arguments go as written, not through float64: 9007199254740993
+	// must reach the server as it is.
+	var in any
 	if len(args) == 2 {
-		ts.Check(json.Unmarshal([]byte(args[1]), &in))
+		var obj map[string]any
+		ts.Check(json.Unmarshal([]byte(args[1]), &obj))
+		in = json.RawMessage(args[1])
 	}
 	res, err := session.CallTool(ctx, &mcp.CallToolParams{Name: args[0], Arguments: in})
 	ts.Check(err)

@@ -91,6 +91,7 @@ func Main(version string, args []string, stdin io.Reader, stderr io.Writer) int 
 func Serve(ctx context.Context, client *tend.Client, version string) error {
 	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: version}, nil)
 	addTools(s, &tools{client: client})
+	s.AddReceivingMiddleware(exactNumbers)
 	err := s.Run(ctx, &drainingStdio{})
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
