@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 	"unicode/utf8"
 )
@@ -32,7 +33,7 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	case string:
 		var err error
 		if dur, err = time.ParseDuration(v); err != nil {
-			return fmt.Errorf("%q is not a duration (try \"30s\", \"5m\" or a number of seconds)", v)
+			return badDuration(v)
 		}
 	case float64:
 		if math.IsNaN(v) || math.Abs(v) > maxDuration.Seconds() {
@@ -50,6 +51,26 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	*d = Duration(dur)
 	return nil
+}
+
+// badDuration is the error for string s, which is no Go duration. A
+// number in a string ("10") is not read as seconds: "10" may be meant in
+// any unit, and a script's "$T" is as likely a count of minutes; the
+// error says both forms that are taken.
+func badDuration(s string) error {
+	if n := strings.TrimSpace(s); decimal(n) && len(n) <= 20 {
+		return fmt.Errorf("%q has no unit: write a Go duration such as \"%ss\" or \"%sm\", or a number of seconds as a JSON number (%s, not in quotes)", s, n, n, n)
+	}
+	return fmt.Errorf("%q is not a duration (try \"30s\", \"5m\" or a number of seconds)", s)
+}
+
+// decimal reports whether s is a decimal number: digits, with a sign
+// and a point or not.
+func decimal(s string) bool {
+	s = strings.TrimLeft(s, "+-")
+	whole, frac, _ := strings.Cut(s, ".")
+	digits := func(s string) bool { return strings.Trim(s, "0123456789") == "" }
+	return whole+frac != "" && digits(whole) && digits(frac)
 }
 
 // plainString returns the text of JSON string b when it has no escapes

@@ -20,6 +20,12 @@ func TestDurationJSON(t *testing.T) {
 		{`"\u0033s"`, 3 * time.Second, ""}, // escaped: decoded, not read as is
 		{`"3s\u00e9"`, 0, `"3sé" is not a duration (try "30s", "5m" or a number of seconds)`},
 		{`"soon"`, 0, `"soon" is not a duration (try "30s", "5m" or a number of seconds)`},
+		{`"10"`, 0, `"10" has no unit: write a Go duration such as "10s" or "10m", or a number of seconds as a JSON number (10, not in quotes)`},
+		{`"0.5"`, 0, `"0.5" has no unit: write a Go duration such as "0.5s" or "0.5m", or a number of seconds as a JSON number (0.5, not in quotes)`},
+		{`" 90 "`, 0, `" 90 " has no unit: write a Go duration such as "90s" or "90m", or a number of seconds as a JSON number (90, not in quotes)`},
+		{`"Inf"`, 0, `"Inf" is not a duration (try "30s", "5m" or a number of seconds)`},
+		{`"."`, 0, `"." is not a duration (try "30s", "5m" or a number of seconds)`},
+		{`"1.2.3"`, 0, `"1.2.3" is not a duration (try "30s", "5m" or a number of seconds)`},
 		{`"-5s"`, 0, "-5s is negative"},
 		{`"9000h"`, 0, "9000h0m0s is longer than the limit of 8760h0m0s"},
 		{`1e12`, 0, "1e+12 seconds is out of range"},

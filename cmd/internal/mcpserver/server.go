@@ -139,8 +139,8 @@ type startIn struct {
 	Command string            `json:"command" jsonschema:"the shell command to run (run by /bin/sh -c)"`
 	ID      string            `json:"id,omitempty" jsonschema:"the run's ID: 1 to 64 letters, digits, '.', '_' and '-', not starting with '.' or '-' (default: made from the command)"`
 	Cwd     string            `json:"cwd,omitempty" jsonschema:"working directory (default: the server's)"`
-	Timeout string            `json:"timeout,omitempty" jsonschema:"stop the run if it runs longer than this duration: a Go duration such as 10m, or seconds"`
-	Grace   string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the run is stopped (default 10s)"`
+	Timeout duration          `json:"timeout,omitempty" jsonschema:"stop the run if it runs longer than this: a Go duration such as \"10m\", or a number of seconds such as 600 (not \"600\": a string has a unit)"`
+	Grace   duration          `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL when the run is stopped: a Go duration such as \"30s\", or a number of seconds (default 10s)"`
 	Env     map[string]string `json:"env,omitempty" jsonschema:"variables to set in the run's environment, on top of the server's"`
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
 	After   []string          `json:"after,omitempty" jsonschema:"runs to wait for, each ID or ID:condition: completed (the default), ended (however it ended) or ready (it runs and is ready); the run is queued until every one holds, and canceled if one no longer can"`
@@ -157,7 +157,7 @@ type slurmIn struct {
 	Memory     string   `json:"memory,omitempty" jsonschema:"memory per node, such as 8G (sbatch --mem)"`
 	GPUs       string   `json:"gpus,omitempty" jsonschema:"GPUs: a number, or TYPE:NUMBER (sbatch --gpus)"`
 	Nodes      int      `json:"nodes,omitempty" jsonschema:"nodes (sbatch --nodes)"`
-	Time       string   `json:"time,omitempty" jsonschema:"Slurm's time limit, a Go duration such as 2h or seconds: past it the run ends timed_out"`
+	Time       duration `json:"time,omitempty" jsonschema:"Slurm's time limit, a Go duration such as \"2h\", or a number of seconds: past it the run ends timed_out"`
 	Account    string   `json:"account,omitempty" jsonschema:"the account to charge (sbatch --account)"`
 	QOS        string   `json:"qos,omitempty" jsonschema:"the quality of service (sbatch --qos)"`
 	Constraint string   `json:"constraint,omitempty" jsonschema:"node features (sbatch --constraint)"`
@@ -203,14 +203,14 @@ type logsOut struct {
 const maxLogBytes = 4 << 20
 
 type cancelIn struct {
-	ID    string `json:"id" jsonschema:"the run's ID"`
-	Grace string `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: the run's own)"`
+	ID    string   `json:"id" jsonschema:"the run's ID"`
+	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own)"`
 }
 
 type cancelAllIn struct {
 	All    bool              `json:"all,omitempty" jsonschema:"every active run of this session (of every session if the server has none); or give labels"`
 	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the runs with every one of these labels"`
-	Grace  string            `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL, a Go duration or seconds (default: each run's own)"`
+	Grace  duration          `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: each run's own)"`
 }
 
 type outcomesOut struct {
@@ -250,7 +250,7 @@ func addTools(s *mcp.Server, t *tools) {
 // Out, described by an output schema; a tool error carries one only if the
 // handler gives one (a refused request's outcome).
 func add[In, Out any](s *mcp.Server, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
-	tool := &mcp.Tool{Name: name, Description: desc, OutputSchema: outputSchema[Out]()}
+	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: schemaOf[In](), OutputSchema: schemaOf[Out]()}
 	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
 		defer func() {
 			if p := recover(); p != nil {
@@ -270,18 +270,20 @@ func add[In, Out any](s *mcp.Server, name, desc string, h func(context.Context, 
 // unlike a concrete type, it may be nil: an error's result has none.
 type structured interface{}
 
-// outputSchema is the JSON Schema of a tool's result of type T, as it is
-// marshaled: durations are strings.
-func outputSchema[T any]() *jsonschema.Schema {
+// schemaOf is the JSON Schema of a tool's arguments or result of type T,
+// as it is unmarshaled or marshaled: a result's durations are strings; an
+// argument's (duration) a string or a number of seconds.
+func schemaOf[T any]() *jsonschema.Schema {
 	rt := reflect.TypeFor[T]()
 	if rt.Kind() == reflect.Pointer {
 		rt = rt.Elem()
 	}
 	s, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[spool.Duration](): {Type: "string", Description: "a Go duration, such as 1m30s"},
+		reflect.TypeFor[duration]():       {Types: []string{"string", "number"}},
 	}})
 	if err != nil {
-		panic(fmt.Sprintf("output schema of %v: %v", rt, err))
+		panic(fmt.Sprintf("schema of %v: %v", rt, err))
 	}
 	return s
 }
@@ -289,11 +291,11 @@ func outputSchema[T any]() *jsonschema.Schema {
 func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *tend.Record, error) {
 	req := tend.Request{Shell: in.Command, Labels: in.Labels}
 	var err error
-	if req.Timeout, err = durationArg("timeout", in.Timeout); err != nil {
+	if req.Timeout, err = in.Timeout.read("timeout"); err != nil {
 		return toolError("start: " + err.Error()), nil, nil
 	}
-	if in.Grace != "" {
-		g, err := durationArg("grace", in.Grace)
+	if in.Grace != nil {
+		g, err := in.Grace.read("grace")
 		if err != nil {
 			return toolError("start: " + err.Error()), nil, nil
 		}
@@ -333,8 +335,8 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 		}
 		req.Slurm = &spool.Slurm{Partition: s.Partition, CPUs: s.CPUs, Memory: s.Memory, GPUs: s.GPUs, Nodes: s.Nodes,
 			Account: s.Account, QOS: s.QOS, Constraint: s.Constraint, Args: s.Args}
-		if s.Time != "" {
-			if req.Slurm.Time, err = durationArg("slurm.time", s.Time); err != nil {
+		if s.Time != nil {
+			if req.Slurm.Time, err = s.Time.read("slurm.time"); err != nil {
 				return toolError("start: " + err.Error()), nil, nil
 			}
 		}
@@ -444,7 +446,7 @@ func (t *tools) logsBoth(ctx context.Context, in logsIn) (*mcp.CallToolResult, *
 }
 
 func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
-	grace, err := durationArg("grace", in.Grace)
+	grace, err := in.Grace.read("grace")
 	if err != nil {
 		return toolError("cancel: " + err.Error()), nil, nil
 	}
@@ -452,7 +454,7 @@ func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *
 }
 
 func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
-	grace, err := durationArg("grace", in.Grace)
+	grace, err := in.Grace.read("grace")
 	if err != nil {
 		return toolError("cancel_all: " + err.Error()), nil, nil
 	}
@@ -527,9 +529,8 @@ func outcomeResult(verb string) func(tend.Outcome, error) (*mcp.CallToolResult, 
 	}
 }
 
-// durationArg reads a duration argument as the spool reads one (a Go
-// duration or a number of seconds, not negative, at most a year); ""
-// is none.
+// durationArg reads a duration argument given as a string as the spool
+// reads one (a Go duration, not negative, at most a year); "" is none.
 func durationArg(name, s string) (spool.Duration, error) {
 	var d spool.Duration
 	if s == "" {
@@ -537,6 +538,26 @@ func durationArg(name, s string) (spool.Duration, error) {
 	}
 	raw, _ := json.Marshal(s)
 	return durationJSON(name, raw)
+}
+
+// duration is a duration argument as it was sent: a Go duration string
+// or a number of seconds, as a request takes one, read when the tool
+// knows its name (read). It is nil if it was not sent.
+type duration json.RawMessage
+
+// UnmarshalJSON keeps b, to be read by read.
+func (d *duration) UnmarshalJSON(b []byte) error {
+	*d = append(duration(nil), b...)
+	return nil
+}
+
+// read reads d as the spool reads a duration (not negative, at most a
+// year); the error names the argument, name. None is 0.
+func (d duration) read(name string) (spool.Duration, error) {
+	if d == nil {
+		return 0, nil
+	}
+	return durationJSON(name, d)
 }
 
 // durationJSON reads a duration given as JSON (a string or a number of
