@@ -30,6 +30,11 @@ type LogSlice struct {
 	EOF   bool   `json:"eof"`
 	Final bool   `json:"final"`
 	Data  string `json:"data"`
+	// Size is the stream's size as read: the offset just past the last
+	// byte written (at least Next, if Data is not empty). An offset past
+	// it reads nothing. It is not in tend logs --json, whose schema names
+	// every member.
+	Size int64 `json:"-"`
 }
 
 // LogLine is a line of a run's output, or its last bytes if they have no
@@ -75,8 +80,12 @@ func (c *Client) readLog(st *Record, stream string, offset, max int64) (LogSlice
 	if err != nil {
 		return LogSlice{Stream: stream}, err
 	}
+	end := size
+	if len(sl.Data) > 0 && sl.Next > end {
+		end = sl.Next // written since size was read
+	}
 	return LogSlice{Stream: stream, Offset: sl.Offset, Next: sl.Next, Dropped: sl.Dropped,
-		EOF: sl.Next >= size, Final: tracker.Final(st.State), Data: string(sl.Data)}, nil
+		EOF: sl.Next >= size, Final: tracker.Final(st.State), Data: string(sl.Data), Size: end}, nil
 }
 
 // TailLog returns the last n lines (n > 0) of run id's stream as a slice
@@ -155,6 +164,9 @@ type Lines struct {
 	// the run has ended: then nothing more will come.
 	EOF   bool `json:"eof"`
 	Final bool `json:"final"`
+	// Size is each stream's size after the read: the offset just past
+	// its last byte written. An offset past it reads nothing.
+	Size LogPlace `json:"-"`
 }
 
 // ReadLines returns run id's lines of both streams from place from, in
@@ -187,6 +199,7 @@ func (c *Client) ReadLines(ctx context.Context, id string, from LogPlace, max in
 	}
 	if st != nil {
 		out.Final = tracker.Final(st.State)
+		out.Size = LogPlace{c.store.OutputSize(st, Stdout), c.store.OutputSize(st, Stderr)}
 	}
 	return out, err
 }

@@ -138,3 +138,32 @@ func TestReadLinesGoesOnFromNext(t *testing.T) {
 		t.Errorf("paged: %d lines, want the %d of one read, in its order", len(paged), len(whole.Lines))
 	}
 }
+
+// A read says how large the stream is, so that a reader whose offset is
+// past its end can tell that from "nothing new yet".
+func TestReadsSayTheSize(t *testing.T) {
+	c, _ := endedRun(t, "sized", "printf hello; printf oops >&2")
+	ctx := context.Background()
+	for _, tt := range []struct {
+		offset, max int64
+		data        string
+		next        int64
+	}{
+		{0, 0, "hello", 5},
+		{1, 2, "el", 3},
+		{5, 0, "", 5},
+		{6, 0, "", 6},
+		{1 << 40, 0, "", 1 << 40},
+	} {
+		sl, err := c.ReadLog(ctx, "sized", tend.Stdout, tt.offset, tt.max)
+		if err != nil || sl.Data != tt.data || sl.Next != tt.next || sl.Size != 5 {
+			t.Errorf("ReadLog(%d, %d) = %q, next %d, size %d, %v; want %q, next %d, size 5", tt.offset, tt.max, sl.Data, sl.Next, sl.Size, err, tt.data, tt.next)
+		}
+	}
+	for _, from := range []tend.LogPlace{{}, {Stdout: 5, Stderr: 4}, {Stdout: 9, Stderr: 1 << 40}} {
+		read, err := c.ReadLines(ctx, "sized", from, 0)
+		if err != nil || read.Size != (tend.LogPlace{Stdout: 5, Stderr: 4}) {
+			t.Errorf("ReadLines(%+v): size %+v, %v; want {5 4}", from, read.Size, err)
+		}
+	}
+}

@@ -190,12 +190,19 @@ type logsIn struct {
 
 // logsOut is a slice of one stream, or with stream both, the lines of
 // both from offset (stdout's) and stderr_offset, each with its own
-// offsets; next and next_stderr say where to go on from.
+// offsets; next and next_stderr say where to go on from. Size, PastEnd
+// and InvalidUTF8 say what data alone cannot: that the offset asked for
+// is past the end (nothing was read, and nothing new may be there yet
+// either), and that the output had bytes JSON cannot carry.
 type logsOut struct {
 	tend.LogSlice
 	StderrOffset *int64         `json:"stderr_offset,omitempty" jsonschema:"with stream both: stderr's offset read from (offset and next are stdout's)"`
 	NextStderr   *int64         `json:"next_stderr,omitempty" jsonschema:"with stream both: stderr's offset to read on from (pass it as stderr_offset, and next as offset)"`
 	Lines        []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
+	StreamSize   int64          `json:"size" jsonschema:"the stream's size as read: the offset just past the last byte written (with stream both: stdout's)"`
+	StderrSize   *int64         `json:"stderr_size,omitempty" jsonschema:"with stream both: stderr's size as read"`
+	PastEnd      bool           `json:"past_end" jsonschema:"the offset asked for (with stream both: offset or stderr_offset) is past the end of what its stream holds (size): nothing was read from there"`
+	InvalidUTF8  int64          `json:"invalid_utf8" jsonschema:"how many bytes of data (with stream both: of the lines' data) are not UTF-8: JSON carries only UTF-8 text, so each is U+FFFD in data, which is then not the bytes written (offsets and next still count those)"`
 }
 
 // maxLogBytes bounds what one logs call returns, of one stream or of
@@ -238,7 +245,7 @@ func addTools(s *mcp.Server, t *tools) {
 	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
 	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
-	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset).", t.logs)
+	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
 	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
 	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
 	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
@@ -402,7 +409,7 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 			// and the next read's rest another: they are read next time.
 			sl.Data, sl.Next, sl.EOF = sl.Data[:len(sl.Data)-cut], sl.Next-int64(cut), false
 		}
-		return nil, &logsOut{LogSlice: sl}, nil
+		return nil, &logsOut{LogSlice: sl, StreamSize: sl.Size, PastEnd: sl.Offset > sl.Size, InvalidUTF8: invalidUTF8(sl.Data)}, nil
 	case "both":
 		return t.logsBoth(ctx, in)
 	}
@@ -439,10 +446,34 @@ func (t *tools) logsBoth(ctx context.Context, in logsIn) (*mcp.CallToolResult, *
 	if read.Lines == nil {
 		read.Lines = []tend.LogLine{}
 	}
+	var bad int64
+	for _, l := range read.Lines {
+		bad += invalidUTF8(l.Data)
+	}
 	return nil, &logsOut{
 		LogSlice:     tend.LogSlice{Stream: "both", Offset: from.Stdout, Next: read.Next.Stdout, Dropped: read.Dropped, EOF: read.EOF, Final: read.Final},
 		StderrOffset: &from.Stderr, NextStderr: &read.Next.Stderr, Lines: read.Lines,
+		StreamSize: read.Size.Stdout, StderrSize: &read.Size.Stderr,
+		PastEnd:     from.Stdout > read.Size.Stdout || from.Stderr > read.Size.Stderr,
+		InvalidUTF8: bad,
 	}, nil
+}
+
+// invalidUTF8 returns how many bytes of s are not UTF-8: those that JSON
+// carries as U+FFFD, each.
+func invalidUTF8(s string) int64 {
+	if utf8.ValidString(s) {
+		return 0
+	}
+	var n int64
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			n++
+		}
+		i += size
+	}
+	return n
 }
 
 func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
