@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -412,8 +413,11 @@ func (s *Start) validate() error {
 		}
 	}
 	for _, k := range sortedKeys(s.Labels) {
-		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(s.Labels[k]) {
-			return errors.New(`"labels": a key is empty or not UTF-8: keys are non-empty UTF-8`)
+		if !utf8.ValidString(s.Labels[k]) {
+			return fmt.Errorf(`"labels": %q: its value is not UTF-8`, k)
+		}
+		if err := CheckLabelKey(k); err != nil {
+			return fmt.Errorf(`"labels": %v`, err)
 		}
 	}
 	if s.Session != "" {
@@ -585,12 +589,30 @@ func ParseLabel(body []byte) (Label, error) {
 	if len(l.Set)+len(l.Remove) == 0 {
 		return l, errors.New("no labels: a label body is lines of K=V, or {\"labels\": {...}}")
 	}
-	for k := range l.Set {
-		if k == "" || strings.ContainsAny(k, "\x00\n") {
-			return l, errors.New("a label key is empty or spans lines: want a non-empty key on one line")
+	for _, k := range sortedKeys(l.Set) {
+		if err := CheckLabelKey(k); err != nil {
+			return l, err // a key set; any may be removed, as one set before keys were checked
 		}
 	}
 	return l, checkControl(l.Session, l.IfRev)
+}
+
+// CheckLabelKey returns why k cannot be a label's key, or nil. A key is
+// non-empty UTF-8 with no '=', which would make it another key in K=V
+// (a label request's lines, tend start -l, tend ls -l), and no control
+// character (C0, DEL or C1): none can be typed in those either, and on a
+// terminal it would hide or fake what a key is. A value is free text.
+func CheckLabelKey(k string) error {
+	if k == "" {
+		return errors.New("a key is empty: keys are non-empty UTF-8")
+	}
+	if !utf8.ValidString(k) {
+		return fmt.Errorf("key %q is not UTF-8", k)
+	}
+	if i := strings.IndexFunc(k, func(r rune) bool { return r == '=' || unicode.IsControl(r) }); i >= 0 {
+		return fmt.Errorf("key %q has %q at byte %d: keys have no '=' and no control characters", k, badChar(k[i:]), i)
+	}
+	return nil
 }
 
 // Note is a parsed note request: a line of text kept with the run.

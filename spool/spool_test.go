@@ -128,6 +128,9 @@ func TestParseStart(t *testing.T) {
 		{"seconds timeout", `{"command": "x", "timeout": 1.5}`, []string{"/bin/sh", "-c", "x"}, "", false},
 		{"huge grace", `{"command": "x", "grace": "48h"}`, nil, `"grace": 48h0m0s is longer than the limit`, false},
 		{"bad env", `{"command": "x", "env": {"A=B": "c"}}`, nil, `"env": bad variable "A=B"`, false},
+		{"label key with =", `{"command": "x", "labels": {"a=b": "c"}}`, nil, `"labels": key "a=b" has "=" at byte 1`, false},
+		{"label key with ESC", `{"command": "x", "labels": {"\u001b[8mk": "c"}}`, nil, `"labels": key "\x1b[8mk" has "\x1b" at byte 0`, false},
+		{"label value with ESC", `{"command": "x", "labels": {"k": "\u001b[8m\u0000"}}`, []string{"/bin/sh", "-c", "x"}, "", false},
 		{"NUL in an env value", `{"command": "x", "env": {"A": "b\u0000c"}}`, nil, `"env": variable "A": its value has a NUL byte`, false},
 		{"bad session", `{"command": "x", "session": "../x"}`, nil, `"session"`, false},
 		{"trailing data", `{"command": "x"} {}`, nil, "unexpected data after", false},
@@ -222,6 +225,18 @@ func TestParseLabel(t *testing.T) {
 		{"\n\n", "", "", "no labels"},
 		{`{"labels": {"k": 1}}`, "", "", "want string"},
 		{`{"labels": {"k": "v"}, "if_rev": 0}`, "", "", `"if_rev": 0 is not a revision`},
+		// A key has no '=' and no control character; a value is free text.
+		{`{"labels": {"a=b": "v"}}`, "", "", `key "a=b" has "=" at byte 1: keys have no '=' and no control characters`},
+		{`{"labels": {"k\u001b]0;x": "v"}}`, "", "", `key "k\x1b]0;x" has "\x1b" at byte 1`},
+		{`{"labels": {"k\u0000": "v"}}`, "", "", `key "k\x00" has "\x00" at byte 1`},
+		{`{"labels": {"k\u009b": "v"}}`, "", "", `key "k\u009b" has "\u009b" at byte 1`},
+		{`{"labels": {"k\u007f": "v"}}`, "", "", `key "k\x7f" has "\x7f"`},
+		{`{"labels": {"k\tx": "v"}}`, "", "", `key "k\tx" has "\t"`},
+		{`{"labels": {"": "v"}}`, "", "", `a key is empty`},
+		{"k\x00=v", "", "", `key "k\x00" has "\x00"`},
+		{`{"labels": {"k": "v\u001b[2J\u0000\n"}}`, "k=v\x1b[2J\x00\n", "", ""},
+		{`{"labels": {"k\u001b": null}}`, "", "k\x1b", ""},
+		{"été=ok", "été=ok", "", ""},
 	}
 	for _, tt := range tests {
 		l, err := ParseLabel([]byte(tt.body))
