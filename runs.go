@@ -88,7 +88,10 @@ func Body(req Request) ([]byte, error) {
 		return nil, checkSize(spool.VerbStart, body)
 	}
 	if err == nil {
-		_, err = spool.ParseStart(body)
+		var s spool.Start
+		if s, err = spool.ParseStart(body); err == nil {
+			err = s.CheckNew()
+		}
 	}
 	if err != nil {
 		return nil, invalidf("%v", err)

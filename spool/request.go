@@ -413,11 +413,8 @@ func (s *Start) validate() error {
 		}
 	}
 	for _, k := range sortedKeys(s.Labels) {
-		if !utf8.ValidString(s.Labels[k]) {
-			return fmt.Errorf(`"labels": %q: its value is not UTF-8`, k)
-		}
-		if err := CheckLabelKey(k); err != nil {
-			return fmt.Errorf(`"labels": %v`, err)
+		if k == "" || !utf8.ValidString(k) || !utf8.ValidString(s.Labels[k]) {
+			return errors.New(`"labels": a key is empty or not UTF-8: keys are non-empty UTF-8`)
 		}
 	}
 	if s.Session != "" {
@@ -595,6 +592,20 @@ func ParseLabel(body []byte) (Label, error) {
 		}
 	}
 	return l, checkControl(l.Session, l.IfRev)
+}
+
+// CheckNew returns why s may not be taken as a new request, beyond what
+// ParseStart checks of every request, or nil: a label key is checked by
+// CheckLabelKey. A request taken before (queued, claimed, a service's,
+// read again at each restart) is not checked so: what a watcher took
+// stays taken, whatever a later version refuses.
+func (s Start) CheckNew() error {
+	for _, k := range sortedKeys(s.Labels) {
+		if err := CheckLabelKey(k); err != nil {
+			return fmt.Errorf(`"labels": %v`, err)
+		}
+	}
+	return nil
 }
 
 // CheckLabelKey returns why k cannot be a label's key, or nil. A key is

@@ -198,6 +198,9 @@ func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
 	switch n.Verb {
 	case spool.VerbStart:
 		req, err := spool.ParseStart(f.Body)
+		if err == nil {
+			err = req.CheckNew() // a request taken before is not read here
+		}
 		return func() { w.takeStart(n, f, req) }, err
 	case spool.VerbDelete:
 		req, err := spool.ParseDelete(f.Body)
