@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -40,7 +42,11 @@ the run's. Example:
 
 func (c *signalCmd) Run(e *env) error {
 	return c.send(e, "signal", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
-		return cl.Signal(e.context(), c.ID, c.Signal, o)
+		out, err := cl.Signal(e.context(), c.ID, c.Signal, o)
+		if errors.Is(err, tend.ErrInvalid) { // the signal: named with the run, as its outcome would be
+			err = fmt.Errorf("signal %s: %w", c.ID, err)
+		}
+		return out, err
 	})
 }
 
