@@ -265,18 +265,5 @@ func checkSize(verb string, body []byte) error {
 
 // parseControl parses a control request's body as the watcher will.
 func parseControl(verb string, body []byte) error {
-	var err error
-	switch verb {
-	case spool.VerbDelete:
-		_, err = spool.ParseDelete(body)
-	case spool.VerbLabel:
-		_, err = spool.ParseLabel(body)
-	case spool.VerbNote:
-		_, err = spool.ParseNote(body)
-	case spool.VerbSignal:
-		_, err = spool.ParseSignal(body)
-	default: // cancel, restart, pause and resume share one body
-		_, err = spool.ParseCancel(body)
-	}
-	return err
+	return spool.ParseControl(spool.Name{Verb: verb}, body)
 }

@@ -1,6 +1,7 @@
 package spool
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -310,6 +311,49 @@ func rejectedName(name string, i int) string {
 		name = name[:limit]
 	}
 	return name + suffix
+}
+
+// IsReason reports whether b is what Reject writes in rejected/ beside a
+// request it moved there as file: one line, "<name>: <reason>", naming a
+// request that file is the rejected name of (cut short, numbered).
+func IsReason(file string, b []byte) bool {
+	line, ok := bytes.CutSuffix(b, []byte("\n"))
+	if !ok || bytes.IndexByte(line, '\n') >= 0 {
+		return false
+	}
+	for i := 0; ; i++ {
+		k := bytes.Index(line[i:], []byte(": "))
+		if k < 0 {
+			return false
+		}
+		i += k
+		if name, ok := unprintable(string(line[:i])); ok && rejectedAs(name, file) {
+			return true
+		}
+	}
+}
+
+// unprintable returns the name Printable made s of, if it made s.
+func unprintable(s string) (string, bool) {
+	name := s
+	if strings.HasPrefix(s, `"`) {
+		var err error
+		if name, err = strconv.Unquote(s); err != nil {
+			return "", false
+		}
+	}
+	return name, Printable(name) == s
+}
+
+// rejectedAs reports whether file is a name Reject gives a request
+// rejected as name (rejectedName).
+func rejectedAs(name, file string) bool {
+	if rejectedName(name, 0) == file {
+		return true
+	}
+	dot := strings.LastIndexByte(file, '.')
+	i, err := strconv.Atoi(file[dot+1:])
+	return dot >= 0 && err == nil && i > 0 && rejectedName(name, i) == file
 }
 
 // Printable quotes a name that holds bytes a terminal or a line-oriented

@@ -744,3 +744,27 @@ func sortedKeys(m map[string]string) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// ParseControl parses the body of control request n (any verb but start,
+// or a selector request) as the watcher takes it, and returns why it does
+// not parse, or nil.
+func ParseControl(n Name, body []byte) error {
+	var err error
+	switch {
+	case n.ID == SelectID:
+		_, err = ParseSelect(n.Verb, body)
+	case n.Verb == VerbStart:
+		err = fmt.Errorf("%s is a start request, not a control request", n)
+	case n.Verb == VerbDelete:
+		_, err = ParseDelete(body)
+	case n.Verb == VerbLabel:
+		_, err = ParseLabel(body)
+	case n.Verb == VerbNote:
+		_, err = ParseNote(body)
+	case n.Verb == VerbSignal:
+		_, err = ParseSignal(body)
+	default: // cancel, restart, pause and resume share one body
+		_, err = ParseCancel(body)
+	}
+	return err
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 )
@@ -173,4 +174,23 @@ func ParseSelectOutcome(b []byte) ([]RunOutcome, error) {
 		runs = append(runs, RunOutcome{ID: id, Outcome: outcome, Detail: detail})
 	}
 	return runs, nil
+}
+
+// ParseChosen parses the runs the watcher keeps beside a claimed selector
+// request, as claims/<uid>:<name>.chosen: the inode of the request file
+// they were selected for, then their IDs, each on a line.
+func ParseChosen(b []byte) (ino uint64, ids []string, err error) {
+	if len(b) == 0 {
+		return 0, nil, errors.New("empty")
+	}
+	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+	if ino, err = strconv.ParseUint(lines[0], 10, 64); err != nil {
+		return 0, nil, fmt.Errorf("its first line is not the inode of a request: %q", lines[0])
+	}
+	for _, id := range lines[1:] {
+		if err := ValidID(id); err != nil {
+			return 0, nil, fmt.Errorf("a run that is no ID: %q", id)
+		}
+	}
+	return ino, lines[1:], nil
 }

@@ -6,7 +6,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
@@ -178,15 +177,9 @@ func readChosen(path string, ino uint64) ([]string, bool) {
 	if err != nil || int(st.Uid) != os.Geteuid() {
 		return nil, false
 	}
-	lines := strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
-	if lines[0] != strconv.FormatUint(ino, 10) {
+	kept, ids, err := spool.ParseChosen(b)
+	if err != nil || kept != ino {
 		return nil, false
-	}
-	ids := lines[1:]
-	for _, id := range ids {
-		if spool.ValidID(id) != nil {
-			return nil, false
-		}
 	}
 	return ids, true
 }
