@@ -54,8 +54,12 @@ func IdentifyRun(pid int, id string) (uint64, bool) {
 // CheckAccess), bad history lines (each with its file and line), state
 // files that do not parse, were edited by hand, or have no event in the
 // history, records whose process is gone, leftover temporary files,
-// orphaned outcome files and run directories, and a failed sync that the
-// unsynced file records (SyncFailure). It changes nothing.
+// orphaned outcome files and run directories, a failed sync that the
+// unsynced file records (SyncFailure), and the requests the watcher took:
+// a claimed start request a run that has not ended cannot start again
+// from, a control request in claims/ that does not parse (or, while no
+// watcher runs, one not yet carried out), and a request in rejected/
+// without its reason or a reason without its request. It changes nothing.
 func Check(root string, alive Liveness) []Problem {
 	var problems []Problem
 	var st unix.Stat_t
@@ -75,7 +79,21 @@ func Check(root string, alive Liveness) []Problem {
 	problems = append(problems, checkRuns(root, events, alive)...)
 	problems = append(problems, leftovers(root)...)
 	problems = append(problems, orphanOutcomes(root)...)
+	watching, _, _ := ProbeWatcher(root)
+	for _, f := range requestFindings(fsckStore(root), root, watching) {
+		problems = append(problems, f.Problem)
+	}
 	return problems
+}
+
+// fsckStore returns root's store, with the root's key if this user may
+// read it: the watcher's user checks the seals too.
+func fsckStore(root string) *Store {
+	s := NewStore(root)
+	if key, _, err := LoadKey(root, false); err == nil {
+		s.SetKey(key)
+	}
+	return s
 }
 
 // Persisting returns the problems of later that earlier found too, in
@@ -162,10 +180,7 @@ func readLines(path string) ([][]byte, error) {
 }
 
 func checkRuns(root string, events map[string][]Event, alive Liveness) []Problem {
-	s := NewStore(root)
-	if key, _, err := LoadKey(root, false); err == nil {
-		s.SetKey(key) // the watcher's user checks the seals too
-	}
+	s := fsckStore(root)
 	ents, err := os.ReadDir(s.Dir())
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -255,6 +270,7 @@ func leftovers(root string) []Problem {
 	add("runs/*/*", "a temporary file left by an interrupted write", isTemp)
 	add("outcomes/*", "a temporary file left by an interrupted write", isTemp)
 	add("outcomes/*/*", "a temporary file left by an interrupted write", isTemp) // users' answers (spool.Dir.OutcomesOf)
+	add("claims/*", tempFile, requestTemp.MatchString)                           // a selector's runs (rejected/'s are told apart in checkRejected)
 	add("exits/.record-*", "a temporary file left by an interrupted write", nil)
 	add("runs/.*.deleted-*", "a deletion cut short (the next watcher finishes it)", nil)
 	return problems
@@ -284,25 +300,28 @@ func orphanOutcomes(root string) []Problem {
 }
 
 // Repair fixes what it can of what Check finds, and returns what it did,
-// one line each. Nothing is deleted but partial writes: bad history lines
-// are moved to <file>.bad, and a bad state file is kept as
-// state.json.bad, then rebuilt from the run's request and history (a live
-// process, if alive says so, is kept; a record that says running and whose
-// process is gone ends failed). The caller makes sure no watcher runs.
-func Repair(root string, identify Identify) ([]string, error) {
-	var done []string
+// one line each, and what it found among the requests the watcher took
+// and left, each with why. Nothing is deleted but partial writes (and
+// what a crash left of requests answered: a deleted run's accepted
+// answer, a selector's runs, a reason whose request was never moved
+// beside it): bad history lines are moved to <file>.bad, and a bad state
+// file is kept as state.json.bad, then rebuilt from the run's request and
+// history (a live process, if alive says so, is kept; a record that says
+// running and whose process is gone ends failed). A request whose bytes
+// were lost stays as it is. The caller makes sure no watcher runs.
+func Repair(root string, identify Identify) (done []string, left []Problem, err error) {
 	lockFD := -1
 	if err := lockHistory(root, &lockFD, unix.LOCK_EX); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer closeLock(&lockFD)
 	moved, err := repairHistory(root)
 	if err != nil {
-		return done, err
+		return done, nil, err
 	}
 	done = append(done, moved...)
 	if n, err := appendPendingLocked(root); err != nil {
-		return done, err
+		return done, nil, err
 	} else if n > 0 {
 		done = append(done, fmt.Sprintf("%s: appended the %d changes that waited in %s", layout.Root(root).History(), n, layout.Root(root).PendingHistory()))
 	}
@@ -312,7 +331,7 @@ func Repair(root string, identify Identify) ([]string, error) {
 	// with no key yet has its records sealed by its next watcher.
 	key, _, err := LoadKey(root, false)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return done, fmt.Errorf("repairing needs the root's key, which only the watcher's user may read: %w", err)
+		return done, nil, fmt.Errorf("repairing needs the root's key, which only the watcher's user may read: %w", err)
 	}
 	s.SetKey(key)
 	ents, _ := os.ReadDir(s.Dir())
@@ -322,7 +341,7 @@ func Repair(root string, identify Identify) ([]string, error) {
 		}
 		what, err := repairRun(s, root, e.Name(), events[e.Name()], identify)
 		if err != nil {
-			return done, err
+			return done, nil, err
 		}
 		done = append(done, what...)
 	}
@@ -342,14 +361,16 @@ func Repair(root string, identify Identify) ([]string, error) {
 			done = append(done, p.Path+": removed (its run was deleted)")
 		}
 	}
+	fixed, left := repairRequests(s, root)
+	done = append(done, fixed...)
 	// What was appended to the history is as durable as the records
 	// rebuilt with it. (Its name, if the repair made the file, is made
 	// durable by the next watcher, which syncs the root as it starts;
 	// until then a power loss only undoes the repair, to be done again.)
 	if err := OpenHistory(root).syncData(durable.FlushRepair); err != nil {
-		return done, err
+		return done, nil, err
 	}
-	return done, nil
+	return done, left, nil
 }
 
 // repairHistory moves the bad lines of every history file to <file>.bad,

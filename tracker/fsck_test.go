@@ -1,10 +1,18 @@
 package tracker
 
 import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
 )
 
 func TestPersisting(t *testing.T) {
@@ -63,5 +71,228 @@ func TestCheckRunCovered(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("a %s record, the history's completed after it: reported %v, want %v", tc.state, got, tc.want)
 		}
+	}
+}
+
+// TestRequestFindings: each way a loss (a power loss, a disk error, a
+// hand) leaves the requests the watcher took is reported with what it
+// costs, and only those: a queued run's request is in the spool, an
+// ended run needs its own no more, a claim under way is the watcher's.
+// Repair removes only what nothing needs (a partial write, what an
+// answered request left) and leaves the rest, saying why.
+func TestRequestFindings(t *testing.T) {
+	service := &spool.Restart{Policy: spool.RestartAlways}
+	badStart := `{"command": 1}`
+	_, badStartErr := spool.ParseStart([]byte(badStart))
+	tests := []struct {
+		name     string
+		make     func(r *fakeRoot)
+		watching bool
+		want     string // "PATH: what" with PATH from the root, or ""
+		removed  bool   // repair removes PATH
+	}{
+		{"a running run's request, whole", func(r *fakeRoot) { r.run("a", Running, nil, "true") }, false, "", false},
+		{"a running run's request missing", func(r *fakeRoot) { r.run("a", Running, nil, "") },
+			false, "runs/a/request: missing: the run cannot be restarted: a restart request ends it failed", false},
+		{"a service's request empty", func(r *fakeRoot) { r.run("a", Running, service, ""); r.file("runs/a/request", "") },
+			false, "runs/a/request: empty (a power loss took back what was not synced, or a hand emptied it): the service cannot be restarted: its next restart ends it failed", false},
+		{"a starting run's request a symlink", func(r *fakeRoot) { r.run("a", Starting, nil, ""); r.symlink("runs/a/request", "../../x") },
+			false, "runs/a/request: a symbolic link: not a regular file: if the run has not started yet, it cannot be (the next watcher records it failed), nor restarted", false},
+		{"a run in backoff whose request does not parse", func(r *fakeRoot) { r.run("a", Backoff, service, badStart) },
+			false, "runs/a/request: it does not parse (" + badStartErr.Error() + "): its next attempt cannot start: the run ends failed", false},
+		{"a run too large to be a request", func(r *fakeRoot) {
+			r.run("a", Running, nil, "")
+			r.file("runs/a/request", strings.Repeat("x", spool.MaxBody+1))
+		}, false, fmt.Sprintf("runs/a/request: %d bytes, larger than the limit of %d: the run cannot be restarted: a restart request ends it failed", spool.MaxBody+1, spool.MaxBody), false},
+		{"a queued run's request is in the spool", func(r *fakeRoot) { r.run("a", Queued, nil, "") }, false, "", false},
+		{"a Slurm job's queued run needs its own", func(r *fakeRoot) {
+			r.run("a", Queued, nil, "")
+			st, _ := r.s.Read("a")
+			st.Job = &Job{Engine: "slurm", Tag: "t"}
+			r.write(st)
+		}, false, "runs/a/request: missing: if the run has not started yet, it cannot be (the next watcher records it failed), nor restarted", false},
+		{"an ended run needs its own no more", func(r *fakeRoot) { r.run("a", Completed, nil, ""); r.file("runs/b", "") }, false, "", false},
+
+		{"a claim not carried out, no watcher", func(r *fakeRoot) { r.file("claims/0:a@t.cancel", "") },
+			false, "claims/0:a@t.cancel: a claimed cancel request not yet carried out (a watcher takes it again when it starts)", false},
+		{"a claim under way", func(r *fakeRoot) { r.file("claims/0:a@t.cancel", `{"grace": "5s"}`) }, true, "", false},
+		{"a claim emptied", func(r *fakeRoot) { r.file("claims/1000:a@t.note", "") },
+			true, "claims/1000:a@t.note: empty (a power loss took back what was not synced, or a hand emptied it): the next watcher puts it back in the spool, where it is rejected with the reason: send it again", false},
+		{"a claim that does not parse", func(r *fakeRoot) { r.file("claims/0:*@t.signal", `{"all": true}`) },
+			true, `claims/0:*@t.signal: it does not parse (missing "signal"): the next watcher puts it back in the spool, where it is rejected with the reason: send it again`, false},
+		{"a claim that is a FIFO", func(r *fakeRoot) { r.fifo("claims/0:a.delete") },
+			true, "claims/0:a.delete: a FIFO: not a regular file: no watcher takes it, and a request of this name is rejected while it is in the way", false},
+		{"a start in claims/", func(r *fakeRoot) { r.file("claims/0:a.start", "true") },
+			true, "claims/0:a.start: not a claimed request (the watcher claims to <uid>:<request name>, and a selector's runs beside it as .chosen): nothing reads it", false},
+		{"a stranger in claims/", func(r *fakeRoot) { r.file("claims/notes.txt", "hi") },
+			true, "claims/notes.txt: not a claimed request (the watcher claims to <uid>:<request name>, and a selector's runs beside it as .chosen): nothing reads it", false},
+		{"a selector's runs, with it", func(r *fakeRoot) {
+			r.file("claims/0:*@t.cancel", `{"all": true}`)
+			r.file("claims/0:*@t.cancel.chosen", "12\na\n")
+		}, true, "", false},
+		{"a selector's runs, it back in the spool", func(r *fakeRoot) {
+			r.file("spool/*@t.cancel", `{"all": true}`)
+			r.file("claims/0:*@t.cancel.chosen", "12\na\n")
+		}, false, "", false},
+		{"a selector's runs, it answered", func(r *fakeRoot) { r.file("claims/0:*@t.cancel.chosen", "12\na\n") },
+			true, "claims/0:*@t.cancel.chosen: " + chosenOrphan, true},
+		{"a selector's runs lost", func(r *fakeRoot) {
+			r.file("claims/0:*@t.cancel", `{"all": true}`)
+			r.file("claims/0:*@t.cancel.chosen", "")
+		}, true, "claims/0:*@t.cancel.chosen: empty: the runs its selector request selected are lost; taken again, it acts on those it selects then", false},
+		{"a selector's runs being written", func(r *fakeRoot) { r.file("claims/0:*@t.cancel.chosen4242", "12\n") }, true, "", false}, // a leftover
+		{"a chosen of no selector", func(r *fakeRoot) { r.file("claims/0:a@t.cancel.chosen", "12\n") },
+			true, "claims/0:a@t.cancel.chosen: not a claimed request (the watcher claims to <uid>:<request name>, and a selector's runs beside it as .chosen): nothing reads it", false},
+
+		{"a rejection, whole", func(r *fakeRoot) { r.reject("x.strat", "x.strat") }, false, "", false},
+		{"a rejection, numbered and cut short", func(r *fakeRoot) {
+			long := strings.Repeat("0", 255-len(".start")) + ".start"
+			r.reject(long, long)
+			r.reject(long, long)
+		}, false, "", false},
+		{"a request without its reason", func(r *fakeRoot) { r.reject("x.strat", "x.strat"); r.remove("rejected/x.strat.error") },
+			false, "rejected/x.strat: a rejected request without its reason (x.strat.error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/", false},
+		{"a reason emptied", func(r *fakeRoot) {
+			r.reject("x.strat", "x.strat")
+			r.reject("x.strat", "x.strat")
+			r.file("rejected/x.strat.1.error", "")
+		},
+			false, "rejected/x.strat.1.error: an empty reason (a power loss took back what was written, or a hand emptied it): why its request was refused is lost, but for its answer in outcomes/", false},
+		{"a reason without its request", func(r *fakeRoot) { r.reject("x.strat", "x.strat"); r.remove("rejected/x.strat") },
+			false, "rejected/x.strat.error: " + reasonOrphan, true},
+		{"a numbered reason without its request", func(r *fakeRoot) {
+			r.reject("x.strat", "x.strat")
+			r.reject("x.strat", "x.strat")
+			r.remove("rejected/x.strat.1")
+		},
+			false, "rejected/x.strat.1.error: " + reasonOrphan, true},
+		{"a request named .error, with its reason", func(r *fakeRoot) { r.reject("y.error", "y.error") }, false, "", false},
+		{"a request named .error, without its reason", func(r *fakeRoot) { r.reject("y.error", "y.error"); r.remove("rejected/y.error.error") },
+			false, "rejected/y.error: a rejected request without its reason (y.error.error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/", false},
+		{"a reason being written", func(r *fakeRoot) { r.file("rejected/x.strat.error4242", "") }, false, "rejected/x.strat.error4242: " + tempFile, true},
+		{"a request named like a reason being written", func(r *fakeRoot) { r.file("rejected/x.error4242", "echo hi") },
+			false, "rejected/x.error4242: a rejected request without its reason (x.error4242.error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/", false},
+		{"a hidden file in rejected/", func(r *fakeRoot) { r.file("rejected/.x.start.error", "") }, false, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newFakeRoot(t)
+			tt.make(r)
+			var got []string
+			for _, f := range requestFindings(r.s, r.root, tt.watching) {
+				got = append(got, strings.TrimPrefix(f.String(), r.root+"/"))
+			}
+			var want []string
+			if tt.want != "" {
+				want = []string{tt.want}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Fatalf("found:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+			}
+			if tt.want == "" {
+				return
+			}
+			path := filepath.Join(r.root, tt.want[:strings.Index(tt.want, ": ")])
+			_, err := os.Lstat(path)
+			was := err == nil
+			done, left := repairRequests(r.s, r.root)
+			_, err = os.Lstat(path)
+			removed := was && errors.Is(err, os.ErrNotExist)
+			said := slices.ContainsFunc(done, func(line string) bool { return strings.HasPrefix(line, path+": removed (") })
+			kept := slices.ContainsFunc(left, func(p Problem) bool { return p.Path == path })
+			if removed != tt.removed || said != tt.removed || kept == tt.removed {
+				t.Errorf("repair: removed %v (want %v), did %q, left %v", removed, tt.removed, done, left)
+			}
+			if found := requestFindings(r.s, r.root, tt.watching); tt.removed && len(found) > 0 {
+				t.Errorf("after repair: %v", found)
+			}
+		})
+	}
+}
+
+// fakeRoot is a root made by hand, as a watcher would have left it.
+type fakeRoot struct {
+	t    *testing.T
+	root string
+	s    *Store
+}
+
+func newFakeRoot(t *testing.T) *fakeRoot {
+	root := t.TempDir()
+	for _, dir := range []string{"spool", "claims", "rejected", "runs"} {
+		if err := os.Mkdir(filepath.Join(root, dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := NewStore(root)
+	s.SetDurability(WatcherCrash)
+	return &fakeRoot{t, root, s}
+}
+
+// run makes run id's record in state, and its claimed request with body
+// (none if body is "").
+func (r *fakeRoot) run(id string, state StateName, restart *spool.Restart, body string) {
+	if err := r.s.MakeRunDir(id); err != nil {
+		r.t.Fatal(err)
+	}
+	r.write(&State{ID: id, State: state, Rev: 1, Restart: restart, CreatedAt: time.Now()})
+	if body != "" {
+		r.file("runs/"+id+"/request", body)
+	}
+}
+
+func (r *fakeRoot) write(st *State) {
+	if err := r.s.Write(st); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *fakeRoot) file(name, body string) {
+	if err := os.WriteFile(filepath.Join(r.root, name), []byte(body), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *fakeRoot) symlink(name, to string) {
+	if err := os.Symlink(to, filepath.Join(r.root, name)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *fakeRoot) fifo(name string) {
+	if err := unix.Mkfifo(filepath.Join(r.root, name), 0o600); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+func (r *fakeRoot) remove(name string) {
+	if err := os.Remove(filepath.Join(r.root, name)); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// reject has spool.Dir reject a request named name from the spool, as
+// the watcher does.
+func (r *fakeRoot) reject(name, body string) {
+	r.file("spool/"+name, body)
+	if _, err := (spool.Dir{Root: r.root}).Reject(name, "bad: very"); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// TestLeftoversOfRequests: what an interrupted write of a selector's runs
+// leaves in claims/ is a leftover, which repair removes; a claimed
+// request that merely ends in digits is not.
+func TestLeftoversOfRequests(t *testing.T) {
+	r := newFakeRoot(t)
+	r.file("claims/0:*@t.cancel.chosen4242", "12\n")
+	r.file("claims/0:a@t.cancel", "")
+	var got []string
+	for _, p := range leftovers(r.root) {
+		got = append(got, strings.TrimPrefix(p.String(), r.root+"/"))
+	}
+	want := []string{"claims/0:*@t.cancel.chosen4242: a temporary file left by an interrupted write"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("leftovers = %q, want %q", got, want)
 	}
 }

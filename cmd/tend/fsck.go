@@ -14,13 +14,14 @@ import (
 
 type fsckCmd struct {
 	JSON   bool `help:"Print {root, problems, repaired} as JSON (docs/schema/fsck.schema.json)."`
-	Repair bool `help:"Fix what can be fixed: bad history lines move to a side file, broken state files are kept aside and rebuilt, partial writes are removed, and a failed sync's notice (unsynced) once nothing else is wrong. Refused while a watcher runs."`
+	Repair bool `help:"Fix what can be fixed: bad history lines move to a side file, broken state files are kept aside and rebuilt, partial writes are removed, and a failed sync's notice (unsynced) once nothing else is wrong; requests whose bytes were lost are left, and said so. Refused while a watcher runs."`
 }
 
 func (c *fsckCmd) Help() string {
 	return `Checks the whole root: every history line, every state file against
-its run directory, the history and /proc, leftover temporary files, and
-orphaned outcomes and run directories. Prints each problem with its path
+its run directory, the history and /proc, leftover temporary files,
+orphaned outcomes and run directories, the requests runs were claimed
+from, claims/ and rejected/. Prints each problem with its path
 and exits 1 if there is any. While a watcher runs, what it finds is checked
 again a second later, and only what is still there is a problem (not a
 write in flight). --repair is refused while a watcher runs: stop it
@@ -42,10 +43,14 @@ func (c *fsckCmd) Run(e *env) error {
 			return exitf(exitRefused, "fsck --repair: %v", err)
 		}
 		defer release() // held through the notice's removal below too
-		repaired, err = tracker.Repair(e.root, tracker.IdentifyRun)
-		for _, line := range repaired {
-			if !c.JSON {
+		var left []tracker.Problem
+		repaired, left, err = tracker.Repair(e.root, tracker.IdentifyRun)
+		if !c.JSON {
+			for _, line := range repaired {
 				fmt.Fprintln(e.stdout, "repaired:", line)
+			}
+			for _, p := range left {
+				fmt.Fprintln(e.stdout, "not repaired:", p)
 			}
 		}
 		if err != nil {

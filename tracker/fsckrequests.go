@@ -1,0 +1,332 @@
+package tracker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
+)
+
+// What fsck reads of the requests the watcher took: each run's claimed
+// start request, the control requests in claims/, and the requests in
+// rejected/ beside their reasons. A loss there shows nowhere else until
+// it costs: a run that cannot start again, a request carried out from
+// nothing, a refusal whose reason is gone.
+
+// A finding is a problem with what tend fsck --repair does about it: it
+// removes the file, saying removed (a partial write, or what a request
+// answered left behind), or leaves it, saying left.
+type finding struct {
+	Problem
+	removed string
+	left    string
+}
+
+// The findings --repair removes. Each is what a crash leaves of a write
+// or a removal the watcher does again or finishes: nothing needs it.
+const (
+	chosenOrphan = "the runs a selector request selected, which was answered since (a crash cut short their removal): nothing reads them; the next watcher removes them"
+	reasonOrphan = "a reason without its request (a rejection cut short: its request stayed where it was, and is rejected again under another name): nothing reads it"
+	tempFile     = "a temporary file left by an interrupted write"
+)
+
+// What a loss of a claimed request costs, and what --repair says of it.
+const (
+	lostBytes    = "what it lost is nowhere else to take back"
+	retakenClaim = "the next watcher puts it back in the spool, where it is rejected with the reason: send it again"
+)
+
+// runRequests checks the claimed start request of every run whose record
+// s reads (see checkRequest).
+func runRequests(s *Store) []finding {
+	ents, err := os.ReadDir(s.Dir())
+	if err != nil {
+		return nil // checkRuns says why
+	}
+	var found []finding
+	for _, e := range ents {
+		if !e.IsDir() || spool.ValidID(e.Name()) != nil {
+			continue
+		}
+		if st, err := s.Read(e.Name()); err == nil {
+			found = append(found, checkRequest(s, st)...)
+		}
+	}
+	return found
+}
+
+// checkRequest checks runs/<id>/request, the start request run st was
+// claimed from, if the run may still be started from it: while it has not
+// ended, and is not queued by tend (whose request is still in the spool,
+// its writer's to edit). An ended run needs it no more, and one that ended
+// while queued may never have had one.
+func checkRequest(s *Store, st *State) []finding {
+	if Final(st.State) || st.State == Queued && st.Job == nil {
+		return nil
+	}
+	path := s.Run(st.ID).Request()
+	b, _, err := durable.ReadRegular(path, spool.MaxBody)
+	what := ""
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		what = "missing"
+	case err != nil:
+		what = errorWhat(path, err)
+	case len(b) == 0:
+		what = "empty (a power loss took back what was not synced, or a hand emptied it)"
+	default:
+		if _, err := spool.ParseStart(b); err != nil {
+			what = "it does not parse (" + err.Error() + ")"
+		} else {
+			return nil
+		}
+	}
+	return []finding{{Problem: Problem{path, what + ": " + requestCost(st)}, left: lostBytes}}
+}
+
+// requestCost says what run st loses with its claimed start request.
+func requestCost(st *State) string {
+	switch {
+	case st.State == Starting || st.State == Queued:
+		return "if the run has not started yet, it cannot be (the next watcher records it failed), nor restarted"
+	case st.State == Backoff:
+		return "its next attempt cannot start: the run ends failed"
+	case st.Restart != nil && st.Restart.Policy != spool.RestartNever:
+		return "the service cannot be restarted: its next restart ends it failed"
+	}
+	return "the run cannot be restarted: a restart request ends it failed"
+}
+
+// errorWhat says what err, from reading path, found, without the path.
+func errorWhat(path string, err error) string {
+	var pe *os.PathError
+	if errors.As(err, &pe) && pe.Path == path {
+		return pe.Err.Error()
+	}
+	return strings.TrimPrefix(err.Error(), path+": ")
+}
+
+// checkClaims checks claims/: every claimed control request parses as
+// its verb's (an empty one is a loss where its verb takes no empty body),
+// every selector's chosen runs parse and have their request (claimed, or
+// put back in the spool), and nothing else is there. A claimed request
+// that parses is a problem only while no watcher runs (watching false):
+// a crash, or a watcher stopped as it carried it out, left it, and the
+// next watcher takes it again; a watcher may keep one for as long as a
+// run takes to stop.
+func checkClaims(root string, watching bool) []finding {
+	d := spool.Dir{Root: root}
+	ents, err := os.ReadDir(d.Claims())
+	if errors.Is(err, os.ErrNotExist) || errors.Is(err, os.ErrPermission) {
+		return nil // none made yet; or the watcher's user's alone
+	}
+	if err != nil {
+		return []finding{{Problem: Problem{d.Claims(), err.Error()}, left: "it cannot be read"}}
+	}
+	names := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	var found []finding
+	for _, e := range ents {
+		if requestTemp.MatchString(e.Name()) {
+			continue // a leftover (see leftovers)
+		}
+		if f, ok := checkClaim(d, e.Name(), names, watching); ok {
+			found = append(found, f)
+		}
+	}
+	return found
+}
+
+// checkClaim checks file name in claims/, which holds names.
+func checkClaim(d spool.Dir, name string, names map[string]bool, watching bool) (finding, bool) {
+	path := filepath.Join(d.Claims(), name)
+	claim, chosen := strings.CutSuffix(name, ".chosen")
+	n, ok := claimedRequest(claim)
+	if !ok || chosen && n.ID != spool.SelectID {
+		return finding{Problem: Problem{path, "not a claimed request (the watcher claims to <uid>:<request name>, and a selector's runs beside it as .chosen): nothing reads it"},
+			left: "not tend's: remove it by hand"}, true
+	}
+	if chosen {
+		if !names[claim] && !exists(filepath.Join(d.Spool(), n.String())) {
+			return finding{Problem: Problem{path, chosenOrphan}, removed: "removed (its selector request was answered)"}, true
+		}
+		b, _, err := durable.ReadRegular(path, spool.MaxBody)
+		if err == nil {
+			_, _, err = spool.ParseChosen(b)
+		}
+		if err == nil {
+			return finding{}, false
+		}
+		return finding{Problem: Problem{path, errorWhat(path, err) + ": the runs its selector request selected are lost; taken again, it acts on those it selects then"},
+			left: "the next watcher selects its runs again"}, true
+	}
+	b, _, err := durable.ReadRegular(path, spool.MaxBody)
+	switch {
+	case errors.Is(err, durable.ErrNotRegular):
+		return finding{Problem: Problem{path, errorWhat(path, err) + ": no watcher takes it, and a request of this name is rejected while it is in the way"},
+			left: "not tend's: remove it by hand"}, true
+	case err != nil:
+		return finding{Problem: Problem{path, errorWhat(path, err)}, left: "it cannot be read"}, true
+	}
+	if err := spool.ParseControl(n, b); err != nil {
+		what := "it does not parse (" + err.Error() + ")"
+		if len(b) == 0 {
+			what = "empty (a power loss took back what was not synced, or a hand emptied it)"
+		}
+		return finding{Problem: Problem{path, what + ": " + retakenClaim}, left: lostBytes}, true
+	}
+	if watching {
+		return finding{}, false // under way
+	}
+	return finding{Problem: Problem{path, fmt.Sprintf("a claimed %s request not yet carried out (a watcher takes it again when it starts)", n.Verb)},
+		left: "the next watcher carries it out"}, true
+}
+
+// claimedRequest returns the control request claims/ file name is the
+// claim of (spool.ClaimedName), and whether it is one.
+func claimedRequest(file string) (spool.Name, bool) {
+	name, ok := spool.ParseClaimedName(file)
+	if !ok {
+		return spool.Name{}, false
+	}
+	if n, ok := spool.ParseSelectorName(name); ok {
+		return n, true
+	}
+	n, err := spool.ParseName(name)
+	return n, err == nil && n.Verb != spool.VerbStart
+}
+
+// requestTemp matches the temporary names a reason (rejected/) and a
+// selector's runs (claims/) are written under before they have their
+// names (durable's createTemp: the name and up to TempDigits digits).
+var requestTemp = regexp.MustCompile(`\.(error|chosen)[0-9]{1,10}$`)
+
+// checkRejected checks rejected/: every request there has its reason,
+// <name>.error, which is not empty, and every reason its request. A
+// reason is written before its request joins it (spool.Dir.Reject), so
+// one alone is a rejection under way, or one a crash cut short.
+func checkRejected(root string) []finding {
+	dir := spool.Dir{Root: root}.Rejected()
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil // cleared: made again with the next rejection
+	}
+	if err != nil {
+		return []finding{{Problem: Problem{dir, err.Error()}, left: "it cannot be read"}}
+	}
+	names := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	// A request may itself be named x.error (an unknown verb): its reason
+	// is x.error.error. Pairing the shortest names first takes each
+	// request with its own reason (Reject never puts a request where a
+	// reason of another is, nor the other way round).
+	byLength := make([]string, 0, len(names))
+	for name := range names {
+		byLength = append(byLength, name)
+	}
+	sort.Slice(byLength, func(i, j int) bool {
+		a, b := byLength[i], byLength[j]
+		return len(a) < len(b) || len(a) == len(b) && a < b
+	})
+	paired := make(map[string]bool)
+	for _, name := range byLength {
+		if !paired[name] && names[name+".error"] && !paired[name+".error"] {
+			paired[name], paired[name+".error"] = true, true
+		}
+	}
+	var found []finding
+	for _, e := range ents {
+		name := e.Name()
+		path := filepath.Join(dir, name)
+		if strings.HasPrefix(name, ".") {
+			continue // no request is hidden: not tend's
+		}
+		if paired[name] {
+			if req, ok := strings.CutSuffix(name, ".error"); ok && paired[req] {
+				found = append(found, checkReason(path)...)
+			}
+			continue
+		}
+		found = append(found, unpaired(dir, name))
+	}
+	return found
+}
+
+// checkReason checks the reason at path, which has its request.
+func checkReason(path string) []finding {
+	b, _, err := durable.ReadRegular(path, spool.MaxBody)
+	switch {
+	case err != nil:
+		return []finding{{Problem: Problem{path, errorWhat(path, err) + ": why its request was refused cannot be read"}, left: "not tend's: remove it by hand"}}
+	case len(b) == 0:
+		return []finding{{Problem: Problem{path, "an empty reason (a power loss took back what was written, or a hand emptied it): why its request was refused is lost, but for its answer in outcomes/"}, left: lostBytes}}
+	}
+	return nil
+}
+
+// unpaired says what file name in rejected/ dir is, which has no partner:
+// a reason without its request, what an interrupted write of a reason
+// left, or a request without its reason. Only a file that holds what
+// Reject writes for its name (or nothing, as an interrupted write leaves
+// it) is taken for a reason: anything else may be a request.
+func unpaired(dir, name string) finding {
+	path := filepath.Join(dir, name)
+	isReason := func(req string) bool {
+		b, _, err := durable.ReadRegular(path, spool.MaxBody)
+		return err == nil && spool.IsReason(req, b)
+	}
+	if loc := requestTemp.FindStringIndex(name); loc != nil && strings.HasPrefix(name[loc[0]:], ".error") {
+		b, _, err := durable.ReadRegular(path, spool.MaxBody)
+		if err == nil && (len(b) == 0 || spool.IsReason(name[:loc[0]], b)) {
+			return finding{Problem: Problem{path, tempFile}, removed: "removed (a partial write)"}
+		}
+	}
+	if req, ok := strings.CutSuffix(name, ".error"); ok && isReason(req) {
+		return finding{Problem: Problem{path, reasonOrphan}, removed: "removed (a partial write of a rejection)"}
+	}
+	return finding{Problem: Problem{path, "a rejected request without its reason (" + name + ".error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/"}, left: lostBytes}
+}
+
+// exists reports whether path names anything, a link not followed.
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
+}
+
+// requestFindings returns what runRequests, checkClaims and checkRejected
+// find in root, in that order.
+func requestFindings(s *Store, root string, watching bool) []finding {
+	found := runRequests(s)
+	found = append(found, checkClaims(root, watching)...)
+	return append(found, checkRejected(root)...)
+}
+
+// repairRequests removes what requestFindings finds that --repair may
+// remove, each checked again just before (it is a regular file, and still
+// what was found), and returns what it did and what it left. The caller
+// keeps every watcher off.
+func repairRequests(s *Store, root string) (done []string, left []Problem) {
+	for _, f := range requestFindings(s, root, false) {
+		if f.removed == "" {
+			left = append(left, Problem{f.Path, f.left})
+			continue
+		}
+		if fi, err := os.Lstat(f.Path); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		if err := os.Remove(f.Path); err == nil {
+			done = append(done, f.Path+": "+f.removed)
+		}
+	}
+	return done, left
+}
