@@ -74,13 +74,13 @@ func TestCheckRunCovered(t *testing.T) {
 	}
 }
 
-// TestRequestFindings: each way a loss (a power loss, a disk error, a
+// TestFsckRequests: each way a loss (a power loss, a disk error, a
 // hand) leaves the requests the watcher took is reported with what it
 // costs, and only those: a queued run's request is in the spool, an
 // ended run needs its own no more, a claim under way is the watcher's.
 // Repair removes only what nothing needs (a partial write, what an
 // answered request left) and leaves the rest, saying why.
-func TestRequestFindings(t *testing.T) {
+func TestFsckRequests(t *testing.T) {
 	service := &spool.Restart{Policy: spool.RestartAlways}
 	badStart := `{"command": 1}`
 	_, badStartErr := spool.ParseStart([]byte(badStart))
@@ -280,10 +280,10 @@ func (r *fakeRoot) reject(name, body string) {
 	}
 }
 
-// TestLeftoversOfRequests: what an interrupted write of a selector's runs
+// TestFsckLeftoversOfRequests: what an interrupted write of a selector's runs
 // leaves in claims/ is a leftover, which repair removes; a claimed
 // request that merely ends in digits is not.
-func TestLeftoversOfRequests(t *testing.T) {
+func TestFsckLeftoversOfRequests(t *testing.T) {
 	r := newFakeRoot(t)
 	r.file("claims/0:*@t.cancel.chosen4242", "12\n")
 	r.file("claims/0:a@t.cancel", "")
