@@ -104,6 +104,12 @@ func TestFsckRequests(t *testing.T) {
 			r.run("a", Running, nil, "")
 			r.file("runs/a/request", strings.Repeat("x", spool.MaxBody+1))
 		}, false, fmt.Sprintf("runs/a/request: %d bytes, larger than the limit of %d: the run cannot be restarted: a restart request ends it failed", spool.MaxBody+1, spool.MaxBody), false},
+		{"a run's request with another name", func(r *fakeRoot) {
+			r.run("a", Running, nil, `{"command": "x", "secret": 1}`)
+			if err := os.Link(filepath.Join(r.root, "runs/a/request"), filepath.Join(r.root, "elsewhere")); err != nil {
+				t.Fatal(err)
+			}
+		}, false, "runs/a/request: it has 2 links: not the request the run was claimed from (the run's owner put it there); not read", false},
 		{"a queued run's request is in the spool", func(r *fakeRoot) { r.run("a", Queued, nil, "") }, false, "", false},
 		{"a Slurm job's queued run needs its own", func(r *fakeRoot) {
 			r.run("a", Queued, nil, "")

@@ -71,13 +71,17 @@ func checkRequest(s *Store, st *State) []finding {
 		return nil
 	}
 	path := s.Run(st.ID).Request()
-	b, _, err := durable.ReadRegular(path, spool.MaxBody)
+	b, fi, err := durable.ReadRegular(path, spool.MaxBody)
 	what := ""
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		what = "missing"
 	case err != nil:
 		what = errorWhat(path, err)
+	case CheckRunFile(&fi, st.OwnerUID) != nil:
+		// Its owner's directory may hold a file they may not read
+		// themselves, linked there: what it says is not told.
+		return []finding{{Problem: Problem{path, CheckRunFile(&fi, st.OwnerUID).Error() + ": not the request the run was claimed from (the run's owner put it there); not read"}, left: "not tend's: its owner's to remove"}}
 	case len(b) == 0:
 		what = "empty (a power loss took back what was not synced, or a hand emptied it)"
 	default:
