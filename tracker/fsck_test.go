@@ -176,6 +176,8 @@ func TestFsckRequests(t *testing.T) {
 		{"a request named .error, without its reason", func(r *fakeRoot) { r.reject("y.error", "y.error"); r.remove("rejected/y.error.error") },
 			false, "rejected/y.error: a rejected request without its reason (y.error.error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/", false},
 		{"a reason being written", func(r *fakeRoot) { r.file("rejected/x.strat.error4242", "") }, false, "rejected/x.strat.error4242: " + tempFile, true},
+		{"a reason being written, its data lost", func(r *fakeRoot) { r.file("rejected/x.strat.error4242", "\x00\x00\x00") }, false, "rejected/x.strat.error4242: " + tempFile, true},
+		{"a reason being written, whole", func(r *fakeRoot) { r.file("rejected/x.strat.error4242", "x.strat: bad\n") }, false, "rejected/x.strat.error4242: " + tempFile, true},
 		{"a request named like a reason being written", func(r *fakeRoot) { r.file("rejected/x.error4242", "echo hi") },
 			false, "rejected/x.error4242: a rejected request without its reason (x.error4242.error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/", false},
 		{"a hidden file in rejected/", func(r *fakeRoot) { r.file("rejected/.x.start.error", "") }, false, "", false},

@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -291,7 +292,9 @@ func unpaired(dir, name string) finding {
 	}
 	if loc := requestTemp.FindStringIndex(name); loc != nil && strings.HasPrefix(name[loc[0]:], ".error") {
 		b, _, err := durable.ReadRegular(path, spool.MaxBody)
-		if err == nil && (len(b) == 0 || spool.IsReason(name[:loc[0]], b)) {
+		// Empty, or zeros, as a power loss leaves a file whose data it
+		// took back; or whole.
+		if err == nil && (len(bytes.Trim(b, "\x00")) == 0 || spool.IsReason(name[:loc[0]], b)) {
 			return finding{Problem: Problem{path, tempFile}, removed: "removed (a partial write)"}
 		}
 	}
