@@ -99,8 +99,9 @@ func fsckStore(root string) *Store {
 // Persisting returns the problems of later that earlier found too, in
 // later's order. A root a watcher is writing shows, for a moment, what
 // only a crash would leave for longer: a temporary file, a claimed request
-// before its first record, a record replaced after its history was read,
-// an ended run not yet recorded. Two checks a moment apart tell a write in
+// before its first record, a reason in rejected/ before its request joins
+// it, a selector's runs as its answered claim is removed, a record
+// replaced after its history was read, an ended run not yet recorded. Two checks a moment apart tell a write in
 // flight from one that was cut short.
 func Persisting(earlier, later []Problem) []Problem {
 	seen := make(map[Problem]bool, len(earlier))
