@@ -319,9 +319,8 @@ func requestFindings(s *Store, root string, watching bool) []finding {
 }
 
 // repairRequests removes what requestFindings finds that --repair may
-// remove, each checked again just before (it is a regular file, and still
-// what was found), and returns what it did and what it left. The caller
-// keeps every watcher off.
+// remove, if it is still a regular file, and returns what it did and
+// what it left, with why. The caller keeps every watcher off.
 func repairRequests(s *Store, root string) (done []string, left []Problem) {
 	for _, f := range requestFindings(s, root, false) {
 		if f.removed == "" {
