@@ -27,6 +27,10 @@ type finding struct {
 	Problem
 	removed string
 	left    string
+	// reasonFor, if set, is the file name of a rejected request whose
+	// reason (Path) is lost: --repair writes one that says so, for
+	// rejected/ to hold every request with its reason again.
+	reasonFor string
 }
 
 // The findings --repair removes. Each is what a crash leaves of a write
@@ -274,7 +278,8 @@ func checkReason(path string) []finding {
 	case err != nil:
 		return []finding{{Problem: Problem{path, errorWhat(path, err) + ": why its request was refused cannot be read"}, left: "not tend's: remove it by hand"}}
 	case len(b) == 0:
-		return []finding{{Problem: Problem{path, "an empty reason (a power loss took back what was written, or a hand emptied it): why its request was refused is lost, but for its answer in outcomes/"}, left: lostBytes}}
+		return []finding{{Problem: Problem{path, "an empty reason (a power loss took back what was written, or a hand emptied it): why its request was refused is lost, but for its answer in outcomes/"},
+			reasonFor: strings.TrimSuffix(filepath.Base(path), ".error")}}
 	}
 	return nil
 }
@@ -301,7 +306,8 @@ func unpaired(dir, name string) finding {
 	if req, ok := strings.CutSuffix(name, ".error"); ok && isReason(req) {
 		return finding{Problem: Problem{path, reasonOrphan}, removed: "removed (a partial write of a rejection)"}
 	}
-	return finding{Problem: Problem{path, "a rejected request without its reason (" + name + ".error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/"}, left: lostBytes}
+	return finding{Problem: Problem{path, "a rejected request without its reason (" + name + ".error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/"},
+		reasonFor: name}
 }
 
 // exists reports whether path names anything, a link not followed.
@@ -323,6 +329,15 @@ func requestFindings(s *Store, root string, watching bool) []finding {
 // what it left, with why. The caller keeps every watcher off.
 func repairRequests(s *Store, root string) (done []string, left []Problem) {
 	for _, f := range requestFindings(s, root, false) {
+		if f.reasonFor != "" {
+			line, err := writeLostReason(filepath.Dir(f.Path), f.reasonFor)
+			if err != nil {
+				left = append(left, Problem{f.Path, err.Error()})
+			} else {
+				done = append(done, line)
+			}
+			continue
+		}
 		if f.removed == "" {
 			left = append(left, Problem{f.Path, f.left})
 			continue
@@ -335,4 +350,20 @@ func repairRequests(s *Store, root string) (done []string, left []Problem) {
 		}
 	}
 	return done, left
+}
+
+// lostReason is the reason --repair writes for a rejected request whose
+// own was lost.
+const lostReason = "the reason it was refused for was lost (a power loss or a hand took it), and tend fsck --repair wrote this line; its answer in outcomes/, if it had one, says why"
+
+// writeLostReason writes, in rejected/ dir, the reason of request file
+// (as spool.Reject writes one, for readers to take it as one) saying that
+// its own was lost, and returns what it did.
+func writeLostReason(dir, file string) (string, error) {
+	path := filepath.Join(dir, file+".error")
+	line := spool.Printable(file) + ": " + lostReason + "\n"
+	if err := durable.Replace(path, []byte(line), durable.Perm{Mode: 0o644}, durable.Durable{File: durable.FlushRepair, Dir: durable.FlushRepair}); err != nil {
+		return "", err
+	}
+	return path + ": written (saying its request's reason was lost)", nil
 }
