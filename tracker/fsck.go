@@ -80,8 +80,8 @@ func Check(root string, alive Liveness) []Problem {
 	problems = append(problems, leftovers(root)...)
 	problems = append(problems, orphanOutcomes(root)...)
 	watching, _, _ := ProbeWatcher(root)
-	for _, f := range requestFindings(fsckStore(root), root, watching) {
-		problems = append(problems, f.Problem)
+	for _, f := range append(checkClaims(root, watching), checkRejected(root)...) {
+		problems = append(problems, f.Problem) // the runs' requests: checkRun
 	}
 	return problems
 }
@@ -238,6 +238,9 @@ func checkRun(s *Store, id string, events []Event, alive Liveness) []Problem {
 	}
 	if _, err := os.Stat(path + ".edited"); err == nil {
 		problems = append(problems, Problem{path + ".edited", "a hand-edited state file the watcher kept aside; it is not used"})
+	}
+	for _, f := range checkRequest(s, st) {
+		problems = append(problems, f.Problem)
 	}
 	return problems
 }
