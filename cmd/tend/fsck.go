@@ -31,7 +31,7 @@ write in flight). --repair is refused while a watcher runs: stop it
 }
 
 func (c *fsckCmd) Run(e *env) error {
-	var repaired []string
+	var repaired, notRepaired []string
 	if c.Repair {
 		// It writes there, as this user: only in a root nobody else could
 		// change (sudo tend fsck --repair in a teammate's checkout).
@@ -45,12 +45,15 @@ func (c *fsckCmd) Run(e *env) error {
 		defer release() // held through the notice's removal below too
 		var left []tracker.Problem
 		repaired, left, err = tracker.Repair(e.root, tracker.IdentifyRun)
+		for _, p := range left {
+			notRepaired = append(notRepaired, p.String())
+		}
 		if !c.JSON {
 			for _, line := range repaired {
 				fmt.Fprintln(e.stdout, "repaired:", line)
 			}
-			for _, p := range left {
-				fmt.Fprintln(e.stdout, "not repaired:", p)
+			for _, line := range notRepaired {
+				fmt.Fprintln(e.stdout, "not repaired:", line)
 			}
 		}
 		if err != nil {
@@ -64,8 +67,10 @@ func (c *fsckCmd) Run(e *env) error {
 		// the history; in its own, the page cache still holds it.
 		switch err := tracker.ClearSyncFailure(e.root); {
 		case errors.Is(err, tracker.ErrFailedThisBoot):
+			line := fmt.Sprintf("%s: %v", problems[0].Path, err)
+			notRepaired = append(notRepaired, line)
 			if !c.JSON {
-				fmt.Fprintf(e.stdout, "not repaired: %s: %v\n", problems[0].Path, err)
+				fmt.Fprintln(e.stdout, "not repaired:", line)
 			}
 		case err != nil:
 			return err
@@ -83,7 +88,7 @@ func (c *fsckCmd) Run(e *env) error {
 		for _, p := range problems {
 			texts = append(texts, fmt.Sprint(p))
 		}
-		writeJSON(e.stdout, fsckReport{Root: e.root, Problems: texts, Repaired: repaired})
+		writeJSON(e.stdout, fsckReport{Root: e.root, Problems: texts, Repaired: repaired, NotRepaired: notRepaired})
 	}
 	for _, p := range problems {
 		if !c.JSON {
@@ -101,9 +106,10 @@ func (c *fsckCmd) Run(e *env) error {
 
 // fsckReport is what fsck --json prints.
 type fsckReport struct {
-	Root     string   `json:"root"`
-	Problems []string `json:"problems"`
-	Repaired []string `json:"repaired,omitempty"`
+	Root        string   `json:"root"`
+	Problems    []string `json:"problems"`
+	Repaired    []string `json:"repaired,omitempty"`
+	NotRepaired []string `json:"not_repaired,omitempty"`
 }
 
 // settle is how long fsck waits before it checks again a root that a
