@@ -82,6 +82,32 @@ rc=0; tend_cancel b >/dev/null || rc=$?
 tend_submit b.cancel ''
 case $(tend_outcome b.cancel) in already_finished*) ;; *) fail "b.cancel: $(cat "$root/outcomes/b.cancel")" ;; esac
 
+# A run canceled or timed out is never 0, whatever its process exited
+# with (it caught the SIGTERM): tend_wait x && deploy must not go on, as
+# with tend wait. One canceled before it ran is 127; one killed by a
+# signal beyond the common ones, 128+N.
+tend_start tr 'trap "exit 0" TERM; echo $$ > tr.pid; sleep 100 & wait' >/dev/null || fail "tr.start"
+wait_until -s tr.pid
+[ "$(tend_cancel tr 5s)" = canceled ] || fail "tend_cancel tr"
+rc=0; tend_wait tr || rc=$?
+[ "$rc" = 1 ] || fail "tend_wait tr (canceled, exited 0) returned $rc, want 1"
+TEND_SH_NOT_BEFORE=1h tend_start qd 'echo x' >/dev/null || fail "qd.start"
+[ "$(tend_cancel qd)" = canceled ] || fail "tend_cancel qd"
+rc=0; tend_wait qd || rc=$?
+[ "$rc" = 127 ] || fail "tend_wait qd (canceled before it ran) returned $rc, want 127"
+tend_start sy 'kill -SYS $$' >/dev/null || fail "sy.start"
+rc=0; tend_wait sy || rc=$?
+[ "$rc" = 159 ] || fail "tend_wait sy (SIGSYS) returned $rc, want 159"
+# An ID tend refuses is said so at once, with 2: no answer would come.
+for id in 'bad id' café .x "$(printf '%065d' 0)"; do
+	rc=0; (TEND_SH_TIMEOUT=30; tend_start "$id" true) 2>/dev/null || rc=$?
+	[ "$rc" = 2 ] || fail "tend_start '$id' returned $rc, want 2"
+	rc=0; (TEND_SH_TIMEOUT=30; tend_cancel "$id") 2>/dev/null || rc=$?
+	[ "$rc" = 2 ] || fail "tend_cancel '$id' returned $rc, want 2"
+done
+[ -z "$(ls "$root/spool")" ] || fail "requests with bad IDs were sent: $(ls "$root/spool")"
+(tend_start "$(printf '%064d' 0)" true >/dev/null) || fail "a 64-byte ID was refused"
+
 # 3. Unknown IDs and bad names get answers too.
 rc=0; tend_cancel nobody >/dev/null || rc=$?
 [ "$rc" = 3 ] || fail "tend_cancel nobody returned $rc, want 3"

@@ -115,8 +115,10 @@ tend_state() {
 # optional :ended or :ready, separated by spaces) or $TEND_SH_NOT_BEFORE
 # (an RFC 3339 time, or a duration such as 10m), the run waits for those
 # runs, or that time, queued. With $TEND_SESSION (as the tend CLI reads
-# it), the run is that session's.
+# it), the run is that session's. Returns 2 at once, sending nothing, for
+# an ID tend refuses.
 tend_start() {
+	_tend_id "$1" || return 2
 	_b=$2
 	if [ -n "${TEND_SH_AFTER:-}${TEND_SH_NOT_BEFORE:-}${TEND_SESSION:-}" ]; then
 		_b="{\"command\": $(_tend_json "$2")"
@@ -139,16 +141,21 @@ tend_start() {
 	case $_o in accepted | "accepted: "*) ;; *) return 1 ;; esac
 }
 
-# tend_wait ID: wait until run ID has ended; return as a shell would for
-# it: its exit code, 128+N if signal N killed it, 1 if neither is known;
-# 124 if it has not ended within $TEND_SH_TIMEOUT seconds (it goes on);
-# 3 at once if there is no such run, nor a start request of it in the
-# spool (a typo, a request rejected), as tend wait does.
+# tend_wait ID: wait until run ID has ended; return as tend wait does, as
+# a shell would for it: its exit code, 128+N if signal N killed it, 127 if
+# it never ran (it could not start, or was canceled first), and never 0
+# for a run that did not complete (one canceled or timed out whose process
+# exited 0 all the same returns 1), so that `tend_wait build && deploy`
+# does not go on; 124 if it has not ended within $TEND_SH_TIMEOUT seconds
+# (it goes on); 3 at once if there is no such run, nor a start request of
+# it in the spool (a typo, a request rejected); 2 for an ID tend refuses.
 tend_wait() {
+	_tend_id "$1" || return 2
 	_i=0
 	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
 	while :; do
-		case $(tend_state "$1") in
+		_state=$(tend_state "$1")
+		case $_state in
 		completed | failed | canceled | timed_out) break ;;
 		"") # its directory is made before its request leaves the spool
 			[ -e "$(tend_root)/runs/$1" ] || [ -e "$(tend_root)/spool/$1.start" ] ||
@@ -159,21 +166,46 @@ tend_wait() {
 		sleep 0.05
 	done
 	_code=$(tend_field "$1" exit_code)
-	[ -n "$_code" ] && return "$_code"
+	if [ -n "$_code" ]; then
+		[ "$_code" = 0 ] && [ "$_state" != completed ] && return 1
+		return "$_code"
+	fi
 	_sig=$(tend_field "$1" signal)
-	[ -n "$_sig" ] && return $((128 + $(_tend_signum "$_sig")))
+	if [ -n "$_sig" ]; then
+		_n=$(_tend_signum "$_sig")
+		[ "$_n" -gt 0 ] && return $((128 + _n))
+		return 1
+	fi
+	case $(tend_field "$1" pid) in "" | 0) return 127 ;; esac
 	return 1
 }
 
-# _tend_signum SIGNAME: the number of a signal (Linux numbering; shells'
-# kill -l does not map names to numbers everywhere).
+# _tend_signum SIGNAME: the number of a signal (Linux numbering on x86
+# and arm, which tend runs on; shells' kill -l does not map names to
+# numbers everywhere), 0 if it is none of these.
 _tend_signum() {
 	case ${1#SIG} in
 	HUP) echo 1 ;; INT) echo 2 ;; QUIT) echo 3 ;; ILL) echo 4 ;; TRAP) echo 5 ;;
-	ABRT) echo 6 ;; BUS) echo 7 ;; FPE) echo 8 ;; KILL) echo 9 ;; USR1) echo 10 ;;
+	ABRT | IOT) echo 6 ;; BUS) echo 7 ;; FPE) echo 8 ;; KILL) echo 9 ;; USR1) echo 10 ;;
 	SEGV) echo 11 ;; USR2) echo 12 ;; PIPE) echo 13 ;; ALRM) echo 14 ;; TERM) echo 15 ;;
-	XCPU) echo 24 ;; XFSZ) echo 25 ;; *) echo 0 ;;
+	STKFLT) echo 16 ;; CHLD) echo 17 ;; CONT) echo 18 ;; STOP) echo 19 ;; TSTP) echo 20 ;;
+	TTIN) echo 21 ;; TTOU) echo 22 ;; URG) echo 23 ;; XCPU) echo 24 ;; XFSZ) echo 25 ;;
+	VTALRM) echo 26 ;; PROF) echo 27 ;; WINCH) echo 28 ;; IO | POLL) echo 29 ;; PWR) echo 30 ;;
+	SYS) echo 31 ;; *) echo 0 ;;
 	esac
+}
+
+# _tend_id ID: return 0 if ID is one tend takes (1 to 64 bytes of ASCII
+# letters, digits, '.', '_' and '-', not starting with '.' or '-'), else
+# say why and return 2: the watcher answers no request whose name is not
+# valid, so a wait for its answer would last until $TEND_SH_TIMEOUT.
+_tend_id() {
+	case $1 in
+	"" | .* | -* | *[!A-Za-z0-9._-]*) ;;
+	*) [ "${#1}" -le 64 ] && return 0 ;;
+	esac
+	echo "tend.sh: \"$1\" is not a run ID: IDs are 1 to 64 ASCII letters, digits, '.', '_' and '-', not starting with '.' or '-'" >&2
+	return 2
 }
 
 # tend_control ID VERB [BODY]: send a control request (cancel, delete,
@@ -182,8 +214,9 @@ _tend_signum() {
 # Returns 0 if it was carried out, else the tend CLI's exit code for the
 # outcome: 5 already_finished, 3 not_found, 7 conflict, 4 any other
 # (rejected, not_permitted, not_running, still_active, ...); 2 for a verb
-# that is none of these, sent nowhere.
+# that is none of these, or an ID tend refuses, sent nowhere.
 tend_control() {
+	_tend_id "$1" || return 2
 	case ${2:-} in
 	cancel | delete | signal | restart | pause | resume | label | note) ;;
 	*) echo "tend.sh: tend_control: no verb \"${2:-}\": want cancel, delete, signal, restart, pause, resume, label or note" >&2; return 2 ;;
