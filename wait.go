@@ -183,10 +183,11 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	if err := c.autoStart(ctx); err != nil {
 		return st, err
 	}
+	unwatched := c.unwatchedWait(id)
 	// A queued run's request stays in the spool; only one whose run has
 	// no record yet is waited for there.
 	if ferr != nil && c.startWaiting(id) {
-		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) { return !c.startWaiting(id), nil }); err != nil {
+		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) { return !c.startWaiting(id), unwatched() }); err != nil {
 			return nil, err
 		}
 	}
@@ -212,12 +213,36 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 			return false, err
 		}
 		st = read
-		return until(st), nil
+		if until(st) {
+			return true, nil
+		}
+		return false, unwatched()
 	})
 	if err == nil {
 		err = c.seen(id)
 	}
 	return st, err
+}
+
+// unwatchedWait returns, for a wait on run id by a client that starts no
+// watcher, a check that fails (ErrNoWatcher) once neither a watcher nor
+// a keeper (which would start the next) runs on the root: nothing would
+// end the wait. A client that starts watchers made sure of one, and its
+// check never fails.
+func (c *Client) unwatchedWait(id string) func() error {
+	if c.watch != nil {
+		return func() error { return nil }
+	}
+	w := c.checkWatcher()
+	return func() error {
+		if !w.gone() {
+			return nil
+		}
+		if keeper, _, err := tracker.ProbeKeeper(c.root); err == nil && keeper {
+			return nil
+		}
+		return errorf(ErrNoWatcher, "no watcher is running on %s: run %s does not move on until one starts (run: tend up)", c.root, id)
+	}
 }
 
 // seen makes run id's record, as the client just read it, durable before
