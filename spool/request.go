@@ -22,6 +22,13 @@ import (
 // without being read whole.
 const MaxBody = 1 << 20
 
+// MaxArg is the longest argument, shell command line or environment
+// entry (K=V) a new start request may hold: Linux takes at most 128 KiB
+// in one (MAX_ARG_STRLEN, with its NUL), and a shell command line shares
+// its argument with tend's start gate. A longer one would be accepted,
+// then fail at exec ("argument list too long").
+const MaxArg = 127 << 10
+
 // MaxGrace bounds the time between SIGTERM and SIGKILL that a request may ask for.
 const MaxGrace = Duration(24 * time.Hour)
 
@@ -603,6 +610,25 @@ func (s Start) CheckNew() error {
 	for _, k := range sortedKeys(s.Labels) {
 		if err := CheckLabelKey(k); err != nil {
 			return fmt.Errorf(`"labels": %v`, err)
+		}
+	}
+	return s.checkArgSizes()
+}
+
+// checkArgSizes returns why s's command or environment would not fit
+// exec's limit on one argument (MaxArg), or nil.
+func (s Start) checkArgSizes() error {
+	if len(s.Shell) > MaxArg {
+		return fmt.Errorf("the command line is %d bytes: Linux runs at most %d in one (128 KiB, less tend's start gate); put it in a script and run that", len(s.Shell), MaxArg)
+	}
+	for i, a := range s.Argv {
+		if len(a) > MaxArg {
+			return fmt.Errorf(`"command": argument %d is %d bytes: Linux takes at most %d in one (128 KiB); pass it in a file`, i, len(a), MaxArg)
+		}
+	}
+	for _, k := range sortedKeys(s.Env) {
+		if n := len(k) + 1 + len(s.Env[k]); n > MaxArg {
+			return fmt.Errorf(`"env": %s is %d bytes with its value: Linux takes at most %d in one variable (128 KiB); pass it in a file`, k, n, MaxArg)
 		}
 	}
 	return nil

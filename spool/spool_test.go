@@ -188,6 +188,11 @@ func TestStartCheckNew(t *testing.T) {
 		{`{"command": "x", "labels": {"a=b": "c"}}`, `"labels": key "a=b" has "=" at byte 1: keys have no '=' and no control characters`},
 		{`{"command": "x", "labels": {"\u001b[8mk": "c"}}`, `"labels": key "\x1b[8mk" has "\x1b" at byte 0`},
 		{`{"command": "x", "labels": {"k\u0085": "c"}}`, `"labels": key "k\u0085" has "\u0085" at byte 1`},
+		// What exec takes in one argument: 128 KiB, less the start gate's room.
+		{`{"command": "` + strings.Repeat("x", MaxArg) + `"}`, ""},
+		{`{"command": "` + strings.Repeat("x", MaxArg+1) + `"}`, "the command line is 130049 bytes"},
+		{`{"command": ["echo", "` + strings.Repeat("x", MaxArg+1) + `"]}`, `"command": argument 1 is 130049 bytes`},
+		{`{"command": "x", "env": {"BIG": "` + strings.Repeat("x", MaxArg) + `"}}`, `"env": BIG is 130052 bytes with its value`},
 	}
 	for _, tt := range tests {
 		s, err := ParseStart([]byte(tt.body))
