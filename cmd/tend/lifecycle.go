@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"time"
 
@@ -58,8 +59,47 @@ func (c *upCmd) Run(e *env) error {
 		fmt.Fprintf(e.stdout, "started a watcher on %s (pid %d)\n", e.root, pid)
 	default:
 		fmt.Fprintf(e.stdout, "a watcher is already running on %s (pid %d)\n", e.root, pid)
+		if set := c.given(); len(set) > 0 {
+			how := "restart it (tend down, then tend up with them)"
+			if keys := configKeys(set); len(keys) > 0 {
+				how = fmt.Sprintf("set %s in %s, which it reads as it changes, or %s", strings.Join(keys, ", "), layout.Root(e.root).Config(), how)
+			}
+			fmt.Fprintf(e.stderr, "tend: up: %s not applied: the running watcher keeps its settings; %s\n", strings.Join(set, ", "), how)
+		}
 	}
 	return nil
+}
+
+// given returns the watcher flags set to other than their defaults: a
+// watcher that runs already does not take them.
+func (c *upCmd) given() []string {
+	var set []string
+	if c.Settle != time.Second {
+		set = append(set, "--settle")
+	}
+	if c.MaxRunning != 0 {
+		set = append(set, "--max-running")
+	}
+	if c.MaxPerSession != 0 {
+		set = append(set, "--max-running-per-session")
+	}
+	if c.Durability != "" && c.Durability != "power_loss" {
+		set = append(set, "--durability")
+	}
+	return set
+}
+
+// configKeys returns the config.json keys of the watcher flags given
+// that config.json has (not --settle).
+func configKeys(flags []string) []string {
+	keys := map[string]string{"--max-running": "max_running", "--max-running-per-session": "max_running_per_session", "--durability": "durability"}
+	var out []string
+	for _, f := range flags {
+		if k, ok := keys[f]; ok {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 type downCmd struct {
