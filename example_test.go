@@ -186,7 +186,7 @@ func ExampleCheckID() {
 	// build-7 <nil>
 	// --all id "--all" starts with "-"
 	// ../etc id "../etc" starts with "."
-	// a/b id "a/b" has "/" at byte 1: ids use only letters, digits, '.', '_' and '-'
+	// a/b id "a/b" has "/" at byte 1: ids use only ASCII letters, digits, '.', '_' and '-'
 }
 
 // scratchRoot returns a new root in a temporary directory, and a function

@@ -102,7 +102,7 @@ func ValidID(id string) error {
 	}
 	for i := 0; i < len(id); i++ {
 		if !idByte(id[i]) {
-			return fmt.Errorf("id %q has %q at byte %d: ids use only letters, digits, '.', '_' and '-'", id, badChar(id[i:]), i)
+			return fmt.Errorf("id %q has %q at byte %d: ids use only ASCII letters, digits, '.', '_' and '-'", id, badChar(id[i:]), i)
 		}
 	}
 	return nil
