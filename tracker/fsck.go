@@ -495,9 +495,15 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	st := &State{ID: id, State: last.State, Rev: last.Rev + 1, Session: last.Session, PID: last.PID, PGID: last.PID,
 		ExitCode: last.ExitCode, Signal: last.Signal, Reason: last.Reason, CreatedAt: events[0].Time, Grace: spool.Duration(10 * time.Second)}
 	for _, e := range events {
-		if e.State == Running && st.StartedAt == nil {
-			t := e.Time
-			st.StartedAt = &t
+		if e.State == Running {
+			if st.StartedAt == nil {
+				t := e.Time
+				st.StartedAt = &t
+			}
+			st.Attempt++ // each start of its process
+		}
+		if e.CreatedAt != nil { // an end's or a stop's: the record's own
+			st.CreatedAt = *e.CreatedAt
 		}
 	}
 	// Whose the run is: a run directory handed over to its owner says (its
@@ -515,8 +521,19 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	if b, fi, err := durable.ReadRegular(s.Run(id).Request(), spool.MaxBody); err == nil && CheckRunFile(&fi, st.OwnerUID) == nil {
 		if req, err := spool.ParseStart(b); err == nil {
 			st.Command, st.Labels, st.Timeout, st.Cwd = req.Args(), req.Labels, req.Timeout, req.Cwd
+			if !filepath.IsAbs(st.Cwd) { // as the watcher resolves it: from the project
+				st.Cwd = filepath.Join(filepath.Dir(filepath.Dir(s.Dir())), st.Cwd)
+			}
 			if req.Grace != nil {
 				st.Grace = *req.Grace
+			}
+			// What a service is restarted, checked and limited by.
+			st.Restart, st.Health, st.ReadyFile, st.Limits = req.Restart, req.Health, req.ReadyFile, req.Limits
+			if req.OutputLimit > 0 {
+				// Its cap; not what was cut before, which only the lost
+				// record held: offsets read before the rebuild are off
+				// by that much.
+				st.Output = &Output{Limit: req.OutputLimit}
 			}
 		}
 	}
@@ -527,6 +544,10 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	case Completed, Failed, Canceled, TimedOut:
 		t := last.Time
 		st.EndedAt = &t
+		if last.EndedAt != nil { // the end's own record of it
+			ApplyCovered(st, last)
+			st.Rev = last.Rev + 1
+		}
 		return st
 	case Queued, Starting:
 		st.PID, st.PGID = 0, 0 // it never passed its gate: a watcher decides

@@ -469,3 +469,49 @@ func TestRebuildTakesOnlyTheOwnersRequest(t *testing.T) {
 		}
 	}
 }
+
+// TestRebuildKeepsWhatTheRequestAndTheEndSay: a record rebuilt from the
+// history and the run's request keeps what they hold of it: its working
+// directory as the watcher resolved it, its restart policy, health check
+// and output cap, its attempts, and its end as the end's event recorded
+// it (times, duration, CPU), not the event's line's time.
+func TestRebuildKeepsWhatTheRequestAndTheEndSay(t *testing.T) {
+	s, _ := newStore(t)
+	if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"command": "true", "restart": {"policy": "on-failure"}, "health": {"exec": "true"}, "output_limit": 65536}`
+	if err := os.WriteFile(s.Run("r").Request(), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	created := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
+	ended := created.Add(time.Minute)
+	exit := 0
+	events := []Event{
+		{Time: created.Add(time.Millisecond), ID: "r", Rev: 1, State: Starting},
+		{Time: created.Add(2 * time.Millisecond), ID: "r", Rev: 2, State: Running, PID: 10},
+		{Time: created.Add(3 * time.Millisecond), ID: "r", Rev: 3, State: Running, PID: 11},
+		{Time: ended.Add(time.Millisecond), ID: "r", Rev: 4, State: Completed, ExitCode: &exit,
+			EndedAt: &ended, DurationSeconds: 59.5, CPUSeconds: 1.25, CreatedAt: &created},
+	}
+	st := Rebuild(s, "r", events, func(int, string) (uint64, bool) { return 0, false })
+	project := filepath.Dir(filepath.Dir(s.Dir()))
+	switch {
+	case st.Cwd != project:
+		t.Errorf("cwd %q, want the project %q", st.Cwd, project)
+	case st.Restart == nil || st.Restart.Policy != "on-failure":
+		t.Errorf("restart %+v, want on-failure", st.Restart)
+	case st.Health == nil:
+		t.Errorf("no health check")
+	case st.Output == nil || st.Output.Limit != 65536:
+		t.Errorf("output %+v, want its limit 65536", st.Output)
+	case st.Attempt != 2:
+		t.Errorf("attempt %d, want 2", st.Attempt)
+	case !st.CreatedAt.Equal(created) || st.EndedAt == nil || !st.EndedAt.Equal(ended):
+		t.Errorf("created %v, ended %v; want %v, %v", st.CreatedAt, st.EndedAt, created, ended)
+	case st.DurationSeconds != 59.5 || st.CPUSeconds != 1.25:
+		t.Errorf("duration %v, cpu %v", st.DurationSeconds, st.CPUSeconds)
+	case st.Rev != 5 || st.State != Completed:
+		t.Errorf("rev %d %s, want 5 completed", st.Rev, st.State)
+	}
+}
