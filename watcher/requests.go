@@ -350,10 +350,13 @@ func (w *watcher) afterStartDecided(n spool.Name) {
 func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	// Cancels that wait for this start are answered once it is decided:
 	// taken, queued or rejected, not left for later.
-	decided := true
+	decided, held := true, false
 	defer func() {
 		if decided {
 			w.afterStartDecided(n)
+		}
+		if held {
+			w.dequeue() // once the cancels that held it were carried out
 		}
 	}()
 	if len(req.After) > 0 {
@@ -377,15 +380,23 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		w.editQueued(q, n, f, req) // edited while it waits
 		return
 	}
+	// A run a cancel already waits for (sent before its start was taken:
+	// while no watcher ran, or as its start was being written) is queued,
+	// not started: the cancel, examined once the start is decided, finds
+	// it queued and ends it before it ever runs.
+	held = slurm == nil && w.cancelWaitsFor(n.ID)
 	// A run on a cluster takes none of this host's slots: its cluster
 	// schedules it.
-	if slurm == nil && (!w.slotFor(req.Session) || len(w.queue) > 0) || len(req.After) > 0 || req.NotBefore != nil {
+	if held || slurm == nil && (!w.slotFor(req.Session) || len(w.queue) > 0) || len(req.After) > 0 || req.NotBefore != nil {
 		if dir := w.store.RunDir(n.ID); exists(dir) && !emptyDir(dir) {
+			held = false
 			w.rejectDuplicate(n, f, dir)
 			return
 		}
 		w.enqueue(n, f, req)
-		w.dequeue() // it, or one before it, may start at once
+		if !held {
+			w.dequeue() // it, or one before it, may start at once
+		}
 		return
 	}
 	dir := w.store.RunDir(n.ID)
@@ -429,6 +440,17 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	w.passing(st) // launch saves it at once
 	w.launch(st, req.Env)
 	w.accepted(n)
+}
+
+// cancelWaitsFor reports whether a cancel request of run id waits for its
+// start request to be decided (claimControl).
+func (w *watcher) cancelWaitsFor(id string) bool {
+	for _, name := range w.afterStart[id] {
+		if n, err := spool.ParseName(name); err == nil && n.Verb == spool.VerbCancel {
+			return true
+		}
+	}
+	return false
 }
 
 // newRun returns the first record of run id, made from its request.

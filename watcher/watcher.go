@@ -17,6 +17,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -767,10 +768,15 @@ func (w *watcher) rescan() {
 	defer d.Close()
 	for {
 		names, err := d.Readdirnames(1024)
-		for _, name := range names {
-			if !spool.Ignored(name) {
-				w.pendingFor(name)
-				w.examine(name)
+		// Cancels first: one found beside the start of its run (both
+		// written while no watcher ran) then waits for that start, which
+		// it keeps from running (takeStart).
+		for _, cancels := range []bool{true, false} {
+			for _, name := range names {
+				if !spool.Ignored(name) && strings.HasSuffix(name, "."+spool.VerbCancel) == cancels {
+					w.pendingFor(name)
+					w.examine(name)
+				}
 			}
 		}
 		if err != nil {
