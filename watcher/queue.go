@@ -319,6 +319,9 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		if err == nil {
 			req, err = spool.ParseStart(claimed.Body)
 		}
+		if err == nil && q.st.RequestSum != spool.BodySum(claimed.Body) {
+			err = req.CheckNew() // a version not taken before
+		}
 		if err != nil {
 			w.endQueued(q, tracker.Failed, "the request claimed to start it is not its own: "+err.Error())
 			return true

@@ -198,8 +198,8 @@ func (w *watcher) request(n spool.Name, f spool.File) (take func(), err error) {
 	switch n.Verb {
 	case spool.VerbStart:
 		req, err := spool.ParseStart(f.Body)
-		if err == nil {
-			err = req.CheckNew() // a request taken before is not read here
+		if err == nil && !w.queuedAsIs(n.ID, f.Body) {
+			err = req.CheckNew() // what a watcher took stays taken (a queued run's, after an upgrade)
 		}
 		return func() { w.takeStart(n, f, req) }, err
 	case spool.VerbDelete:
@@ -431,6 +431,9 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		if err == nil {
 			req, err = spool.ParseStart(claimed.Body)
 		}
+		if err == nil {
+			err = req.CheckNew()
+		}
 		if err != nil {
 			w.rejectClaimed(n, dir, err.Error())
 			return
@@ -440,6 +443,15 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 	w.passing(st) // launch saves it at once
 	w.launch(st, req.Env)
 	w.accepted(n)
+}
+
+// queuedAsIs reports whether body is the version queued run id was made
+// from (or last edited into): taken already, it is not checked as a new
+// request, whatever this watcher's rules, newer than the one that took
+// it, would refuse.
+func (w *watcher) queuedAsIs(id string, body []byte) bool {
+	q := w.queued(id)
+	return q != nil && q.st.RequestSum == spool.BodySum(body)
 }
 
 // cancelWaitsFor reports whether a cancel request of run id waits for its
