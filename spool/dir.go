@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -366,8 +367,25 @@ func Printable(name string) string {
 	return q
 }
 
+// oneLine makes s the one line of text a reason or an outcome's detail is
+// written as: its runs of white space one space, bytes that are not UTF-8
+// '?', and other control characters (ESC, BEL, DEL, C1) as \xNN. A reason
+// quotes what a request held, which anyone who may write one chose, and
+// it is read with cat, on a terminal, often root's.
 func oneLine(s string) string {
-	return strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
+	line := strings.Join(strings.Fields(strings.ToValidUTF8(s, "?")), " ")
+	if !strings.ContainsFunc(line, unicode.IsControl) {
+		return line
+	}
+	var b strings.Builder
+	for _, r := range line {
+		if unicode.IsControl(r) {
+			fmt.Fprintf(&b, "\\x%02x", r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // The outcomes of requests. An outcome file holds one line: the outcome,

@@ -107,7 +107,11 @@ func parseHealth(raw json.RawMessage) (*Health, error) {
 	}
 	if h.TCP != "" {
 		if _, _, err := net.SplitHostPort(h.TCP); err != nil {
-			return nil, fmt.Errorf(`"health": "tcp": %v`, err)
+			var ae *net.AddrError
+			if errors.As(err, &ae) {
+				err = errors.New(ae.Err) // without the address, quoted below
+			}
+			return nil, fmt.Errorf(`"health": "tcp": %q: %v`, h.TCP, err)
 		}
 	}
 	if h.HTTP != "" {

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"golang.org/x/sys/unix"
 
@@ -811,5 +812,26 @@ func TestKeepOtherFileSystem(t *testing.T) {
 	}
 	if kept, err := d.Keep(f); kept || err != nil {
 		t.Errorf("Keep of a file mounted over the request: %v, %v; want false, nil", kept, err)
+	}
+}
+
+// TestOneLine: a reason or a detail is one line of text, whatever the
+// request held: no control character reaches a terminal that cats it.
+func TestOneLine(t *testing.T) {
+	tests := []struct{ in, want string }{
+		{"plain reason", "plain reason"},
+		{"two\nlines\r\n\tand tabs", "two lines and tabs"},
+		{"\x1b]0;PWNED\x07\x1b[2K\rFAKE LINE\n", `\x1b]0;PWNED\x07\x1b[2K FAKE LINE`},
+		{"del\x7f and c1\u0085next \u009b", `del\x7f and c1 next \x9b`},
+		{"not utf-8 \xff", "not utf-8 ?"},
+	}
+	for _, tt := range tests {
+		if got := oneLine(tt.in); got != tt.want {
+			t.Errorf("oneLine(%q) = %q, want %q", tt.in, got, tt.want)
+		}
+	}
+	_, err := ParseStart([]byte(`{"command": "x", "health": {"tcp": "\u001b]0;T\u0007"}}`))
+	if err == nil || strings.ContainsFunc(err.Error(), unicode.IsControl) {
+		t.Errorf("a bad health.tcp address: %q, want it quoted", err)
 	}
 }

@@ -50,10 +50,10 @@ func (c *fsckCmd) Run(e *env) error {
 		}
 		if !c.JSON {
 			for _, line := range repaired {
-				fmt.Fprintln(e.stdout, "repaired:", line)
+				fmt.Fprintln(e.stdout, "repaired:", runtext.Printable(line))
 			}
 			for _, line := range notRepaired {
-				fmt.Fprintln(e.stdout, "not repaired:", line)
+				fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(line))
 			}
 		}
 		if err != nil {
@@ -70,7 +70,7 @@ func (c *fsckCmd) Run(e *env) error {
 			line := fmt.Sprintf("%s: %v", problems[0].Path, err)
 			notRepaired = append(notRepaired, line)
 			if !c.JSON {
-				fmt.Fprintln(e.stdout, "not repaired:", line)
+				fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(line))
 			}
 		case err != nil:
 			return err
@@ -78,7 +78,7 @@ func (c *fsckCmd) Run(e *env) error {
 			line := problems[0].Path + ": removed (synced; the records and the history check out after the failed flush it recorded)"
 			repaired = append(repaired, line)
 			if !c.JSON {
-				fmt.Fprintln(e.stdout, "repaired:", line)
+				fmt.Fprintln(e.stdout, "repaired:", runtext.Printable(line))
 			}
 			problems = check(e.root)
 		}
@@ -92,7 +92,7 @@ func (c *fsckCmd) Run(e *env) error {
 	}
 	for _, p := range problems {
 		if !c.JSON {
-			fmt.Fprintln(e.stdout, p)
+			fmt.Fprintln(e.stdout, runtext.Printable(p.String())) // it may quote what a member wrote
 		}
 	}
 	if len(problems) > 0 {

@@ -147,7 +147,7 @@ func printStatus(e *env, s status) {
 	}
 	fmt.Fprintf(e.stdout, "runs: %s\n", strings.Join(states, ", "))
 	for _, p := range s.Problems {
-		fmt.Fprintf(e.stdout, "problem: %s\n", p)
+		fmt.Fprintf(e.stdout, "problem: %s\n", runtext.Printable(fmt.Sprint(p)))
 	}
 	if len(s.Problems) > 0 {
 		fmt.Fprintln(e.stdout, "(run tend fsck for a full check)")
