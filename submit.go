@@ -187,7 +187,7 @@ func (l *lateCheck) check(c *Client, n spool.Name) {
 	if err != nil {
 		return
 	}
-	if failure, thisBoot := tracker.SyncFailure(c.root, boot); thisBoot {
+	if failure, thisBoot := tracker.RecordedSyncFailure(c.root, boot); thisBoot {
 		l.said = true
 		c.late(fmt.Sprintf("no answer to %s.%s yet: the watcher's disk failed a flush (%s); the watcher answers once what it writes is on disk, and this waits for it (see tend status)",
 			n.ID, n.Verb, failure))

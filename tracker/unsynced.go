@@ -42,6 +42,7 @@ func MarkUnsynced(root string, now time.Time) error {
 		return &os.PathError{Op: "create", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	unix.Fchmod(fd, 0o644) // whatever the umask: members read it (tend status)
 	line := "written with durability watcher_crash since " + now.UTC().Format(time.RFC3339) + "; the next watcher with power_loss syncs first\n"
 	if err := durable.WriteAll(fd, []byte(line)); err != nil {
 		return &os.PathError{Op: "write", Path: path, Err: err}
@@ -60,6 +61,7 @@ func NoteSyncFailure(root string, now time.Time, boot string, syncErr error) err
 		return &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	unix.Fchmod(fd, 0o644) // whatever the umask: members read it (tend status, a late answer)
 	msg := strings.ReplaceAll(syncErr.Error(), "\n", " ")
 	if len(msg) > maxFailure {
 		msg = strings.ToValidUTF8(msg[:maxFailure], "") + "..."
@@ -93,6 +95,23 @@ func SyncFailure(root, boot string) (failure string, thisBoot bool) {
 	if err != nil {
 		return path + " cannot be read: " + strings.TrimPrefix(err.Error(), path+": "), true
 	}
+	return syncFailures(b, boot)
+}
+
+// RecordedSyncFailure is SyncFailure for a client that tells its user why
+// an answer is late: only a failure the file records counts, not one it
+// cannot read (a member of a shared root may not).
+func RecordedSyncFailure(root, boot string) (failure string, thisBoot bool) {
+	b, _, err := durable.ReadRegular(layout.Root(root).Unsynced(), maxUnsynced)
+	if err != nil {
+		return "", false
+	}
+	return syncFailures(b, boot)
+}
+
+// syncFailures returns the first failure the unsynced file's content b
+// records, and whether one it records is of boot.
+func syncFailures(b []byte, boot string) (failure string, thisBoot bool) {
 	for line := range strings.Lines(string(b)) {
 		if rest, ok := strings.CutPrefix(strings.TrimSuffix(line, "\n"), syncFailed); ok {
 			if failure == "" {

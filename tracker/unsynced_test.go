@@ -11,6 +11,7 @@ import (
 	"github.com/gofrs/flock"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker/layout"
+	"golang.org/x/sys/unix"
 )
 
 // A failed flush is found in the unsynced file after its first line, and
@@ -122,5 +123,35 @@ func TestHoldOffWatcher(t *testing.T) {
 	defer watcher.Unlock()
 	if _, err := HoldOffWatcher(root); err == nil || !strings.Contains(err.Error(), "a watcher runs on") {
 		t.Errorf("HoldOffWatcher while a watcher runs = %v", err)
+	}
+}
+
+// The unsynced file is readable by members whatever the watcher's umask,
+// and a client that cannot read it reports no failure: only one the file
+// records is told as a late answer's reason.
+func TestUnsyncedReadable(t *testing.T) {
+	root := t.TempDir()
+	old := unix.Umask(0o077)
+	err := NoteSyncFailure(root, time.Now(), "b1", errors.New("EIO"))
+	unix.Umask(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(layout.Root(root).Unsynced())
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("unsynced: %v, %v; want mode 0644", fi.Mode(), err)
+	}
+	if failure, thisBoot := RecordedSyncFailure(root, "b1"); !thisBoot || !strings.Contains(failure, "EIO") {
+		t.Errorf("RecordedSyncFailure = %q, %v", failure, thisBoot)
+	}
+	os.Remove(layout.Root(root).Unsynced())
+	if err := os.Mkdir(layout.Root(root).Unsynced(), 0o755); err != nil { // cannot be read as a file
+		t.Fatal(err)
+	}
+	if failure, thisBoot := RecordedSyncFailure(root, "b1"); thisBoot || failure != "" {
+		t.Errorf("an unreadable file: RecordedSyncFailure = %q, %v; want nothing", failure, thisBoot)
+	}
+	if _, thisBoot := SyncFailure(root, "b1"); !thisBoot {
+		t.Errorf("an unreadable file: SyncFailure says no failure; fsck must count it")
 	}
 }
