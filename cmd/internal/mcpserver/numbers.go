@@ -26,17 +26,20 @@ import (
 // maxExact bounds the magnitude of a number in a tool's arguments.
 const maxExact = 1 << 53
 
-// exactNumbers is the server's middleware that answers a tool call whose
-// arguments hold a number the tool would not get exactly with a tool
-// error; every other call goes on to next.
-func exactNumbers(next mcp.MethodHandler) mcp.MethodHandler {
-	return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
-		if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && plainName(p.Name) {
-			if err := checkNumbers(p.Arguments); err != nil {
-				return toolError(p.Name + ": " + err.Error()), nil
+// exactNumbers returns the server's middleware that answers a call of one
+// of tools whose arguments hold a number the tool would not get exactly
+// with a tool error; every other call goes on to next (a call of no tool
+// is the SDK's to refuse, as one).
+func exactNumbers(tools []string) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if p, ok := req.GetParams().(*mcp.CallToolParamsRaw); ok && method == "tools/call" && slices.Contains(tools, p.Name) {
+				if err := checkNumbers(p.Arguments); err != nil {
+					return toolError(p.Name + ": " + err.Error()), nil
+				}
 			}
+			return next(ctx, method, req)
 		}
-		return next(ctx, method, req)
 	}
 }
 

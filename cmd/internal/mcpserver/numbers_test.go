@@ -1,8 +1,12 @@
 package mcpserver
 
 import (
+	"context"
+	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
 func TestCheckNumbers(t *testing.T) {
@@ -57,5 +61,28 @@ func TestDenotes(t *testing.T) {
 		if got := denotes(tt.lit, tt.f); got != tt.want {
 			t.Errorf("denotes(%q, %v) = %v, want %v", tt.lit, tt.f, got, tt.want)
 		}
+	}
+}
+
+// TestExactNumbersOnlyOfTools: a call of no tool goes on to the SDK, which
+// refuses it as one, whatever numbers it holds; a tool's is checked.
+func TestExactNumbersOnlyOfTools(t *testing.T) {
+	passed := false
+	next := func(context.Context, string, mcp.Request) (mcp.Result, error) {
+		passed = true
+		return nil, nil
+	}
+	h := exactNumbers([]string{"logs"})(next)
+	call := func(name string) (mcp.Result, bool) {
+		passed = false
+		req := &mcp.ServerRequest[*mcp.CallToolParamsRaw]{Params: &mcp.CallToolParamsRaw{Name: name, Arguments: json.RawMessage(`{"offset": 9007199254740993}`)}}
+		res, _ := h(context.Background(), "tools/call", req)
+		return res, passed
+	}
+	if _, passed := call("nosuch"); !passed {
+		t.Errorf("a call of no tool was answered by the numbers' check")
+	}
+	if res, passed := call("logs"); passed || res == nil {
+		t.Errorf("a tool's call with an inexact number went on")
 	}
 }

@@ -10,6 +10,7 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -91,7 +92,7 @@ func Main(version string, args []string, stdin io.Reader, stderr io.Writer) int 
 func Serve(ctx context.Context, client *tend.Client, version string) error {
 	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: version}, nil)
 	addTools(s, &tools{client: client})
-	s.AddReceivingMiddleware(exactNumbers)
+	s.AddReceivingMiddleware(exactNumbers(toolNames))
 	err := s.Run(ctx, &drainingStdio{})
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
@@ -240,6 +241,9 @@ type signalIn struct {
 }
 
 // addTools adds t's tools to s, each with the output schema of its result.
+// toolNames are the names addTools gives its tools.
+var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "wait", "signal", "delete"}
+
 func addTools(s *mcp.Server, t *tools) {
 	add(s, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
 	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
@@ -301,7 +305,7 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 	if req.Timeout, err = in.Timeout.read("timeout"); err != nil {
 		return toolError("start: " + err.Error()), nil, nil
 	}
-	if in.Grace != nil {
+	if in.Grace.sent() {
 		g, err := in.Grace.read("grace")
 		if err != nil {
 			return toolError("start: " + err.Error()), nil, nil
@@ -582,10 +586,18 @@ func (d *duration) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// sent reports whether d was sent with a value: "" and null, which
+// agents send for an optional argument they leave empty, are none, as
+// they were when the argument was a string.
+func (d duration) sent() bool {
+	v := string(bytes.TrimSpace(d))
+	return v != "" && v != `""` && v != "null"
+}
+
 // read reads d as the spool reads a duration (not negative, at most a
 // year); the error names the argument, name. None is 0.
 func (d duration) read(name string) (spool.Duration, error) {
-	if d == nil {
+	if !d.sent() {
 		return 0, nil
 	}
 	return durationJSON(name, d)

@@ -1,6 +1,12 @@
 package mcpserver
 
-import "testing"
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
 
 func TestInvalidUTF8(t *testing.T) {
 	tests := []struct {
@@ -17,5 +23,35 @@ func TestInvalidUTF8(t *testing.T) {
 		if got := invalidUTF8(tt.s); got != tt.want {
 			t.Errorf("invalidUTF8(%q) = %d, want %d", tt.s, got, tt.want)
 		}
+	}
+}
+
+// TestToolNames: the numbers' check knows every tool the server has, and
+// no other name (toolNames is kept beside addTools by hand).
+func TestToolNames(t *testing.T) {
+	ctx := context.Background()
+	s := mcp.NewServer(&mcp.Implementation{Name: "tend"}, nil)
+	addTools(s, &tools{})
+	st, ct := mcp.NewInMemoryTransports()
+	if _, err := s.Connect(ctx, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test"}, nil).Connect(ctx, ct, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cs.Close()
+	res, err := cs.ListTools(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+	}
+	slices.Sort(names)
+	want := slices.Sorted(slices.Values(toolNames))
+	if !slices.Equal(names, want) {
+		t.Errorf("tools %v, toolNames %v", names, want)
 	}
 }
