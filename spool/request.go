@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
@@ -719,12 +720,64 @@ func decodeStrict(body []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return jsonError(err)
+		return ExplainJSON(err, body, v)
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("unexpected data after the JSON object")
 	}
 	return nil
+}
+
+// ExplainJSON words err, from decoding body into v with a decoder that
+// refuses unknown fields, for people: the field whose value has the
+// wrong type, the key of an object of strings whose value is not one
+// ("env": "A": ...), and the field an unknown one may be a misspelling
+// of.
+func ExplainJSON(err error, body []byte, v any) error {
+	var typ *json.UnmarshalTypeError
+	if errors.As(err, &typ) && typ.Type.Kind() == reflect.String && typ.Field != "" && !strings.Contains(typ.Field, ".") {
+		var top map[string]json.RawMessage
+		var members map[string]json.RawMessage
+		if json.Unmarshal(body, &top) == nil && json.Unmarshal(top[typ.Field], &members) == nil {
+			keys := make([]string, 0, len(members))
+			for k := range members {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				if raw := bytes.TrimSpace(members[k]); len(raw) > 0 && raw[0] != '"' {
+					return fmt.Errorf("%q: %q: want %s, not a JSON %s", typ.Field, k, typ.Type, typ.Value)
+				}
+			}
+		}
+	}
+	if name, ok := UnknownField(err); ok {
+		if s := Suggest(name, jsonFields(reflect.TypeOf(v))); s != "" {
+			return fmt.Errorf("unknown field %q (did you mean %q?)", name, s)
+		}
+	}
+	return jsonError(err)
+}
+
+// jsonFields returns the JSON names of the fields of struct type t (or
+// what it points to) and of the structs in them.
+func jsonFields(t reflect.Type) []string {
+	for t != nil && (t.Kind() == reflect.Pointer || t.Kind() == reflect.Slice || t.Kind() == reflect.Map) {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	var names []string
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			names = append(names, name)
+		}
+		names = append(names, jsonFields(f.Type)...)
+	}
+	return names
 }
 
 func jsonError(err error) error {

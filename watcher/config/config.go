@@ -220,7 +220,7 @@ func LoadAs(root string, base Settings, names Names, uid int) (Settings, error) 
 			}
 			return base, fmt.Errorf("%s: %s: fields are %s", layout.Root(root).Config(), msg, strings.Join(configKeys(), ", "))
 		}
-		return base, fmt.Errorf("%s: %w", layout.Root(root).Config(), err)
+		return base, fmt.Errorf("%s: %w", layout.Root(root).Config(), spool.ExplainJSON(err, spool.TrimBOM(b), &c))
 	}
 	l := base
 	for _, f := range []struct {
