@@ -225,23 +225,26 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 }
 
 // unwatchedWait returns, for a wait on run id by a client that starts no
-// watcher, a check that fails (ErrNoWatcher) once neither a watcher nor
-// a keeper (which would start the next) runs on the root: nothing would
-// end the wait. A client that starts watchers made sure of one, and its
-// check never fails.
+// watcher, a check that tells the client's Late, once, that neither a
+// watcher nor a keeper (which would start the next) runs on the root:
+// the wait goes on, for one to start, as a script may start it later,
+// but not in silence. A client that starts watchers made sure of one.
+// The check never fails: it returns an error for watchUntil's sake.
 func (c *Client) unwatchedWait(id string) func() error {
-	if c.watch != nil {
+	if c.watch != nil || c.late == nil {
 		return func() error { return nil }
 	}
-	w := c.checkWatcher()
+	w, said := c.checkWatcher(), false
 	return func() error {
-		if !w.gone() {
+		if said || !w.gone() {
 			return nil
 		}
 		if keeper, _, err := tracker.ProbeKeeper(c.root); err == nil && keeper {
 			return nil
 		}
-		return errorf(ErrNoWatcher, "no watcher is running on %s: run %s does not move on until one starts (run: tend up)", c.root, id)
+		said = true
+		c.late(fmt.Sprintf("no watcher is running on %s: run %s does not move on until one starts (run: tend up); waiting for it", c.root, id))
+		return nil
 	}
 }
 
