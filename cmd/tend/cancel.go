@@ -104,12 +104,16 @@ func (c *cancelCmd) cancelAll(e *env) error {
 			}
 		}
 		if len(sel.IDs) == 0 {
+			c.noneActive(e, session, scoped)
 			return nil
 		}
 	}
 	outcomes, err := client.CancelSelected(e.context(), sel, tend.Control{Grace: c.Grace})
 	if err != nil {
 		return err
+	}
+	if len(outcomes) == 0 {
+		c.noneActive(e, session, scoped)
 	}
 	for _, o := range outcomes {
 		if e.json {
@@ -119,4 +123,20 @@ func (c *cancelCmd) cancelAll(e *env) error {
 		}
 	}
 	return nil
+}
+
+// noneActive says, on stderr, that cancel --all found no active run to
+// cancel: its silence read as a command that did nothing it was asked.
+func (c *cancelCmd) noneActive(e *env, session string, scoped bool) {
+	if e.json {
+		return // no line: the outcomes are the lines
+	}
+	whose := "of any session"
+	switch {
+	case scoped && session == "":
+		whose = "of no session"
+	case scoped:
+		whose = "of session " + session
+	}
+	fmt.Fprintf(e.stderr, "tend: cancel --all: no active run %s: nothing to cancel\n", whose)
 }
