@@ -398,9 +398,18 @@ func (c *logsCmd) Run(e *env) error {
 		if err != nil {
 			return err
 		}
-		return writeJSONLine(e, sl)
+		return writeJSONLine(e, sliceJSON{sl, sl.Size, sl.Offset > sl.Size})
 	}
 	return c.copy(e, client)
+}
+
+// sliceJSON is a slice as tend logs --json prints it: with the stream's
+// size, and whether the offset asked for is past it (a script that kept
+// a wrong next, or a run made anew under its ID, reads nothing there).
+type sliceJSON struct {
+	tend.LogSlice
+	Size    int64 `json:"size"`
+	PastEnd bool  `json:"past_end"`
 }
 
 // copyChunk is how much of a stream copy holds at once.
@@ -418,6 +427,10 @@ func (c *logsCmd) copy(e *env, client *tend.Client) error {
 		sl, err := client.ReadLog(e.context(), c.ID, c.stream(), offset, n)
 		if err != nil {
 			return err
+		}
+		if sl.Offset > sl.Size {
+			fmt.Fprintf(e.stderr, "tend: offset %d is past the end of %s's %s, which holds %d bytes: nothing read\n", sl.Offset, c.ID, sl.Stream, sl.Size)
+			return nil
 		}
 		if sl.Dropped > 0 {
 			fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
@@ -440,7 +453,7 @@ func (c *logsCmd) tail(e *env, client *tend.Client) error {
 		return err
 	}
 	if c.JSON {
-		return writeJSONLine(e, sl)
+		return writeJSONLine(e, sliceJSON{sl, sl.Size, sl.Offset > sl.Size})
 	}
 	if sl.Dropped > 0 {
 		fmt.Fprintf(e.stderr, "tend: %d bytes before offset %d were dropped (the output is capped)\n", sl.Dropped, sl.Offset)
