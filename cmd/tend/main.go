@@ -24,6 +24,7 @@ import (
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/cmd/internal/buildinfo"
 	"github.com/tendhq/tend/cmd/internal/watchargs"
+	"github.com/tendhq/tend/spool"
 )
 
 // version is set at build time with -ldflags "-X main.version=..." (make
@@ -240,9 +241,29 @@ func parse(args []string, stdout, stderr io.Writer) (c *cli, do func(*env) error
 	ctx, err := parser.Parse(args)
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
+		if hint := killSpelling(args); hint != "" {
+			fmt.Fprintln(stderr, "tend:", hint)
+		}
 		return nil, nil, exitUsage
 	}
 	return c, func(e *env) error { return ctx.Run(e) }, 0
+}
+
+// killSpelling returns, for a tend signal that kong refused, what to write
+// instead of kill's -9 or -TERM, which kong reads as a flag ("unknown
+// flag -9, did you mean -h?"), or "" if args are no such call.
+func killSpelling(args []string) string {
+	if !slices.Contains(args, "signal") {
+		return ""
+	}
+	for _, a := range args {
+		if sig, ok := strings.CutPrefix(a, "-"); ok && sig != "" && !strings.HasPrefix(sig, "-") {
+			if _, err := spool.SignalNamed(sig); err == nil {
+				return fmt.Sprintf("signal: write the signal without kill's dash: tend signal ID %s", sig)
+			}
+		}
+	}
+	return ""
 }
 
 // onlyCommand returns the option that makes kong build the one command
