@@ -97,7 +97,7 @@ func TestFsckRequests(t *testing.T) {
 		{"a service's request empty", func(r *fakeRoot) { r.run("a", Running, service, ""); r.file("runs/a/request", "") },
 			false, "runs/a/request: empty (a power loss took back what was not synced, or a hand emptied it): the service cannot be restarted: its next restart ends it failed", false},
 		{"a starting run's request a symlink", func(r *fakeRoot) { r.run("a", Starting, nil, ""); r.symlink("runs/a/request", "../../x") },
-			false, "runs/a/request: a symbolic link: not a regular file: if the run has not started yet, it cannot be (the next watcher records it failed), nor restarted", false},
+			false, "runs/a/request: a symbolic link: not a regular file: not the request the run was claimed from (tend claims regular files; the run's owner put this there): if the run has not started yet, it cannot be (the next watcher records it failed), nor restarted", false},
 		{"a run in backoff whose request does not parse", func(r *fakeRoot) { r.run("a", Backoff, service, badStart) },
 			false, "runs/a/request: it does not parse (" + badStartErr.Error() + "): its next attempt cannot start: the run ends failed", false},
 		{"a run too large to be a request", func(r *fakeRoot) {
@@ -109,7 +109,7 @@ func TestFsckRequests(t *testing.T) {
 			if err := os.Link(filepath.Join(r.root, "runs/a/request"), filepath.Join(r.root, "elsewhere")); err != nil {
 				t.Fatal(err)
 			}
-		}, false, "runs/a/request: it has 2 links: not the request the run was claimed from (the run's owner put it there); not read", false},
+		}, false, "runs/a/request: it has 2 links: not read (a file of another's, or linked elsewhere, by the run's owner; or a claim a power loss cut, which the next watcher mends)", false},
 		{"a queued run's request is in the spool", func(r *fakeRoot) { r.run("a", Queued, nil, "") }, false, "", false},
 		{"a Slurm job's queued run needs its own", func(r *fakeRoot) {
 			r.run("a", Queued, nil, "")

@@ -81,12 +81,18 @@ func checkRequest(s *Store, st *State) []finding {
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		what = "missing"
+	case errors.Is(err, durable.ErrNotRegular):
+		// tend claims regular files only: the run's owner, whose
+		// directory it is, put this there.
+		return []finding{{Problem: Problem{path, errorWhat(path, err) + ": not the request the run was claimed from (tend claims regular files; the run's owner put this there): " + requestCost(st)}, left: "not tend's: its owner's to remove"}}
 	case err != nil:
 		what = errorWhat(path, err)
 	case CheckRunFile(&fi, st.OwnerUID) != nil:
 		// Its owner's directory may hold a file they may not read
-		// themselves, linked there: what it says is not told.
-		return []finding{{Problem: Problem{path, CheckRunFile(&fi, st.OwnerUID).Error() + ": not the request the run was claimed from (the run's owner put it there); not read"}, left: "not tend's: its owner's to remove"}}
+		// themselves, linked there: what it says is not told. (A second
+		// name a power loss left in the spool, as a claim's rename was
+		// cut, is mended by the next watcher, which removes that name.)
+		return []finding{{Problem: Problem{path, CheckRunFile(&fi, st.OwnerUID).Error() + ": not read (a file of another's, or linked elsewhere, by the run's owner; or a claim a power loss cut, which the next watcher mends)"}, left: "not tend's, or the next watcher's to mend"}}
 	case len(b) == 0:
 		what = "empty (a power loss took back what was not synced, or a hand emptied it)"
 	default:
