@@ -200,7 +200,9 @@ func (c *startCmd) request(args []string, warn io.Writer) (tend.Request, error) 
 			return req, err
 		}
 	}
-	c.service(&req)
+	if err := c.service(&req); err != nil {
+		return req, err
+	}
 	if err := c.slurm(&req); err != nil {
 		return req, err
 	}
@@ -271,8 +273,27 @@ func (c *startCmd) slurm(req *tend.Request) error {
 	return nil
 }
 
-// service sets the request's service settings from the flags.
-func (c *startCmd) service(req *tend.Request) {
+// service sets the request's service settings from the flags. A restart
+// setting without a policy that restarts is refused: it would be
+// dropped, and the run never restarted.
+func (c *startCmd) service(req *tend.Request) error {
+	if c.Restart == "" || c.Restart == spool.RestartNever {
+		// Set to other than their defaults (zero where fastStart, which
+		// takes none of them, made c).
+		var set []string
+		if c.RestartLimit != 0 && c.RestartLimit != 5 {
+			set = append(set, "--restart-limit")
+		}
+		if c.RestartWindow != 0 && c.RestartWindow != time.Minute {
+			set = append(set, "--restart-window")
+		}
+		if c.RestartDelay != 0 && c.RestartDelay != time.Second {
+			set = append(set, "--restart-delay")
+		}
+		if len(set) > 0 {
+			return fmt.Errorf("%s: no restart policy to apply to: give --restart on-failure or always", strings.Join(set, ", "))
+		}
+	}
 	if c.Restart != "" && c.Restart != spool.RestartNever {
 		// A misspelled policy is refused when the request is checked.
 		req.Restart = &spool.Restart{Policy: c.Restart, Limit: c.RestartLimit, Window: spool.Duration(c.RestartWindow),
@@ -284,4 +305,5 @@ func (c *startCmd) service(req *tend.Request) {
 			StartPeriod: spool.Duration(c.HealthStartPeriod)}
 	}
 	req.ReadyFile = c.ReadyFile
+	return nil
 }
