@@ -136,6 +136,10 @@ func killDaemon(ts *testscript.TestScript, root, comm string) int {
 	ts.Check(err)
 	defer h.Close()
 	h.Signal(syscall.SIGKILL)
+	// Gone, its locks with it, before anything follows: a tend up that
+	// probed the watcher's lock while the killed watcher still held it
+	// said one ran, and none did (a loaded CI machine, 2026-11-29).
+	ts.Check(h.WaitExited())
 	return info.PID
 }
 
