@@ -187,7 +187,10 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	// A queued run's request stays in the spool; only one whose run has
 	// no record yet is waited for there.
 	if ferr != nil && c.startWaiting(id) {
-		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) { return !c.startWaiting(id), unwatched() }); err != nil {
+		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) {
+			unwatched()
+			return !c.startWaiting(id), nil
+		}); err != nil {
 			return nil, err
 		}
 	}
@@ -216,7 +219,8 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		if until(st) {
 			return true, nil
 		}
-		return false, unwatched()
+		unwatched()
+		return false, nil
 	})
 	if err == nil {
 		err = c.seen(id)
@@ -229,22 +233,20 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 // watcher nor a keeper (which would start the next) runs on the root:
 // the wait goes on, for one to start, as a script may start it later,
 // but not in silence. A client that starts watchers made sure of one.
-// The check never fails: it returns an error for watchUntil's sake.
-func (c *Client) unwatchedWait(id string) func() error {
+func (c *Client) unwatchedWait(id string) func() {
 	if c.watch != nil || c.late == nil {
-		return func() error { return nil }
+		return func() {}
 	}
 	w, said := c.checkWatcher(), false
-	return func() error {
+	return func() {
 		if said || !w.gone() {
-			return nil
+			return
 		}
 		if keeper, _, err := tracker.ProbeKeeper(c.root); err == nil && keeper {
-			return nil
+			return
 		}
 		said = true
 		c.late(fmt.Sprintf("no watcher is running on %s: run %s does not move on until one starts (run: tend up); waiting for it", c.root, id))
-		return nil
 	}
 }
 

@@ -766,21 +766,20 @@ func (w *watcher) rescan() {
 		return
 	}
 	defer d.Close()
-	for {
-		names, err := d.Readdirnames(1024)
-		// Cancels first: one found beside the start of its run (both
-		// written while no watcher ran) then waits for that start, which
-		// it keeps from running (takeStart).
-		for _, cancels := range []bool{true, false} {
-			for _, name := range names {
-				if !spool.Ignored(name) && strings.HasSuffix(name, "."+spool.VerbCancel) == cancels {
-					w.pendingFor(name)
-					w.examine(name)
-				}
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		w.log.Printf("rescan: %v", err)
+	}
+	// Cancels first, all of them: one found beside the start of its run
+	// (both written while no watcher ran) then waits for that start,
+	// which it keeps from running (takeStart), wherever the directory
+	// lists the two.
+	for _, cancels := range []bool{true, false} {
+		for _, name := range names {
+			if !spool.Ignored(name) && strings.HasSuffix(name, "."+spool.VerbCancel) == cancels {
+				w.pendingFor(name)
+				w.examine(name)
 			}
-		}
-		if err != nil {
-			return
 		}
 	}
 }
