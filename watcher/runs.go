@@ -56,6 +56,9 @@ type run struct {
 	// saveHealth).
 	healthSaved time.Time
 	healthSave  *time.Timer
+	// healthChangeSaved is when a change of its health status was last
+	// saved at once (saveHealthChange).
+	healthChangeSaved time.Time
 	// unhealthyLogged is when it was last said unhealthy in the log.
 	unhealthyLogged time.Time
 	// progressRefused is set once a progress file it did not read is

@@ -116,7 +116,7 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 		if r.st.ReadyAt == nil {
 			w.becameReady(r, "its health check passed")
 		} else if was != "healthy" {
-			w.saveHealth(r)
+			w.saveHealthChange(r)
 		}
 		return
 	}
@@ -132,7 +132,11 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	was := hs.Status
 	hs.Status = "unhealthy"
 	if r.st.Restart == nil {
-		w.saveHealth(r)
+		if was != "unhealthy" {
+			w.saveHealthChange(r)
+		} else {
+			w.saveHealth(r)
+		}
 		// Said when it becomes so, at most every healthSavedEvery: a
 		// check that passes and fails by turns would say it at each turn.
 		if was != "unhealthy" && now.Sub(r.unhealthyLogged) >= healthSavedEvery {
@@ -177,8 +181,27 @@ func (w *watcher) saveHealth(r *run) bool {
 	return true
 }
 
-// healthSavedEvery is how often at most a run's health checks are saved
-// on their own.
+// saveHealthChange saves run r's record for a change of its health
+// status (healthy to unhealthy, or back) at once, so that `tend show`
+// says so within a check of it, unless the last change was saved within
+// healthSavedEvery: a service that is healthy and unhealthy by turns
+// has its changes saved as saveHealth saves its checks.
+func (w *watcher) saveHealthChange(r *run) {
+	now := time.Now()
+	if now.Sub(r.healthChangeSaved) < healthSavedEvery {
+		w.saveHealth(r)
+		return
+	}
+	r.healthChangeSaved, r.healthSaved = now, now
+	if r.healthSave != nil { // this save is the one it waited to make
+		r.healthSave.Stop()
+		r.healthSave = nil
+	}
+	w.save(r.st)
+}
+
+// healthSavedEvery is how often at most a run's health checks, and
+// changes of its health status, are saved on their own.
 const healthSavedEvery = 10 * time.Second
 
 // A check is one health check of a run, as it is performed: an exec
