@@ -316,14 +316,16 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		if err == nil && claimed.UID != q.st.OwnerUID {
 			err = fmt.Errorf("owned by uid %d, not by the run's owner (uid %d)", claimed.UID, q.st.OwnerUID)
 		}
-		if err == nil {
-			req, err = spool.ParseStart(claimed.Body)
+		if err != nil {
+			w.endQueued(q, tracker.Failed, "the request claimed to start it is not its own: "+err.Error())
+			return true
 		}
+		req, err = spool.ParseStart(claimed.Body)
 		if err == nil && q.st.RequestSum != spool.BodySum(claimed.Body) {
 			err = req.CheckNew() // a version not taken before
 		}
 		if err != nil {
-			w.endQueued(q, tracker.Failed, "the request claimed to start it is not its own: "+err.Error())
+			w.endQueued(q, tracker.Failed, "its request, changed as it was claimed to start it, is refused: "+err.Error())
 			return true
 		}
 		if !sameWaits(req, q.req) {
