@@ -15,8 +15,10 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -223,6 +225,7 @@ func parse(args []string, stdout, stderr io.Writer) (c *cli, do func(*env) error
 		kong.Writers(stdout, stderr),
 		kong.Vars{"version": buildVersion()},
 		kong.UsageOnError(),
+		kong.TypeMapper(reflect.TypeOf(time.Duration(0)), durationMapper),
 		onlyCommand(args),
 	)
 	if err != nil {
@@ -248,6 +251,26 @@ func parse(args []string, stdout, stderr io.Writer) (c *cli, do func(*env) error
 	}
 	return c, func(e *env) error { return ctx.Run(e) }, 0
 }
+
+// durationMapper reads a duration flag as kong does, with an error that
+// says what to write when the value is a bare number ("--timeout 5"):
+// as in a request's JSON (spool.Duration), a number in a string is not
+// taken as seconds, since a script's "$T" may count anything.
+var durationMapper = kong.MapperFunc(func(ctx *kong.DecodeContext, target reflect.Value) error {
+	var v string
+	if err := ctx.Scan.PopValueInto("duration", &v); err != nil {
+		return err
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		if _, numErr := strconv.ParseFloat(v, 64); numErr == nil && strings.Trim(v, "0123456789.") == "" {
+			return fmt.Errorf("%q has no unit: write %ss, %sm or %sh", v, v, v, v)
+		}
+		return fmt.Errorf("%q is not a duration (such as 30s, 1m30s or 500ms)", v)
+	}
+	target.Set(reflect.ValueOf(d))
+	return nil
+})
 
 // killSpelling returns, for a tend signal that kong refused, what to write
 // instead of kill's -9 or -TERM, which kong reads as a flag ("unknown
