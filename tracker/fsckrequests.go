@@ -364,7 +364,9 @@ const lostReason = "the reason it was refused for was lost (a power loss or a ha
 
 // writeLostReason writes, in rejected/ dir, the reason of request file
 // (as spool.Reject writes one, for readers to take it as one) saying that
-// its own was lost, and returns what it did.
+// its own was lost, and returns what it did. Once it returns, the reason
+// survives a power loss (the repair flush: its data before its name, dir
+// after): --repair says it wrote it, and the next check must find it.
 func writeLostReason(dir, file string) (string, error) {
 	path := filepath.Join(dir, file+".error")
 	line := spool.Printable(file) + ": " + lostReason + "\n"

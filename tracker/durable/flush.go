@@ -75,7 +75,9 @@ const (
 	// FlushConfigDir: the root, once that config.json is in it.
 	FlushConfigDir Flush = "config-dir"
 	// FlushRepair: a history file tend fsck --repair rewrote, before it
-	// has its name, and the history once it appended to it.
+	// has its name, and the history once it appended to it; and the
+	// reason it writes for a rejected request whose own was lost, before
+	// it has its name, and rejected/ after.
 	FlushRepair Flush = "repair"
 )
 
