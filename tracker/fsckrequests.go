@@ -241,24 +241,7 @@ func checkRejected(root string) []finding {
 	for _, e := range ents {
 		names[e.Name()] = true
 	}
-	// A request may itself be named x.error (an unknown verb): its reason
-	// is x.error.error. Pairing the shortest names first takes each
-	// request with its own reason (Reject never puts a request where a
-	// reason of another is, nor the other way round).
-	byLength := make([]string, 0, len(names))
-	for name := range names {
-		byLength = append(byLength, name)
-	}
-	sort.Slice(byLength, func(i, j int) bool {
-		a, b := byLength[i], byLength[j]
-		return len(a) < len(b) || len(a) == len(b) && a < b
-	})
-	paired := make(map[string]bool)
-	for _, name := range byLength {
-		if !paired[name] && names[name+".error"] && !paired[name+".error"] {
-			paired[name], paired[name+".error"] = true, true
-		}
-	}
+	paired := pairRejected(dir, names)
 	var found []finding
 	for _, e := range ents {
 		name := e.Name()
@@ -272,9 +255,45 @@ func checkRejected(root string) []finding {
 			}
 			continue
 		}
-		found = append(found, unpaired(dir, name))
+		found = append(found, unpaired(dir, name, names))
 	}
 	return found
+}
+
+// pairRejected returns which of names, the files in rejected/ dir, are a
+// request and its reason, x and x.error, each paired with its partner. A
+// request may itself be named x.error (an unknown verb), its reason
+// x.error.error; and once x's reason is lost, such a request may be
+// rejected into its name (Reject never puts one where a reason is). So a
+// file that holds what Reject writes for its request is that one's
+// reason first, whatever it may be said to be by its name; then, the
+// shortest names first, x takes the x.error left (its reason emptied, or
+// edited by a hand). Pairing by names alone, x would take x.error the
+// request, and leave the reason of that one for --repair to remove.
+func pairRejected(dir string, names map[string]bool) map[string]bool {
+	byLength := make([]string, 0, len(names))
+	for name := range names {
+		byLength = append(byLength, name)
+	}
+	sort.Slice(byLength, func(i, j int) bool {
+		a, b := byLength[i], byLength[j]
+		return len(a) < len(b) || len(a) == len(b) && a < b
+	})
+	paired := make(map[string]bool)
+	pair := func(whose func(req string) bool) {
+		for _, req := range byLength {
+			reason := req + ".error"
+			if !paired[req] && names[reason] && !paired[reason] && whose(req) {
+				paired[req], paired[reason] = true, true
+			}
+		}
+	}
+	pair(func(req string) bool {
+		b, _, err := durable.ReadRegular(filepath.Join(dir, req+".error"), spool.MaxBody)
+		return err == nil && spool.IsReason(req, b)
+	})
+	pair(func(string) bool { return true })
+	return paired
 }
 
 // checkReason checks the reason at path, which has its request.
@@ -290,12 +309,14 @@ func checkReason(path string) []finding {
 	return nil
 }
 
-// unpaired says what file name in rejected/ dir is, which has no partner:
-// a reason without its request, what an interrupted write of a reason
-// left, or a request without its reason. Only a file that holds what
-// Reject writes for its name (or nothing, as an interrupted write leaves
-// it) is taken for a reason: anything else may be a request.
-func unpaired(dir, name string) finding {
+// unpaired says what file name in rejected/ dir, which holds names, is,
+// which has no partner: a reason without its request, what an
+// interrupted write of a reason left, or a request without its reason.
+// Only a file that holds what Reject writes for its name (or nothing, as
+// an interrupted write leaves it) is taken for a reason: anything else may
+// be a request. A request whose reason's name is another request's has
+// its lost reason said, not written over that one.
+func unpaired(dir, name string, names map[string]bool) finding {
 	path := filepath.Join(dir, name)
 	isReason := func(req string) bool {
 		b, _, err := durable.ReadRegular(path, spool.MaxBody)
@@ -311,6 +332,10 @@ func unpaired(dir, name string) finding {
 	}
 	if req, ok := strings.CutSuffix(name, ".error"); ok && isReason(req) {
 		return finding{Problem: Problem{path, reasonOrphan}, removed: "removed (a partial write of a rejection)"}
+	}
+	if names[name+".error"] {
+		return finding{Problem: Problem{path, "a rejected request without its reason (" + name + ".error is another rejected request: a power loss or a hand took its own): why it was refused is lost, but for its answer in outcomes/"},
+			left: "its reason's name is another request's: nothing can be written there"}
 	}
 	return finding{Problem: Problem{path, "a rejected request without its reason (" + name + ".error is gone: a power loss or a hand took it): why it was refused is lost, but for its answer in outcomes/"},
 		reasonFor: name}
