@@ -31,7 +31,8 @@ write in flight). --repair is refused while a watcher runs: stop it
 }
 
 func (c *fsckCmd) Run(e *env) error {
-	var repaired, notRepaired []string
+	var repaired []string
+	var left []tracker.Problem // what --repair found and left, with why
 	if c.Repair {
 		// It writes there, as this user: only in a root nobody else could
 		// change (sudo tend fsck --repair in a teammate's checkout).
@@ -43,20 +44,10 @@ func (c *fsckCmd) Run(e *env) error {
 			return exitf(exitRefused, "fsck --repair: %v", err)
 		}
 		defer release() // held through the notice's removal below too
-		var left []tracker.Problem
 		repaired, left, err = tracker.Repair(e.root, tracker.IdentifyRun)
-		for _, p := range left {
-			notRepaired = append(notRepaired, p.String())
-		}
-		if !c.JSON {
-			for _, line := range repaired {
-				fmt.Fprintln(e.stdout, "repaired:", runtext.Printable(line))
-			}
-			for _, line := range notRepaired {
-				fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(line))
-			}
-		}
+		c.printRepaired(e, repaired)
 		if err != nil {
+			c.printLeft(e, nil, left) // no check follows: said here, once
 			return err
 		}
 	}
@@ -67,31 +58,29 @@ func (c *fsckCmd) Run(e *env) error {
 		// the history; in its own, the page cache still holds it.
 		switch err := tracker.ClearSyncFailure(e.root); {
 		case errors.Is(err, tracker.ErrFailedThisBoot):
-			line := fmt.Sprintf("%s: %v", problems[0].Path, err)
-			notRepaired = append(notRepaired, line)
-			if !c.JSON {
-				fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(line))
-			}
+			left = append(left, tracker.Problem{Path: problems[0].Path, What: err.Error()})
 		case err != nil:
 			return err
 		default:
 			line := problems[0].Path + ": removed (synced; the records and the history check out after the failed flush it recorded)"
 			repaired = append(repaired, line)
-			if !c.JSON {
-				fmt.Fprintln(e.stdout, "repaired:", runtext.Printable(line))
-			}
+			c.printRepaired(e, []string{line})
 			problems = check(e.root)
 		}
 	}
 	if c.JSON {
-		texts := []string{}
+		texts, notRepaired := []string{}, []string(nil)
 		for _, p := range problems {
 			texts = append(texts, fmt.Sprint(p))
 		}
+		for _, p := range left {
+			notRepaired = append(notRepaired, p.String())
+		}
 		writeJSON(e.stdout, fsckReport{Root: e.root, Problems: texts, Repaired: repaired, NotRepaired: notRepaired})
-	}
-	for _, p := range problems {
-		if !c.JSON {
+	} else if c.Repair {
+		c.printLeft(e, problems, left)
+	} else {
+		for _, p := range problems {
 			fmt.Fprintln(e.stdout, runtext.Printable(p.String())) // it may quote what a member wrote
 		}
 	}
@@ -102,6 +91,49 @@ func (c *fsckCmd) Run(e *env) error {
 		fmt.Fprintf(e.stdout, "%s: no problems\n", e.root)
 	}
 	return nil
+}
+
+// printRepaired prints what --repair did, a line each, unless the output
+// is JSON.
+func (c *fsckCmd) printRepaired(e *env, lines []string) {
+	if c.JSON {
+		return
+	}
+	for _, line := range lines {
+		fmt.Fprintln(e.stdout, "repaired:", runtext.Printable(line))
+	}
+}
+
+// printLeft prints, after a repair, each problem the check that follows
+// still finds, once: as "not repaired: PATH: what", and "; why" where the
+// repair left it knowingly (left, by path). What it left that the check
+// no longer finds is printed as "not repaired: PATH: why". Unless the
+// output is JSON.
+func (c *fsckCmd) printLeft(e *env, problems, left []tracker.Problem) {
+	if c.JSON {
+		return
+	}
+	why := make(map[string]string, len(left))
+	for _, p := range left {
+		if w, ok := why[p.Path]; ok {
+			p.What = w + "; " + p.What
+		}
+		why[p.Path] = p.What
+	}
+	said := make(map[string]bool, len(left))
+	for _, p := range problems {
+		line := p.String()
+		if w, ok := why[p.Path]; ok {
+			line += "; " + w
+			said[p.Path] = true
+		}
+		fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(line)) // it may quote what a member wrote
+	}
+	for _, p := range left {
+		if !said[p.Path] {
+			fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(p.String()))
+		}
+	}
 }
 
 // fsckReport is what fsck --json prints.
