@@ -60,6 +60,7 @@ func (c *fsckCmd) Run(e *env) error {
 		case errors.Is(err, tracker.ErrFailedThisBoot):
 			left = append(left, tracker.Problem{Path: problems[0].Path, What: err.Error()})
 		case err != nil:
+			c.printLeft(e, problems, left)
 			return err
 		default:
 			line := problems[0].Path + ": removed (synced; the records and the history check out after the failed flush it recorded)"
@@ -131,7 +132,8 @@ func (c *fsckCmd) printLeft(e *env, problems, left []tracker.Problem) {
 	}
 	for _, p := range left {
 		if !said[p.Path] {
-			fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(p.String()))
+			said[p.Path] = true
+			fmt.Fprintln(e.stdout, "not repaired:", runtext.Printable(p.Path+": "+why[p.Path]))
 		}
 	}
 }
