@@ -3,8 +3,10 @@ package tracker
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -95,5 +97,61 @@ func TestReadCuts(t *testing.T) {
 		if _, err := s.ReadCuts("x"); err == nil || !strings.Contains(err.Error(), s.Run("x").Cut()+":1:") {
 			t.Errorf("ReadCuts of %q: err = %v, want one naming the file and line", bad, err)
 		}
+	}
+}
+
+// TestRebuildKeepsTheBases: a record rebuilt from the history (its own
+// lost or torn) places its output's bytes where the lost one did: at the
+// bases its last cut's event recorded, corrected, as any record is, by
+// the cut file and the file's leading hole for a cut the watcher died in
+// the middle of (see capStream). Offsets read before the rebuild then
+// name the same bytes after it.
+func TestRebuildKeepsTheBases(t *testing.T) {
+	const L, B, C1, C2 = 65536, 40960, 8192, 4096
+	out := func(base, dropped int64) *Output {
+		return &Output{Limit: L, Stdout: Stream{Base: base, Dropped: dropped}}
+	}
+	t0 := time.Date(2026, 11, 29, 6, 0, 0, 0, time.UTC)
+	ev := func(rev int64, state StateName, o *Output) Event {
+		return Event{Time: t0.Add(time.Duration(rev) * time.Second), ID: "r", Rev: rev, State: state, Output: o}
+	}
+	// A run that ran, was cut at B (two cuts), then at B+C1, and completed.
+	cutTwice := []Event{ev(1, Starting, nil), ev(2, Running, nil), ev(3, Running, out(B-C1, B-C1)), ev(4, Running, out(B, B)), ev(5, Completed, nil)}
+	tests := []struct {
+		name                  string
+		events                []Event
+		hole                  int64 // bytes punched at the file's start
+		cuts                  []Cut // the run's cut file
+		wantBase, wantDropped int64
+	}{
+		{"never cut", []Event{ev(1, Starting, nil), ev(2, Running, nil), ev(3, Completed, nil)}, 0, nil, 0, 0},
+		{"cut and recorded", cutTwice, 0, nil, B, B},
+		{"cut again, its event after the end's", append(slices.Clone(cutTwice), ev(6, Completed, out(B+C1, B+C1))), 0, nil, B + C1, B + C1},
+		{"punched, not recorded", cutTwice, C1, nil, B, B + C1},
+		{"cut begun, not made", cutTwice, C1, []Cut{{"stdout", B, C1}}, B, B + C1},
+		{"cut made, not recorded", cutTwice, 0, []Cut{{"stdout", B, C1}}, B + C1, B + C1},
+		{"two cuts made, neither recorded", cutTwice, 0, []Cut{{"stdout", B, C1}, {"stdout", B + C1, C2}}, B + C1 + C2, B + C1 + C2},
+		{"recorded, its cut file not yet removed", append(slices.Clone(cutTwice[:4]), ev(5, Running, out(B+C1, B+C1))), 0, []Cut{{"stdout", B, C1}}, B + C1, B + C1},
+		{"holes punched, none cut", []Event{ev(1, Running, nil), ev(2, Running, out(0, B))}, B, nil, 0, B},
+		{"cuts of a deleted run with its ID", append(slices.Clone(cutTwice), ev(6, Deleted, nil), ev(1, Starting, nil), ev(2, Completed, nil)), 0, nil, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(s.Run("r").Request(), []byte(`{"command": "seq 1000000", "output_limit": 65536}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			st := Rebuild(s, "r", tt.events, func(int, string) (uint64, bool) { return 0, false })
+			if st.Output == nil || st.Output.Limit != L {
+				t.Fatalf("output %+v, want its limit %d", st.Output, L)
+			}
+			base, dropped := st.Layout("stdout", fileWithHole(t, tt.hole), tt.cuts)
+			if base != tt.wantBase || dropped != tt.wantDropped {
+				t.Fatalf("rebuilt, then Layout = base %d, dropped %d; want %d, %d", base, dropped, tt.wantBase, tt.wantDropped)
+			}
+		})
 	}
 }

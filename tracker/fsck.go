@@ -471,7 +471,9 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 		return nil, err
 	}
 	st = Rebuild(s, id, events, identify)
-	if err := OpenHistory(root).appendLocked(EventOf(st, time.Now())); err != nil {
+	ev := EventOf(st, time.Now())
+	ev.Output = st.Output // its bases, for a record rebuilt again from here
+	if err := OpenHistory(root).appendLocked(ev); err != nil {
 		return nil, err
 	}
 	if err := s.Write(st); err != nil {
@@ -482,8 +484,10 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 
 // Rebuild makes a record of run id from its history (events, oldest
 // first, not empty) and its request: an ended run as it ended, a live one
-// (identify finds its process) running, one gone as lost. Its rev is the
-// last event's plus one.
+// (identify finds its process) running, one gone as lost. Its output's
+// bases and dropped bytes are those of the last event that recorded them
+// (Event.Output), so that absolute offsets read before the rebuild name
+// the same bytes after it. Its rev is the last event's plus one.
 func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	for i := len(events) - 1; i >= 0; i-- {
 		if events[i].State == Deleted { // the ID was used again: this run's events follow
@@ -530,15 +534,20 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			// What a service is restarted, checked and limited by.
 			st.Restart, st.Health, st.ReadyFile, st.Limits = req.Restart, req.Health, req.ReadyFile, req.Limits
 			if req.OutputLimit > 0 {
-				// Its cap; not what was cut before, which only the lost
-				// record held: offsets read before the rebuild are off
-				// by that much.
-				st.Output = &Output{Limit: req.OutputLimit}
+				st.Output = &Output{Limit: req.OutputLimit} // its cap, until a cut says more
 			}
 		}
 	}
-	for _, e := range events { // the labels and notes set since
+	for _, e := range events { // the labels and notes set since, and the cuts
 		ApplyChange(st, e)
+		if e.Output != nil {
+			// Where its output's offsets stand: a cut of whose record
+			// the history has no event yet is in the run's cut file,
+			// which readers (Layout) and the next watcher (which
+			// finishes it) apply to these bases.
+			o := *e.Output
+			st.Output = &o
+		}
 	}
 	switch st.State {
 	case Completed, Failed, Canceled, TimedOut:

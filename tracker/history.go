@@ -52,6 +52,14 @@ type Event struct {
 	// deleted the run (spool.Name.Key): taken again after a crash, that
 	// request is answered deleted, not not_found.
 	Request string `json:"request,omitempty"`
+	// Output is, on the event of a change of the record's output (bytes
+	// dropped from an output file, its start cut), the record's output
+	// as it is then. A cut moves every offset in the file, and only the
+	// record says by how much: a record rebuilt from the history takes
+	// its bases from here (see Rebuild), where it would otherwise shift
+	// every absolute offset by all that was cut. Cuts are rare (one per
+	// eighth of the cap written), so the history grows by little.
+	Output *Output `json:"output,omitempty"`
 }
 
 // ApplyChange applies what a label or note event changed (see
