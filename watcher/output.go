@@ -252,8 +252,12 @@ func (w *watcher) cutStart(st *tracker.State, name string, f *os.File, n int64) 
 // saveCuts saves st, whose output was capped, and once that is recorded
 // removes its cut file, if it still holds cuts ("" if none was written):
 // a later cut may have written it again meanwhile.
+//
+// The save's history event carries the output's bases (see outputChange):
+// they are then durable in two places, its record and its history, before
+// the cut file goes.
 func (w *watcher) saveCuts(st *tracker.State, cuts string) {
-	w.save(st)
+	w.saveChange(st, outputChange(st), changed)
 	if cuts == "" {
 		return
 	}
@@ -262,6 +266,17 @@ func (w *watcher) saveCuts(st *tracker.State, cuts string) {
 			w.log.Printf("run %s: %v", st.ID, err)
 		}
 	})
+}
+
+// outputChange is the change of a save that records st's output as it
+// is: its event says where the output's offsets stand, for a record
+// rebuilt from the history (tracker.Rebuild) once this one is lost.
+func outputChange(st *tracker.State) tracker.Event {
+	if st.Output == nil {
+		return tracker.Event{}
+	}
+	o := *st.Output // the event is written later; the record may be cut again meanwhile
+	return tracker.Event{Output: &o}
 }
 
 // settleCuts brings run st's record up to date with the cuts of its

@@ -225,7 +225,8 @@ func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *t
 	}
 	w.log.Printf("recover: %v: rebuilt from the history: %s, rev %d", err, st.State, st.Rev)
 	st.Rev-- // Rebuild's rev is the next one, which save gives it
-	w.save(st)
+	// With its output's bases on its event, for a record rebuilt again.
+	w.saveChange(st, outputChange(st), changed)
 	return st
 }
 

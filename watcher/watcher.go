@@ -875,7 +875,7 @@ const (
 )
 
 // saveChange is save, with what a label or note request changed (its
-// Labels and Note) on the change's history event.
+// Labels and Note), or a cut (its Output), on the change's history event.
 func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveKind) {
 	if !w.guard(st) && kind == covered {
 		kind = changed // the file on disk is not the record before the change
@@ -885,7 +885,7 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveK
 	if !change.Time.IsZero() {
 		ev.Time = change.Time // a note's time, as the record has it
 	}
-	ev.Labels, ev.Note = change.Labels, change.Note
+	ev.Labels, ev.Note, ev.Output = change.Labels, change.Note, change.Output
 	events := append(w.passed, ev)
 	w.passed = nil
 	if w.waitedOn(st.ID) {
