@@ -587,7 +587,9 @@ func addMissingEvent(root string, st *State, events []Event) ([]string, error) {
 	if st.EndedAt != nil {
 		at = *st.EndedAt
 	}
-	if err := OpenHistory(root).appendLocked(EventOf(st, at)); err != nil {
+	ev := EventOf(st, at)
+	ev.Output = st.Output // the last word on its output's bases, for a rebuild
+	if err := OpenHistory(root).appendLocked(ev); err != nil {
 		return nil, err
 	}
 	return []string{fmt.Sprintf("%s: its rev %d (%s) was missing from the history: appended", layout.Root(root).History(), st.Rev, st.State)}, nil

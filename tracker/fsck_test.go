@@ -365,3 +365,26 @@ func (r *fakeRoot) files(name string) map[string]string {
 	}
 	return files
 }
+
+// TestRepairedEventsCarryTheBases: the events tend fsck --repair appends
+// for a record (one the history lacks, one rebuilt) carry its output, so
+// that a record rebuilt from the history later still finds its bases.
+func TestRepairedEventsCarryTheBases(t *testing.T) {
+	root := t.TempDir()
+	out := &Output{Limit: 65536, Stdout: Stream{Dropped: 40960, Base: 40960}}
+	st := &State{ID: "a", Rev: 7, State: Running, Output: out}
+	if _, err := addMissingEvent(root, st, nil); err != nil {
+		t.Fatal(err)
+	}
+	events, bad := scanHistory(root)
+	if len(bad) > 0 || len(events["a"]) != 1 {
+		t.Fatalf("history: %v, bad lines %v; want the one event", events, bad)
+	}
+	if got := events["a"][0].Output; got == nil || *got != *out {
+		t.Fatalf("the appended event's output is %+v, want %+v", got, out)
+	}
+	rebuilt := Rebuild(NewStore(root), "a", events["a"], func(int, string) (uint64, bool) { return 0, false })
+	if rebuilt.Output == nil || rebuilt.Output.Stdout != out.Stdout {
+		t.Fatalf("rebuilt from it: output %+v, want %+v", rebuilt.Output, out)
+	}
+}
