@@ -541,10 +541,10 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	for _, e := range events { // the labels and notes set since, and the cuts
 		ApplyChange(st, e)
 		if e.Output != nil {
-			// Where its output's offsets stand: a cut of whose record
-			// the history has no event yet is in the run's cut file,
-			// which readers (Layout) and the next watcher (which
-			// finishes it) apply to these bases.
+			// Where its output's offsets stand. A cut not yet recorded
+			// when the record was lost is in the run's cut file and
+			// the file's hole, which readers (Layout) and the next
+			// watcher (which finishes it) apply to these bases.
 			o := *e.Output
 			st.Output = &o
 		}
