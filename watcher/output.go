@@ -282,12 +282,13 @@ func outputChange(st *tracker.State) tracker.Event {
 // settleCuts brings run st's record up to date with the cuts of its
 // output files that an earlier watcher left under way when it died, and
 // finishes them: a cut made but not recorded is recorded; a hole punched
-// at a file's start is recorded as dropped bytes, and the file cut.
-func (w *watcher) settleCuts(st *tracker.State) {
+// at a file's start is recorded as dropped bytes, and the file cut. It
+// reports whether it saved st.
+func (w *watcher) settleCuts(st *tracker.State) bool {
 	cuts, err := w.store.ReadCuts(st.ID)
 	if err != nil {
 		w.log.Printf("recover: run %s: %v (its offsets are left as recorded)", st.ID, err)
-		return
+		return false
 	}
 	text := tracker.CutsText(cuts)
 	changed := false
@@ -305,6 +306,7 @@ func (w *watcher) settleCuts(st *tracker.State) {
 	case len(cuts) > 0:
 		w.store.RemoveCuts(st.ID, text) // recorded before the watcher died
 	}
+	return changed
 }
 
 // settleCut settles st's stream name (see settleCuts). It reports whether

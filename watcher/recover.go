@@ -94,7 +94,9 @@ func (w *watcher) recoverRuns() error {
 			}
 		}
 		if err == nil && (!tracker.Final(st.State) || w.store.HasCuts(id)) {
-			w.settleCuts(st)
+			if !w.settleCuts(st) && !broken[id] && !tracker.Final(st.State) {
+				w.recordBases(st, tracker.Latest(recent[id]))
+			}
 		}
 		switch {
 		case errors.Is(err, tracker.ErrNotFound):
@@ -228,6 +230,29 @@ func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *t
 	// With its output's bases on its event, for a record rebuilt again.
 	w.saveChange(st, outputChange(st), changed)
 	return st
+}
+
+// recordBases saves run st, whose record is the one a run that goes on
+// left, if its output was cut and none of events (its recent history)
+// carries where its output's offsets stand: a tend before 2026-11-29
+// kept that in the record alone, and a record rebuilt from the history
+// would have every offset off by all that was cut (see tracker.Rebuild).
+// A run whose last cut is older than the history's recent window is
+// saved so at each watcher start: one line each time.
+func (w *watcher) recordBases(st *tracker.State, events []tracker.Event) {
+	if st.Output == nil || st.Output.Stdout == (tracker.Stream{}) && st.Output.Stderr == (tracker.Stream{}) {
+		return // nothing dropped: a rebuilt record's bases are 0 as they are
+	}
+	for _, ev := range slices.Backward(events) {
+		if ev.Output != nil {
+			if *ev.Output == *st.Output {
+				return
+			}
+			break
+		}
+	}
+	w.log.Printf("recover: run %s: its output's bases were in its record alone: recorded in the history too", st.ID)
+	w.saveChange(st, outputChange(st), changed)
 }
 
 // recoverTorn takes run id's record, which is not JSON at all (err), for
