@@ -490,8 +490,15 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		// rescan. So is one edited while no watcher ran: it is compared
 		// there with what the record was made from.
 		req, _ := spool.ParseStart(f.Body)
-		if st.RequestSum != "" && st.RequestSum != spool.BodySum(f.Body) {
+		switch {
+		case st.RequestSum != "" && st.RequestSum != spool.BodySum(f.Body):
 			req = recordedRequest(st)
+		case st.RequestSum == "" && err == nil:
+			// Made by a tend that kept no sum (before request_sum): the
+			// version found is the only one known to have been taken, as
+			// req says, and it is spared as taken (queuedAsIs) from rules
+			// newer than that tend's.
+			st.RequestSum = spool.BodySum(f.Body)
 		}
 		w.addQueued(&queuedRun{st: st, req: req})
 		return
