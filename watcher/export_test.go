@@ -51,3 +51,11 @@ func RunHolding(cfg Config, hold Hold) error {
 	cfg.processes = p
 	return Run(cfg)
 }
+
+// RunClaiming is Run, with claiming called with the spool name of each
+// queued run's request the watcher has read to start it, before it
+// claims it.
+func RunClaiming(cfg Config, claiming func(name string)) error {
+	cfg.claiming = claiming
+	return Run(cfg)
+}

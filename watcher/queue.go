@@ -304,6 +304,9 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	if err != nil || !f.Settled || !sameWaits(req, q.req) {
 		return false // a version whose waits changed is taken as an edit first
 	}
+	if w.cfg.claiming != nil {
+		w.cfg.claiming(n.String())
+	}
 	claimed, err := w.spool.Claim(f, w.store.Run(n.ID).Request())
 	w.claimed(err)
 	if err != nil {

@@ -101,6 +101,11 @@ type Config struct {
 	// processes, for the race tests, replaces the system's (see
 	// processes); its zero value is the system's.
 	processes processes
+	// claiming, for the race tests, is called with the spool name of a
+	// queued run's request once startQueued has read it, just before it
+	// claims it: a test replaces the file there, as a writer may at that
+	// moment. Nil calls nothing.
+	claiming func(name string)
 }
 
 // DefaultSettle is the default of Config.Settle.
