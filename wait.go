@@ -49,12 +49,17 @@ func watchUntilIn(ctx context.Context, dir, sub string, every time.Duration, che
 	if done, err := spin(ctx, every, check); done || err != nil {
 		return err
 	}
-	fsw, err := fsnotify.NewWatcher()
+	fsw, err := newInotify()
+	if inotifyExhausted(err) {
+		return poll(ctx, check)
+	}
 	if err != nil {
 		return fmt.Errorf("inotify: %w", procfs.InotifyError(err))
 	}
 	defer fsw.Close()
-	if err := fsw.Add(dir); err != nil {
+	if err := fsw.Add(dir); inotifyExhausted(err) {
+		return poll(ctx, check)
+	} else if err != nil {
 		return fmt.Errorf("watch %s: %w", dir, procfs.InotifyError(err))
 	}
 	tick := time.NewTicker(recheckEvery)
@@ -76,6 +81,38 @@ func watchUntilIn(ctx context.Context, dir, sub string, every time.Duration, che
 		case <-tick.C:
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+	}
+}
+
+// newInotify is fsnotify.NewWatcher; a test puts the kernel's refusal in
+// its place.
+var newInotify = fsnotify.NewWatcher
+
+// inotifyExhausted reports whether err is the kernel's refusal of an
+// inotify instance or watch for want of one: a per-user limit
+// (fs.inotify.max_user_instances is 128 by default, so 128 waits of one
+// user hold them all), the process's open files, or memory. Such a wait
+// polls instead of failing: the run it waits for is not at fault, and a
+// script that waits on many runs at once must not read a failure of its
+// own into one of them.
+func inotifyExhausted(err error) bool {
+	return errors.Is(err, unix.EMFILE) || errors.Is(err, unix.ENFILE) ||
+		errors.Is(err, unix.ENOSPC) || errors.Is(err, unix.ENOMEM)
+}
+
+// pollEvery is how often a wait that could not have inotify checks.
+const pollEvery = 50 * time.Millisecond
+
+// poll calls check every pollEvery until it reports done or fails, or
+// ctx ends (then it returns ctx.Err()).
+func poll(ctx context.Context, check func() (bool, error)) error {
+	for {
+		if done, err := check(); done || err != nil {
+			return err
+		}
+		if err := pause(ctx, pollEvery); err != nil {
+			return err
 		}
 	}
 }

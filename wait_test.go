@@ -3,12 +3,15 @@ package tend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"github.com/fsnotify/fsnotify"
 	"github.com/tendhq/tend/tracker"
+	"golang.org/x/sys/unix"
 )
 
 // watchUntil checks on a timer at first: a condition that holds at once or
@@ -127,5 +130,38 @@ func TestWaitForEndedContextKeepsTheRecord(t *testing.T) {
 	st, err := c.WaitFor(ctx, "v1", Ended)
 	if !errors.Is(err, context.Canceled) || st == nil || st.ID != "v1" {
 		t.Errorf("WaitFor with its context ended = %v, %v; want the record and context.Canceled", st, err)
+	}
+}
+
+// A wait the kernel refuses an inotify instance (a user's 128 are held
+// by as many other waits) polls instead, and ends when its condition
+// holds; any other failure of inotify is still an error.
+func TestWatchUntilPollsWithoutInotify(t *testing.T) {
+	tests := []struct {
+		name    string
+		err     error
+		wantErr bool
+	}{
+		{"instances", fmt.Errorf("couldn't initialize inotify: %w", unix.EMFILE), false},
+		{"open files", fmt.Errorf("couldn't initialize inotify: %w", unix.ENFILE), false},
+		{"watches", unix.ENOSPC, false},
+		{"other", unix.EINVAL, true},
+	}
+	saved := newInotify
+	t.Cleanup(func() { newInotify = saved })
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			newInotify = func() (*fsnotify.Watcher, error) { return nil, tt.err }
+			start := time.Now()
+			err := watchUntil(context.Background(), t.TempDir(), spinEvery, func() (bool, error) {
+				return time.Since(start) > 3*spinFor, nil
+			})
+			if gotErr := err != nil; gotErr != tt.wantErr {
+				t.Fatalf("watchUntil = %v, want an error: %v", err, tt.wantErr)
+			}
+			if took := time.Since(start); took > recheckEvery {
+				t.Errorf("took %v: it should poll every %v", took, pollEvery)
+			}
+		})
 	}
 }
