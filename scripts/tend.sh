@@ -39,11 +39,17 @@ tend_outcomes() {
 
 # tend_submit NAME BODY: write request NAME (<id>.<verb>) whole under a
 # hidden name, then rename it into the spool, so the watcher only ever sees
-# it complete. A previous outcome of the same name is removed first.
+# it complete. A previous outcome of the same name is removed first; where
+# it may not be (a member's outcomes/<uid>/ of a shared root is the
+# watcher's), its inode is noted, for tend_outcome to tell it from the
+# answer to this request, which replaces it atomically.
 tend_submit() {
 	_r=$(tend_root)
 	[ -d "$_r/spool" ] || { echo "tend.sh: no spool in $_r (is it a tend root?)" >&2; return 1; }
-	rm -f "$(tend_outcomes)/$1"
+	_tend_old_name=$1
+	_tend_old_ino=
+	rm -f "$(tend_outcomes)/$1" 2>/dev/null ||
+		_tend_old_ino=$(_tend_ino "$(tend_outcomes)/$1")
 	printf '%s\n' "$2" >"$_r/spool/.$1.sh$$.tmp" || return 1
 	# Root's requests carry a mark in a shared root, where anyone could
 	# move a file of root's into the spool (setfattr is in Debian's attr).
@@ -61,20 +67,29 @@ _tend_json() {
 		awk 'BEGIN { printf "\"" } NR > 1 { printf "\\n" } { printf "%s", $0 } END { printf "\"" }'
 }
 
-# _tend_poll TEST-ARGS...: wait until test(1) holds.
-_tend_poll() {
-	_i=0
-	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
-	until test "$@"; do
-		_i=$((_i + 1))
-		[ "$_i" -lt "$_max" ] || { echo "tend.sh: timed out waiting for: test $*" >&2; return 1; }
-		sleep 0.05
-	done
+# _tend_ino FILE: print FILE's inode number (nothing if it is not there).
+_tend_ino() {
+	ls -di "$1" 2>/dev/null | awk '{ print $1 }'
+}
+
+# _tend_answered NAME: return 0 if request NAME's answer is there, and is
+# not the earlier one tend_submit could not remove.
+_tend_answered() {
+	test -s "$(tend_outcomes)/$1" || return 1
+	[ "$1" != "${_tend_old_name:-}" ] || [ -z "${_tend_old_ino:-}" ] ||
+		[ "$(_tend_ino "$(tend_outcomes)/$1")" != "$_tend_old_ino" ]
 }
 
 # tend_outcome NAME: wait for request NAME's outcome, and print it.
 tend_outcome() {
-	_tend_poll -s "$(tend_outcomes)/$1" && cat "$(tend_outcomes)/$1"
+	_i=0
+	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
+	until _tend_answered "$1"; do
+		_i=$((_i + 1))
+		[ "$_i" -lt "$_max" ] || { echo "tend.sh: timed out waiting for the answer to $1 ($(tend_outcomes)/$1) after ${TEND_SH_TIMEOUT:-3600}s" >&2; return 1; }
+		sleep 0.05
+	done
+	cat "$(tend_outcomes)/$1"
 }
 
 # tend_field ID FIELD: print a top-level field of run ID's state.json: a
@@ -224,7 +239,7 @@ tend_control() {
 	_name="$1@$(_tend_tag).$2"
 	tend_submit "$_name" "${3:-}" || return 1
 	_o=$(tend_outcome "$_name") || return 1
-	rm -f "$(tend_outcomes)/$_name"
+	rm -f "$(tend_outcomes)/$_name" 2>/dev/null # a member's stays, swept in an hour
 	printf '%s\n' "$_o"
 	case $_o in
 	canceled | deleted | signaled* | restarted* | paused* | resumed* | updated*) return 0 ;;
@@ -244,7 +259,7 @@ tend_select() {
 	_name="*@$(_tend_tag).$1"
 	tend_submit "$_name" "$2" || return 1
 	_o=$(tend_outcome "$_name") || return 1
-	rm -f "$(tend_outcomes)/$_name"
+	rm -f "$(tend_outcomes)/$_name" 2>/dev/null # a member's stays, swept in an hour
 	printf '%s\n' "$_o"
 	case $_o in selected:*) return 0 ;; esac
 	return 4
