@@ -75,59 +75,81 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 // followHistory passes history.jsonl's events from its start, and those
 // appended after, reopening it when it is rotated, until ctx ends.
 func (c *Client) followHistory(ctx context.Context, emit func(Event) error) error {
-	path := layout.Root(c.root).History()
-	var f *os.File
-	var r *bufio.Reader
-	var off int64
-	defer func() {
-		if f != nil {
-			f.Close()
-		}
-	}()
-	open := func() error {
-		var err error
-		if f, err = os.Open(path); err != nil {
-			f = nil
-			if errors.Is(err, os.ErrNotExist) {
-				return nil
+	h := &historyFollower{path: layout.Root(c.root).History(), emit: emit}
+	defer h.close()
+	return watchUntil(ctx, c.root, spinEvery, h.check)
+}
+
+// historyFollower passes the events of the history file at path to emit,
+// each once, in order, across rotations: the file it has open is read to
+// its end before it opens the one now at path, so the lines appended just
+// before a rotation are not skipped.
+type historyFollower struct {
+	path    string
+	emit    func(Event) error
+	f       *os.File
+	r       *bufio.Reader
+	off     int64
+	partial []byte // a line not yet whole
+}
+
+// check passes every whole line there is now; it never reports done.
+func (h *historyFollower) check() (bool, error) {
+	for {
+		if h.f == nil {
+			if err := h.open(); err != nil || h.f == nil {
+				return false, err
 			}
-			return err
 		}
-		r = bufio.NewReader(f)
+		// Whether it was rotated is asked before its end is read: a line
+		// appended after this end was appended before the rotation.
+		moved := rotated(h.f, h.path)
+		if err := h.drain(); err != nil || !moved {
+			return false, err
+		}
+		h.close()
+	}
+}
+
+// open opens the file at path, if it is there.
+func (h *historyFollower) open() error {
+	f, err := os.Open(h.path)
+	if errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	if err := open(); err != nil {
+	if err != nil {
 		return err
 	}
-	var partial []byte
-	return watchUntil(ctx, c.root, spinEvery, func() (bool, error) {
-		if f == nil || rotated(f, path) {
-			if f != nil {
-				f.Close()
-			}
-			if err := open(); err != nil || f == nil {
-				return false, err
-			}
-			off, partial = 0, nil
+	h.f, h.r, h.off, h.partial = f, bufio.NewReader(f), 0, nil
+	return nil
+}
+
+// drain passes the whole lines of the open file up to its end.
+func (h *historyFollower) drain() error {
+	for {
+		line, err := h.r.ReadBytes('\n')
+		h.off += int64(len(line))
+		if err != nil { // no whole line yet: keep what there is
+			h.partial = append(h.partial, line...)
+			return nil
 		}
-		for {
-			line, err := r.ReadBytes('\n')
-			off += int64(len(line))
-			if err != nil { // no whole line yet: keep what there is
-				partial = append(partial, line...)
-				return false, nil
-			}
-			line = append(partial, line...)
-			partial = nil
-			var ev Event
-			if err := json.Unmarshal(bytes.TrimSpace(line), &ev); err != nil {
-				return false, fmt.Errorf("%s: after byte %d: %v", path, off, err)
-			}
-			if err := emit(ev); err != nil {
-				return false, err
-			}
+		line = append(h.partial, line...)
+		h.partial = nil
+		var ev Event
+		if err := json.Unmarshal(bytes.TrimSpace(line), &ev); err != nil {
+			return fmt.Errorf("%s: after byte %d: %v", h.path, h.off, err)
 		}
-	})
+		if err := h.emit(ev); err != nil {
+			return err
+		}
+	}
+}
+
+func (h *historyFollower) close() {
+	if h.f != nil {
+		h.f.Close()
+		h.f = nil
+	}
 }
 
 // rotated reports whether path is no longer the file f has open.
