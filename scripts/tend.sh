@@ -163,18 +163,33 @@ tend_start() {
 # exited 0 all the same returns 1), so that `tend_wait build && deploy`
 # does not go on; 124 if it has not ended within $TEND_SH_TIMEOUT seconds
 # (it goes on); 3 at once if there is no such run, nor a start request of
-# it in the spool (a typo, a request rejected); 2 for an ID tend refuses.
+# it in the spool (a typo, a request rejected); 4 if the run is another
+# user's, whose record this user may not read (a shared root); 2 for an
+# ID tend refuses.
 tend_wait() {
 	_tend_id "$1" || return 2
 	_i=0
+	_shut=0
 	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
 	while :; do
 		_state=$(tend_state "$1")
 		case $_state in
 		completed | failed | canceled | timed_out) break ;;
 		"") # its directory is made before its request leaves the spool
-			[ -e "$(tend_root)/runs/$1" ] || [ -e "$(tend_root)/spool/$1.start" ] ||
-				{ echo "tend.sh: no run $1" >&2; return 3; } ;;
+			_d="$(tend_root)/runs/$1"
+			[ -e "$_d" ] || [ -e "$(tend_root)/spool/$1.start" ] ||
+				{ echo "tend.sh: no run $1" >&2; return 3; }
+			# One this user may not enter is another's: at once if that
+			# is a user's; the watcher's (root's) only for a moment
+			# before it hands a run's directory over to its owner.
+			if [ -e "$_d" ] && ! [ -x "$_d" ]; then
+				_shut=$((_shut + 1))
+				_u=$(ls -dn "$_d" | awk '{ print $3 }')
+				if [ "$_u" != 0 ] || [ "$_shut" -ge 40 ]; then
+					echo "tend.sh: run $1 is not this user's: its record, in $_d (uid $_u), is not readable" >&2
+					return 4
+				fi
+			fi ;;
 		esac
 		_i=$((_i + 1))
 		[ "$_i" -lt "$_max" ] || { echo "tend.sh: run $1 has not ended after ${TEND_SH_TIMEOUT:-3600}s; it goes on" >&2; return 124; }
