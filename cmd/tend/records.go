@@ -123,7 +123,7 @@ func deleteRuns(e *env, ids []string, session string, ifRev int64) error {
 
 type gcCmd struct {
 	OlderThan time.Duration `help:"Delete finished runs that ended longer ago than this (default: config.json's keep_finished_for, else 168h)."`
-	Keep      int           `help:"Keep at most this many finished runs, the newest (default: config.json's keep_finished, else 1000)." default:"-1"`
+	Keep      int           `help:"Keep at most this many finished runs, the newest (0: none; default: config.json's keep_finished, else 1000)." default:"-1"`
 	Session   string        `help:"Only this session's runs." env:"TEND_SESSION"`
 	DryRun    bool          `help:"Print what would be deleted, and delete nothing."`
 	JSON      bool          `help:"Print each outcome as a JSON line (docs/schema/outcome.schema.json); with --dry-run, {id, verb: delete, outcome: would_delete}."`
@@ -144,6 +144,9 @@ func (c *gcCmd) Run(e *env) error {
 	if c.OlderThan > 0 {
 		limits.KeepFinishedFor = c.OlderThan
 	}
+	// In config.json keep_finished 0 keeps every run; --keep 0 keeps none,
+	// as its words say: an operator who clears a root asks for that.
+	keepNone := c.Keep == 0
 	if c.Keep >= 0 {
 		limits.KeepFinished = c.Keep
 	}
@@ -155,6 +158,9 @@ func (c *gcCmd) Run(e *env) error {
 		runs = slices.DeleteFunc(runs, func(st *tracker.State) bool { return st.Session != c.Session })
 	}
 	ids := config.Expired(runs, limits, time.Now())
+	if keepNone {
+		ids = finishedIDs(runs)
+	}
 	e.json = c.JSON
 	if len(ids) == 0 && !e.json {
 		// Said on stderr: stdout lists the runs, and there are none.
@@ -172,6 +178,23 @@ func (c *gcCmd) Run(e *env) error {
 		return nil
 	}
 	return deleteRuns(e, ids, c.Session, 0)
+}
+
+// finishedIDs returns the IDs of the finished runs among runs, as
+// config.Expired considers them, newest first.
+func finishedIDs(runs []*tracker.State) []string {
+	var done []*tracker.State
+	for _, st := range runs {
+		if tracker.Final(st.State) && st.EndedAt != nil {
+			done = append(done, st)
+		}
+	}
+	slices.SortFunc(done, func(a, b *tracker.State) int { return b.EndedAt.Compare(*a.EndedAt) })
+	ids := make([]string, len(done))
+	for i, st := range done {
+		ids[i] = st.ID
+	}
+	return ids
 }
 
 // shortDuration is d as Go writes it, without zero minutes and seconds
