@@ -1,11 +1,14 @@
 package tend
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -312,10 +315,64 @@ func (c *Client) spoolPath(n spool.Name) string {
 }
 
 // notFound is the error for a run id that has no record: it says whether
-// its start request waits in the spool.
+// its start request waits in the spool, or whether a run of id was
+// deleted (by tend rm, or by the retention, which a script that waits
+// long after it started a run may not expect), and how that run ended.
 func (c *Client) notFound(id string) error {
 	if c.startWaiting(id) {
 		return errorf(ErrNotFound, "run %s has not started yet: its request waits in the spool", id)
 	}
+	if del, end, ok := lastDeletion(c.root, id); ok {
+		how := ""
+		if end != nil {
+			how = ", after it ended " + string(end.State)
+			switch {
+			case end.ExitCode != nil:
+				how += fmt.Sprintf(" (exit %d)", *end.ExitCode)
+			case end.Signal != "":
+				how += " (" + end.Signal + ")"
+			}
+		}
+		return errorf(ErrNotFound, "run %s was deleted at %s (%s)%s: its record is gone; tend history %s shows what it did",
+			id, del.Time.Local().Format(time.RFC3339), del.Reason, how, id)
+	}
 	return errorf(ErrNotFound, "no run %q in %s", id, c.root)
+}
+
+// lastDeletion returns the event that deleted the last run of id, and
+// that run's last event before it (nil if the history has none), if the
+// newest history file that names id says it was deleted since it was
+// last used. It reads only the lines that name id, of the newest two
+// files (a root's history may be large, and this is an error's path:
+// a typo must not read every rotated file), and says nothing of a
+// history it cannot read.
+func lastDeletion(root, id string) (del tracker.Event, end *tracker.Event, ok bool) {
+	files := tracker.HistoryFiles(root)
+	needle := []byte(`"id":` + strconv.Quote(id) + `,`)
+	for i := len(files) - 1; i >= 0 && i >= len(files)-2; i-- {
+		b, err := os.ReadFile(files[i])
+		if err != nil {
+			continue
+		}
+		var last, before *tracker.Event
+		for line := range bytes.Lines(b) {
+			if !bytes.Contains(line, needle) {
+				continue
+			}
+			var ev tracker.Event
+			if json.Unmarshal(line, &ev) != nil || ev.ID != id {
+				continue
+			}
+			if last != nil && last.State != tracker.Deleted {
+				before = last
+			} else if last != nil {
+				before = nil
+			}
+			last = &ev
+		}
+		if last != nil {
+			return *last, before, last.State == tracker.Deleted
+		}
+	}
+	return tracker.Event{}, nil, false
 }
