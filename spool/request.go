@@ -293,6 +293,9 @@ func BodySum(body []byte) string {
 // '"' or '}') is a full request. A shell command may itself start with '{'
 // (a brace group): "{ make; make test; }" is shell text.
 func ParseStart(body []byte) (Start, error) {
+	if err := CheckEncoding(body); err != nil {
+		return Start{}, err
+	}
 	body = TrimBOM(body)
 	if !isJSON(body) {
 		return parseShellText(body)
@@ -485,6 +488,9 @@ type cancelJSON struct {
 // ParseCancel parses a cancel request body: empty, or a JSON object.
 func ParseCancel(body []byte) (Cancel, error) {
 	var c Cancel
+	if err := CheckEncoding(body); err != nil {
+		return Cancel{}, err
+	}
 	body = TrimBOM(body)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return c, nil
@@ -527,6 +533,9 @@ type Delete struct {
 // "session".
 func ParseDelete(body []byte) (Delete, error) {
 	var d Delete
+	if err := CheckEncoding(body); err != nil {
+		return Delete{}, err
+	}
 	body = TrimBOM(body)
 	if len(bytes.TrimSpace(body)) == 0 {
 		return d, nil
@@ -560,6 +569,9 @@ type labelJSON struct {
 // "if_rev": N}.
 func ParseLabel(body []byte) (Label, error) {
 	l := Label{Set: map[string]string{}}
+	if err := CheckEncoding(body); err != nil {
+		return Label{}, err
+	}
 	body = TrimBOM(body)
 	if isJSON(body) {
 		var j labelJSON
@@ -667,6 +679,9 @@ const MaxNote = 4096
 // object {"text": ..., "session": ..., "if_rev": N}.
 func ParseNote(body []byte) (Note, error) {
 	var n Note
+	if err := CheckEncoding(body); err != nil {
+		return Note{}, err
+	}
 	body = TrimBOM(body)
 	if isJSON(body) {
 		if err := decodeStrict(body, &n); err != nil {
@@ -690,6 +705,17 @@ func ParseNote(body []byte) (Note, error) {
 // byteOrderMark is what some editors (Notepad, "UTF-8 with BOM") write
 // before a file's text.
 const byteOrderMark = "\ufeff"
+
+// CheckEncoding returns an error if b begins with a UTF-16 byte order
+// mark, as PowerShell's > and Notepad's "Unicode" save text: every other
+// byte of ASCII text is then NUL, and the error a parser would give ("a
+// NUL byte", "not valid UTF-8", an unknown signal) would not say why.
+func CheckEncoding(b []byte) error {
+	if bytes.HasPrefix(b, []byte{0xff, 0xfe}) || bytes.HasPrefix(b, []byte{0xfe, 0xff}) {
+		return errors.New("the file is UTF-16 (it begins with a UTF-16 byte order mark, as PowerShell's > and Notepad's \"Unicode\" write): save it as UTF-8")
+	}
+	return nil
+}
 
 // TrimBOM returns b without a leading UTF-8 byte order mark: it is never
 // part of a request body (every parser here takes it off) or of a file

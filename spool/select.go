@@ -68,6 +68,9 @@ type selectJSON struct {
 // object that names its runs explicitly, so that no empty file (a shell's
 // unmatched glob, touch) acts on every run.
 func ParseSelect(verb string, body []byte) (Select, error) {
+	if err := CheckEncoding(body); err != nil {
+		return Select{}, err
+	}
 	body = TrimBOM(body)
 	if !isJSON(body) {
 		return Select{}, errors.New(`a selector request is a JSON object naming its runs: {"all": true}, {"labels": {"k": "v"}} or {"ids": ["a", "b"]}`)

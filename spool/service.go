@@ -201,6 +201,9 @@ type Signal struct {
 // "if_rev": N}.
 func ParseSignal(body []byte) (Signal, error) {
 	var s Signal
+	if err := CheckEncoding(body); err != nil {
+		return Signal{}, err
+	}
 	body = TrimBOM(body)
 	name := strings.TrimSpace(string(body))
 	if isJSON(body) {

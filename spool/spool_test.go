@@ -838,3 +838,50 @@ func TestOneLine(t *testing.T) {
 		t.Errorf("a bad health.tcp address: %q, want it quoted", err)
 	}
 }
+
+// A body saved as UTF-16 (PowerShell's >, Notepad's "Unicode") is
+// refused by every verb's parser with that reason, not a NUL byte's or an
+// unknown signal's; little- and big-endian alike.
+func TestParseRefusesUTF16(t *testing.T) {
+	utf16 := func(bom []byte, text string, le bool) []byte {
+		b := append([]byte{}, bom...)
+		for _, c := range []byte(text) {
+			if le {
+				b = append(b, c, 0)
+			} else {
+				b = append(b, 0, c)
+			}
+		}
+		return b
+	}
+	parsers := map[string]func([]byte) error{
+		"start":  func(b []byte) error { _, err := ParseStart(b); return err },
+		"cancel": func(b []byte) error { _, err := ParseCancel(b); return err },
+		"delete": func(b []byte) error { _, err := ParseDelete(b); return err },
+		"label":  func(b []byte) error { _, err := ParseLabel(b); return err },
+		"note":   func(b []byte) error { _, err := ParseNote(b); return err },
+		"signal": func(b []byte) error { _, err := ParseSignal(b); return err },
+		"select": func(b []byte) error { _, err := ParseSelect(VerbCancel, b); return err },
+	}
+	bodies := map[string]string{
+		"start": "echo hi\r\n", "cancel": "{}", "delete": "{}", "label": "k=v\r\n",
+		"note": "hello\r\n", "signal": "HUP\r\n", "select": `{"all": true}`,
+	}
+	for verb, parse := range parsers {
+		for _, enc := range []struct {
+			name string
+			bom  []byte
+			le   bool
+		}{{"le", []byte{0xff, 0xfe}, true}, {"be", []byte{0xfe, 0xff}, false}} {
+			t.Run(verb+"/"+enc.name, func(t *testing.T) {
+				err := parse(utf16(enc.bom, bodies[verb], enc.le))
+				if err == nil || !strings.Contains(err.Error(), "UTF-16") {
+					t.Errorf("%s: %v, want an error saying it is UTF-16", verb, err)
+				}
+				if err := parse([]byte(bodies[verb])); err != nil {
+					t.Errorf("%s: the same body in UTF-8: %v", verb, err)
+				}
+			})
+		}
+	}
+}

@@ -204,6 +204,9 @@ func LoadAs(root string, base Settings, names Names, uid int) (Settings, error) 
 	if fi.Mode&0o022 != 0 {
 		return base, fmt.Errorf("%s: writable by others (mode %04o): not trusted", path, fi.Mode&0o7777)
 	}
+	if err := spool.CheckEncoding(b); err != nil {
+		return base, fmt.Errorf("%s: %w", path, err)
+	}
 	if len(bytes.TrimSpace(spool.TrimBOM(b))) == 0 {
 		// Not taken for the defaults: a power loss leaves a file empty
 		// that tend up --shared wrote, and its groups would be lost.

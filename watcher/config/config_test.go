@@ -29,7 +29,8 @@ func TestLoad(t *testing.T) {
 		{`{"keep_finished_for": 60}`, with(func(s *Settings) { s.KeepFinishedFor = time.Minute }), ""},
 		{`{"durability": "watcher_crash"}`, with(func(s *Settings) { s.Durability = tracker.WatcherCrash }), ""},
 		{`{"durability": "power_loss"}`, Default, ""},
-		{"\ufeff{\"durability\": \"power_loss\"}\r\n", Default, ""}, // saved by Notepad
+		{"\ufeff{\"durability\": \"power_loss\"}\r\n", Default, ""},        // saved by Notepad
+		{"\xff\xfe{\x00}\x00", Default, "config.json: the file is UTF-16"}, // saved by PowerShell's >
 		{`{"durability": "none"}`, Default, `config.json: "durability": "none" is neither "power_loss" nor "watcher_crash"`},
 		{`{"queue_edit_window": "5s"}`, with(func(s *Settings) { s.QueueEditWindow = 5 * time.Second }), ""},
 		{`{"queue_edit_window": 0}`, with(func(s *Settings) { s.QueueEditWindow = 0 }), ""},
