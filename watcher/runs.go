@@ -59,8 +59,10 @@ type run struct {
 	// healthChangeSaved is when a change of its health status was last
 	// saved at once (saveHealthChange).
 	healthChangeSaved time.Time
-	// unhealthyLogged is when it was last said unhealthy in the log.
+	// unhealthyLogged is when it was last said unhealthy in the log;
+	// unhealthySay is set while a line saying so is due (sayUnhealthy).
 	unhealthyLogged time.Time
+	unhealthySay    bool
 	// progressRefused is set once a progress file it did not read is
 	// logged, until one is read: said once, not at each write.
 	progressRefused bool

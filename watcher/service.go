@@ -134,14 +134,9 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	if r.st.Restart == nil {
 		if was != "unhealthy" {
 			w.saveHealthChange(r)
+			w.sayUnhealthy(r, detail)
 		} else {
 			w.saveHealth(r)
-		}
-		// Said when it becomes so, at most every healthSavedEvery: a
-		// check that passes and fails by turns would say it at each turn.
-		if was != "unhealthy" && now.Sub(r.unhealthyLogged) >= healthSavedEvery {
-			r.unhealthyLogged = now
-			w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, hs.Failures, detail)
 		}
 		return
 	}
@@ -149,6 +144,34 @@ func (w *watcher) checked(r *run, ok bool, detail string, took time.Duration) {
 	// The check's output stays in the record, its owner's: the reason goes
 	// to the history too, which every user of a shared root reads.
 	w.stop(r, tracker.CauseRestart, fmt.Sprintf("unhealthy: %d health checks failed in a row (tend show %s)", hs.Failures, r.st.ID), r.grace(), "")
+}
+
+// sayUnhealthy logs that r, which has no restart policy, became
+// unhealthy: at once, or, within healthSavedEvery of the last time it
+// said so (a check that passes and fails by turns would say it at each
+// turn), once that time is over if r is unhealthy still. Dropped, the
+// line of a service that was ready again in between would leave "ready"
+// as the log's last word on a service that is down.
+func (w *watcher) sayUnhealthy(r *run, detail string) {
+	say := func() {
+		r.unhealthyLogged = time.Now()
+		w.log.Printf("run %s: unhealthy: %d checks failed in a row (%s)", r.st.ID, r.st.HealthStatus.Failures, detail)
+	}
+	wait := healthSavedEvery - time.Since(r.unhealthyLogged)
+	if wait <= 0 {
+		say()
+		return
+	}
+	if r.unhealthySay {
+		return // due already
+	}
+	r.unhealthySay = true
+	w.after(wait, func() {
+		r.unhealthySay = false
+		if w.runs[r.st.ID] == r && r.exit == nil && r.st.HealthStatus.Status == "unhealthy" {
+			say()
+		}
+	})
 }
 
 // maxCheckDetail is the most a health check's detail keeps: five of them

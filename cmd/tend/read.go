@@ -29,15 +29,15 @@ type lsCmd struct {
 func (c *lsCmd) Help() string {
 	return `Lists active runs (queued, starting, running, stopping) and those that
 ended in the last 24 hours; --all lists every run. A queued run shows its
-position in the queue. INFO is a live run's progress (or how long it has
-been quiet), CPU and memory, and why a run ended with no exit code (it could
+position in the queue. INFO is a live run's health if it is unhealthy,
+its progress (or how long it has been quiet), CPU and memory, and why a run ended with no exit code (it could
 not start, or its end was lost). Examples:
   tend ls --state failed --since 1h
   tend ls --session agent-7 -l kind=test --json`
 }
 
-// infoText is ls's INFO column: progress, else how long the run has been
-// quiet, and its CPU and memory while it runs; for a run that ended with
+// infoText is ls's INFO column: unhealthy if its health checks say so,
+// progress, else how long the run has been quiet, and its CPU and memory while it runs; for a run that ended with
 // neither an exit code nor a signal (it could not start, or its end was
 // lost), why.
 func infoText(r tend.Listed, t term) string {
@@ -52,6 +52,11 @@ func infoText(r tend.Listed, t term) string {
 	var parts []string
 	if r.Job != nil && r.Job.ID != "" && !tracker.Final(r.State) {
 		parts = append(parts, jobText(r.Job))
+	}
+	// A service that fails its checks and has no restart policy runs on:
+	// its state says running, so this says it is not well.
+	if hs := r.HealthStatus; hs != nil && hs.Status == "unhealthy" && !tracker.Final(r.State) {
+		parts = append(parts, fmt.Sprintf("unhealthy (%d checks failed)", hs.Failures))
 	}
 	if r.Progress != "" {
 		parts = append(parts, r.Progress)
