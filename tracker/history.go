@@ -244,7 +244,9 @@ func (h *History) appendLocked(events ...Event) error {
 	fd, size, made, err := openEnd(path)
 	if errors.Is(err, ErrTornEnd) {
 		if perr := appendPending(h.root, buf.Bytes()); perr != nil {
-			return errors.Join(err, perr)
+			// Not ErrTornEnd's: a caller takes that for changes kept on
+			// disk, and these are not: it must keep them and try again.
+			return fmt.Errorf("%v; and keeping the changes in %s meanwhile: %w", err, layout.Root(h.root).PendingHistory(), perr)
 		}
 		h.pending = true
 		h.made = true // the pending file may be new: the root is synced too
@@ -268,12 +270,12 @@ func (h *History) appendLocked(events ...Event) error {
 		if err := rotate(h.root); err != nil {
 			return err
 		}
-		if fd, _, _, err = openEnd(path); err != nil {
+		if fd, size, _, err = openEnd(path); err != nil {
 			return err
 		}
 	}
 	h.made = h.made || made
-	err = durable.WriteAll(fd, data)
+	err = writeWhole(fd, size, data)
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
@@ -289,6 +291,23 @@ func (h *History) appendLocked(events ...Event) error {
 		h.pending = false
 	}
 	return nil
+}
+
+// writeWhole appends data to the file fd, of size bytes, or nothing: a
+// write cut short (a full disk) leaves part of a line, which would tear
+// the file's end and stop every later append until tend fsck --repair;
+// those bytes are this append's own (the caller holds the history lock),
+// so it takes them back, and the lines are appended whole when tried
+// again.
+func writeWhole(fd int, size int64, data []byte) error {
+	err := durable.WriteAll(fd, data)
+	if err == nil {
+		return nil
+	}
+	if terr := unix.Ftruncate(fd, size); terr != nil {
+		return fmt.Errorf("%w; and taking back what was written of it: %v", err, terr)
+	}
+	return err
 }
 
 // appendPending keeps lines, whole, in root's pending changes. A pending
@@ -312,7 +331,7 @@ func appendPending(root string, lines []byte) error {
 			lines = append([]byte{'\n'}, lines...)
 		}
 	}
-	if err := durable.WriteAll(fd, lines); err != nil {
+	if err := writeWhole(fd, st.Size, lines); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
