@@ -45,27 +45,17 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 		}
 		return emit(ev)
 	}
+	// Scanned, not read whole: a history is never deleted, and a root's
+	// may be gigabytes.
 	if !follow {
-		events, err := tracker.ReadAllHistory(c.root)
-		for _, ev := range events {
-			if err := pass(ev); err != nil {
-				return err
-			}
-		}
-		return err
+		return tracker.ScanHistory(c.root, pass)
 	}
 	// The rotated files, then the current one, read to its end and on, by
 	// one reader: no event falls between reading what is there and
 	// following what comes.
 	files := tracker.HistoryFiles(c.root)
 	for _, path := range files[:len(files)-1] {
-		events, err := tracker.ReadHistory(path)
-		for _, ev := range events {
-			if err := pass(ev); err != nil {
-				return err
-			}
-		}
-		if err != nil {
+		if err := tracker.ScanHistoryFile(path, pass); err != nil {
 			return err
 		}
 	}

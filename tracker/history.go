@@ -1,10 +1,12 @@
 package tracker
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -572,21 +574,35 @@ func historyAndPending(root string) []string {
 // A reader who may not open history.lock (another user of a shared root)
 // reads without it: a rotation under way may then hide its last lines for
 // a moment, never show them twice or torn.
+//
+// It holds every event in memory: a reader that needs only some (of one
+// run) scans them with ScanHistory, whose memory does not grow with a
+// history that is never deleted.
 func ReadAllHistory(root string) ([]Event, error) {
+	var all []Event
+	err := ScanHistory(root, func(e Event) error {
+		all = append(all, e)
+		return nil
+	})
+	return all, err
+}
+
+// ScanHistory passes every event of root's history to each, as
+// ReadAllHistory reads them (oldest first, under the shared lock, failing
+// closed at the first bad line, after the events before it), one line at
+// a time, keeping none. An error of each stops it, and is returned.
+func ScanHistory(root string, each func(Event) error) error {
 	lockFD := -1
 	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
-		return nil, err
+		return err
 	}
 	defer closeLock(&lockFD)
-	var all []Event
 	for _, path := range HistoryFiles(root) {
-		events, err := ReadHistory(path)
-		all = append(all, events...)
-		if err != nil {
-			return all, err
+		if err := ScanHistoryFile(path, each); err != nil {
+			return err
 		}
 	}
-	return all, nil
+	return nil
 }
 
 // ReadHistory reads every event in the history file at path. It fails
@@ -594,23 +610,47 @@ func ReadAllHistory(root string) ([]Event, error) {
 // return an error "history.jsonl:LINE: what is wrong", with the events
 // before that line. A missing file is an empty history.
 func ReadHistory(path string) ([]Event, error) {
-	lines, err := readLines(path)
-	name := filepath.Base(path)
 	var events []Event
-	for i, b := range lines {
-		if b[len(b)-1] != '\n' {
-			return events, fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, i+1)
-		}
-		e, perr := parseEvent(b)
-		if perr != nil {
-			return events, fmt.Errorf("%s:%d: %v", name, i+1, perr)
-		}
+	err := ScanHistoryFile(path, func(e Event) error {
 		events = append(events, e)
+		return nil
+	})
+	return events, err
+}
+
+// ScanHistoryFile passes the events of the history file at path to each,
+// a line at a time, keeping none, failing closed as ReadHistory does. An
+// error of each stops it, and is returned.
+func ScanHistoryFile(path string, each func(Event) error) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
 	}
+	name := filepath.Base(path)
 	if err != nil {
-		return events, fmt.Errorf("%s:%d: %w", name, len(lines)+1, err)
+		return fmt.Errorf("%s:1: %w", name, err)
 	}
-	return events, nil
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for n := 1; ; n++ {
+		b, err := r.ReadBytes('\n')
+		switch {
+		case len(b) > 0 && b[len(b)-1] == '\n':
+			e, perr := parseEvent(b)
+			if perr != nil {
+				return fmt.Errorf("%s:%d: %v", name, n, perr)
+			}
+			if err := each(e); err != nil {
+				return err
+			}
+		case len(b) > 0 && err == io.EOF:
+			return fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, n)
+		case err == io.EOF:
+			return nil
+		case err != nil:
+			return fmt.Errorf("%s:%d: %w", name, n, err)
+		}
+	}
 }
 
 func parseEvent(b []byte) (Event, error) {

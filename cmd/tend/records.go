@@ -31,25 +31,27 @@ func (c *historyCmd) Run(e *env) error {
 	if err := checkID("history", c.ID); err != nil {
 		return err
 	}
-	events, err := tracker.ReadAllHistory(e.root)
-	if err != nil {
-		return err
-	}
 	var rows [][]cell
 	found := false
-	for _, ev := range events {
+	// Scanned, not read whole: a history is never deleted, and a root's
+	// may be gigabytes, of which one run's lines are a few.
+	err := tracker.ScanHistory(e.root, func(ev tracker.Event) error {
 		if ev.ID != c.ID {
-			continue
+			return nil
 		}
 		found = true
 		if c.JSON {
 			b, _ := json.Marshal(ev)
 			fmt.Fprintln(e.stdout, string(b))
-			continue
+			return nil
 		}
 		exit := runtext.Exit(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
 		rows = append(rows, []cell{{text: ev.Time.Local().Format(time.RFC3339Nano)}, {text: strconv.FormatInt(ev.Rev, 10)},
 			{text: string(ev.State), state: string(ev.State)}, {text: exit}, {text: ev.Reason}})
+		return nil
+	})
+	if err != nil {
+		return err
 	}
 	if !c.JSON {
 		if err := e.term.printTable(e.stdout, []string{"TIME", "REV", "STATE", "EXIT", "REASON"}, rows); err != nil {
