@@ -230,11 +230,11 @@ func (w *watcher) deletionBetween(id string, from, to time.Time) (deletion, bool
 	dels := w.waitedDeletions[id]
 	if from.Before(w.startedAt) || w.startedAt.IsZero() {
 		if _, read := w.histDeletions[id]; !read {
-			events, err := w.history(id)
+			idx, err := w.history(id)
 			if err != nil {
 				return deletion{}, false, err // not "none": it waits until the history is mended
 			}
-			w.histDeletions[id], _ = deletionsIn(events, id)
+			w.histDeletions[id], _ = idx.deletions(id)
 		}
 		dels = slices.Concat(w.histDeletions[id], dels)
 	}
@@ -427,22 +427,24 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 	if del, ok := w.deletedAs[id]; ok {
 		return del, del.state != "", nil
 	}
-	events, err := w.history(id)
+	idx, err := w.history(id)
 	if err != nil {
 		return deletion{}, false, err // asked again at the queue's next turn
 	}
 	// The last deletion of a run of id, unless a run of id came after it
 	// (whose record is gone undeleted: a power loss took back its first).
 	var del deletion
-	if dels, usedSince := deletionsIn(events, id); !usedSince && len(dels) > 0 {
+	if dels, usedSince := idx.deletions(id); !usedSince && len(dels) > 0 {
 		del = dels[len(dels)-1]
 	}
 	w.deletedAs[id] = del
 	return del, del.state != "", nil
 }
 
-// history returns the whole history, for what a run waiting for run id
-// needs to know of it. It fails closed, as the history does: a bad line
+// history returns what the whole history says of deleted runs, for what
+// a run waiting for run id needs to know of it: it is scanned, never held
+// (a root's history is never deleted, and may be gigabytes), and what is
+// kept grows with the runs deleted, not with the lines. It fails closed, as the history does: a bad line
 // is an error, logged once, that holds the run up until it is mended,
 // and is kept while the history is the same files (see historyFault),
 // not read again at each turn of the queue.
@@ -451,17 +453,17 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 // this one needs it for: a watcher that starts with hundreds of runs
 // waiting for runs deleted before it parses a large history once, not
 // once each.
-func (w *watcher) history(id string) ([]tracker.Event, error) {
+func (w *watcher) history(id string) (deletionIndex, error) {
 	files := historyFiles(w.cfg.Root)
 	version := historyVersion(w.cfg.Root) // before the read: a line appended meanwhile is read again
 	if version != "" && w.turnHistory.version == version {
-		return w.turnHistory.events, nil
+		return w.turnHistory.index, nil
 	}
 	if err := w.unreadHistory.still(files); err != nil {
 		w.retryHistory() // a fault noted anew since the last retry was armed
 		return nil, err
 	}
-	events, err := tracker.ReadAllHistory(w.cfg.Root)
+	index, err := indexDeletions(w.cfg.Root)
 	w.historyReads++
 	if err != nil {
 		if w.unreadHistory.err == nil || err.Error() != w.unreadHistory.err.Error() {
@@ -475,15 +477,74 @@ func (w *watcher) history(id string) ([]tracker.Event, error) {
 	if w.turnHistory.version == "" {
 		w.after(0, func() { w.turnHistory = readHistory{} })
 	}
-	w.turnHistory = readHistory{version: version, events: events}
-	return events, nil
+	w.turnHistory = readHistory{version: version, index: index}
+	return index, nil
 }
 
-// A readHistory is the history as it was read, and the version of its
-// files it was read from (see historyVersion).
+// A readHistory is what the history said of deleted runs as it was read,
+// and the version of its files it was read from (see historyVersion).
 type readHistory struct {
 	version string
-	events  []tracker.Event
+	index   deletionIndex
+}
+
+// A deletionIndex holds, for each run ID the history says was deleted,
+// what deletionsIn would find in the history for it.
+type deletionIndex map[string]*idDeletions
+
+type idDeletions struct {
+	dels      []deletion
+	usedSince bool
+}
+
+// deletions returns what deletionsIn returns for id from the history
+// the index was made of; nothing for an ID never deleted.
+func (idx deletionIndex) deletions(id string) ([]deletion, bool) {
+	if d := idx[id]; d != nil {
+		return d.dels, d.usedSince
+	}
+	return nil, false
+}
+
+// indexDeletions scans root's history (failing closed, as
+// tracker.ScanHistory does) into a deletionIndex, by deletionsIn's rule.
+// Of a run never deleted it keeps, while it scans, its last state alone.
+func indexDeletions(root string) (deletionIndex, error) {
+	idx := deletionIndex{}
+	last := map[string]tracker.StateName{}
+	err := tracker.ScanHistory(root, func(e tracker.Event) error {
+		d := idx[e.ID]
+		if e.State != tracker.Deleted {
+			last[e.ID] = internState(e.State)
+			if d != nil {
+				d.usedSince = true
+			}
+			return nil
+		}
+		if d == nil {
+			d = &idDeletions{}
+			idx[e.ID] = d
+		}
+		if l := last[e.ID]; l != "" {
+			d.dels = append(d.dels, deletion{l, e.Time})
+		}
+		delete(last, e.ID)
+		d.usedSince = false
+		return nil
+	})
+	return idx, err
+}
+
+// internState returns the package's own string for a state a history
+// line named, so that a million of them share it.
+func internState(s tracker.StateName) tracker.StateName {
+	for _, k := range []tracker.StateName{tracker.Completed, tracker.Failed, tracker.Canceled, tracker.TimedOut,
+		tracker.Running, tracker.Starting, tracker.Queued, tracker.Stopping, tracker.Backoff, tracker.Paused} {
+		if s == k {
+			return k
+		}
+	}
+	return s
 }
 
 // historyVersion tells apart the contents of root's history files: a

@@ -130,3 +130,49 @@ func TestHistoryReadOncePerTurn(t *testing.T) {
 		t.Errorf("the history was read %d times, want twice: once more for the line appended", w.historyReads)
 	}
 }
+
+// The index the watcher keeps of the history's deletions says of every
+// ID what deletionsIn says from the events themselves, which it no
+// longer holds: a root's history may be gigabytes.
+func TestIndexDeletionsAsDeletionsIn(t *testing.T) {
+	at := time.Now()
+	ev := func(id string, s tracker.StateName, sec int) tracker.Event {
+		return tracker.Event{Time: at.Add(time.Duration(sec) * time.Second), ID: id, Rev: int64(sec + 1), State: s}
+	}
+	histories := map[string][]tracker.Event{
+		"never deleted":       {ev("a", tracker.Running, 0), ev("a", tracker.Completed, 1)},
+		"deleted":             {ev("a", tracker.Running, 0), ev("a", tracker.Failed, 1), ev("a", tracker.Deleted, 2)},
+		"used again":          {ev("a", tracker.Completed, 0), ev("a", tracker.Deleted, 1), ev("a", tracker.Queued, 2)},
+		"deleted twice":       {ev("a", tracker.Completed, 0), ev("a", tracker.Deleted, 1), ev("a", tracker.Canceled, 2), ev("a", tracker.Deleted, 3)},
+		"deleted, no end":     {ev("a", tracker.Deleted, 0)},
+		"interleaved":         {ev("a", tracker.Running, 0), ev("b", tracker.Completed, 1), ev("b", tracker.Deleted, 2), ev("a", tracker.TimedOut, 3), ev("a", tracker.Deleted, 4), ev("b", tracker.Starting, 5)},
+		"deleted, then again": {ev("a", tracker.Deleted, 0), ev("a", tracker.Completed, 1), ev("a", tracker.Deleted, 2)},
+	}
+	for name, events := range histories {
+		t.Run(name, func(t *testing.T) {
+			root := t.TempDir()
+			if err := tracker.OpenHistory(root).Append(events...); err != nil {
+				t.Fatal(err)
+			}
+			idx, err := indexDeletions(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, id := range []string{"a", "b", "none"} {
+				wantDels, wantUsed := deletionsIn(events, id)
+				gotDels, gotUsed := idx.deletions(id)
+				if len(wantDels) == 0 {
+					wantUsed = false // unasked: only deletions matter
+				}
+				if len(gotDels) != len(wantDels) || gotUsed != wantUsed {
+					t.Fatalf("%s: index says %v, %v; deletionsIn %v, %v", id, gotDels, gotUsed, wantDels, wantUsed)
+				}
+				for i := range wantDels {
+					if gotDels[i].state != wantDels[i].state || !gotDels[i].at.Equal(wantDels[i].at) {
+						t.Errorf("%s: deletion %d: index %v, deletionsIn %v", id, i, gotDels[i], wantDels[i])
+					}
+				}
+			}
+		})
+	}
+}
