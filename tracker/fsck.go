@@ -125,32 +125,79 @@ type badLine struct {
 	raw  []byte
 }
 
-// scanHistory reads every history file to its end, keeping the events
-// and every bad line (a reader stops at the first; fsck wants them all).
+// scanHistory reads every history file to its end, a line at a time,
+// keeping every bad line (a reader stops at the first; fsck wants them
+// all) and the events of the runs that have a directory in runs/, the
+// only ones it checks a record against: a root's history is never
+// deleted, and held whole it outgrows the machine's memory.
 func scanHistory(root string) (map[string][]Event, []badLine) {
+	keep := runDirNames(root)
 	events := make(map[string][]Event)
 	var bad []badLine
 	for _, path := range historyAndPending(root) {
-		lines, err := readLines(path)
-		if err != nil {
-			bad = append(bad, badLine{file: path, what: err.Error()})
-			continue
-		}
-		for i, raw := range lines {
+		err := eachLine(path, func(n int, raw []byte) {
 			what := ""
 			if raw[len(raw)-1] != '\n' {
 				what = "torn line: no newline at the end of the file"
 			} else if e, err := parseEvent(raw); err != nil {
 				what = err.Error()
-			} else {
+			} else if keep[e.ID] {
 				events[e.ID] = append(events[e.ID], e)
 			}
 			if what != "" {
-				bad = append(bad, badLine{file: path, line: i + 1, what: what, raw: raw})
+				bad = append(bad, badLine{file: path, line: n, what: what, raw: bytes.Clone(raw)})
 			}
+		})
+		if err != nil {
+			bad = append(bad, badLine{file: path, what: err.Error()})
 		}
 	}
 	return events, bad
+}
+
+// runDirNames returns the names in root's runs/ directory.
+func runDirNames(root string) map[string]bool {
+	names := make(map[string]bool)
+	ents, _ := os.ReadDir(fsckStore(root).Dir())
+	for _, e := range ents {
+		names[e.Name()] = true
+	}
+	return names
+}
+
+// eachLine passes each line of the file at path to each, numbered from 1,
+// with its newline (the last one without, if it is torn); the slice is
+// valid only during the call. A missing file has none.
+func eachLine(path string, each func(n int, raw []byte)) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for n := 1; ; n++ {
+		b, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			long := bytes.Clone(b) // longer than the buffer: gathered
+			for errors.Is(err, bufio.ErrBufferFull) {
+				b, err = r.ReadSlice('\n')
+				long = append(long, b...)
+			}
+			b = long
+		}
+		if len(b) > 0 {
+			each(n, b)
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // readLines returns a file's lines, each with its newline (the last one
