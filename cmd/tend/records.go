@@ -166,8 +166,7 @@ func (c *gcCmd) Run(e *env) error {
 	e.json = c.JSON
 	if len(ids) == 0 && !e.json {
 		// Said on stderr: stdout lists the runs, and there are none.
-		fmt.Fprintf(e.stderr, "tend: no finished run is beyond the retention (ended over %s ago, or beyond the newest %d)\n",
-			shortDuration(limits.KeepFinishedFor), limits.KeepFinished)
+		fmt.Fprintf(e.stderr, "tend: no finished run is beyond the retention (%s)\n", retentionText(limits, keepNone))
 	}
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {
@@ -180,6 +179,23 @@ func (c *gcCmd) Run(e *env) error {
 		return nil
 	}
 	return deleteRuns(e, ids, c.Session, 0)
+}
+
+// retentionText says what retention limits (with --keep 0: keepNone)
+// delete; a limit of 0 deletes nothing, and is not said as "ended over
+// 0s ago", which reads as every run.
+func retentionText(limits config.Settings, keepNone bool) string {
+	var parts []string
+	if limits.KeepFinishedFor > 0 {
+		parts = append(parts, "ended over "+shortDuration(limits.KeepFinishedFor)+" ago")
+	}
+	if limits.KeepFinished > 0 || keepNone {
+		parts = append(parts, fmt.Sprintf("beyond the newest %d", limits.KeepFinished))
+	}
+	if len(parts) == 0 {
+		return "it keeps every finished run: keep_finished_for and keep_finished are 0"
+	}
+	return strings.Join(parts, ", or ")
 }
 
 // finishedIDs returns the IDs of the finished runs among runs, as
