@@ -50,13 +50,23 @@ tend_submit() {
 	_tend_old_ino=
 	rm -f "$(tend_outcomes)/$1" 2>/dev/null ||
 		_tend_old_ino=$(_tend_ino "$(tend_outcomes)/$1")
-	printf '%s\n' "$2" >"$_r/spool/.$1.sh$$.tmp" || return 1
+	_t="$_r/spool/.$1.sh$$.tmp"
+	# A write that fails (a full disk) leaves no hidden file behind: no
+	# watcher, and no fsck, ever removes one.
+	if ! _e=$( { printf '%s\n' "$2" >"$_t"; } 2>&1); then
+		rm -f "$_t"
+		# dash says "I/O error" whatever the error: a full disk is named.
+		[ "$(df -P "$_r/spool" 2>/dev/null | awk 'NR == 2 { print $4 }')" != 0 ] ||
+			_e="no space left on its file system"
+		echo "tend.sh: cannot write request $1 in $_r/spool: ${_e##*: }" >&2
+		return 1
+	fi
 	# Root's requests carry a mark in a shared root, where anyone could
 	# move a file of root's into the spool (setfattr is in Debian's attr).
 	if [ "$(id -u)" = 0 ] && command -v setfattr >/dev/null; then
-		setfattr -n trusted.tend -v request "$_r/spool/.$1.sh$$.tmp" 2>/dev/null
+		setfattr -n trusted.tend -v request "$_t" 2>/dev/null
 	fi
-	mv "$_r/spool/.$1.sh$$.tmp" "$_r/spool/$1"
+	mv "$_t" "$_r/spool/$1" || { rm -f "$_t"; return 1; }
 }
 
 # _tend_json TEXT: print TEXT as a JSON string. Backslashes, quotes, tabs
