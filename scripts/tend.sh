@@ -9,8 +9,9 @@
 #
 # The root is $TEND_ROOT, else ./.tend. Every function returns non-zero on
 # failure and says why on stderr, prefixed with "tend.sh:". Waits poll every
-# 50 ms (sh has no inotify) and give up after $TEND_SH_TIMEOUT seconds
-# (default 3600); tend_wait then returns 124, as tend wait --timeout does.
+# 50 ms (sh has no inotify) and give up after $TEND_SH_TIMEOUT seconds (a
+# whole number, default 3600; anything else is refused, returning 2);
+# tend_wait then returns 124, as tend wait --timeout does.
 
 tend_root() {
 	printf '%s\n' "${TEND_ROOT:-./.tend}"
@@ -77,6 +78,19 @@ _tend_json() {
 		awk 'BEGIN { printf "\"" } NR > 1 { printf "\\n" } { printf "%s", $0 } END { printf "\"" }'
 }
 
+# _tend_polls: print how many polls, 50 ms apart, $TEND_SH_TIMEOUT
+# seconds (default 3600) make; return 2, saying why, if it is not a whole
+# number of seconds: shell arithmetic on "10s" or "1.5" would end the
+# caller's script, not the wait.
+_tend_polls() {
+	_s=${TEND_SH_TIMEOUT:-3600}
+	case $_s in
+	*[!0-9]*) echo "tend.sh: TEND_SH_TIMEOUT=$_s is not a whole number of seconds (such as 600)" >&2; return 2 ;;
+	esac
+	_s=${_s#"${_s%%[!0]*}"} # no leading zero: it would be octal
+	echo $((${_s:-0} * 20))
+}
+
 # _tend_ino FILE: print FILE's inode number (nothing if it is not there).
 _tend_ino() {
 	ls -di "$1" 2>/dev/null | awk '{ print $1 }'
@@ -93,7 +107,7 @@ _tend_answered() {
 # tend_outcome NAME: wait for request NAME's outcome, and print it.
 tend_outcome() {
 	_i=0
-	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
+	_max=$(_tend_polls) || return 2
 	until _tend_answered "$1"; do
 		_i=$((_i + 1))
 		[ "$_i" -lt "$_max" ] || { echo "tend.sh: timed out waiting for the answer to $1 ($(tend_outcomes)/$1) after ${TEND_SH_TIMEOUT:-3600}s" >&2; return 1; }
@@ -136,7 +150,8 @@ tend_state() {
 # tend_start ID COMMAND: start COMMAND (run by /bin/sh -c) as run ID, and
 # wait until the watcher has taken it. Prints the outcome; returns 0 if it
 # was accepted (also as an edit of ID while it is queued: "accepted:
-# edited while queued (rev N)"). With $TEND_SH_AFTER (run IDs, each with an
+# edited while queued (rev N)"); 2, sending nothing, for a
+# $TEND_SH_TIMEOUT that is not a whole number of seconds. With $TEND_SH_AFTER (run IDs, each with an
 # optional :ended or :ready, separated by spaces) or $TEND_SH_NOT_BEFORE
 # (an RFC 3339 time, or a duration such as 10m), the run waits for those
 # runs, or that time, queued. With $TEND_SESSION (as the tend CLI reads
@@ -144,6 +159,7 @@ tend_state() {
 # an ID tend refuses.
 tend_start() {
 	_tend_id "$1" || return 2
+	_tend_polls >/dev/null || return 2 # before anything is sent
 	_b=$2
 	if [ -n "${TEND_SH_AFTER:-}${TEND_SH_NOT_BEFORE:-}${TEND_SESSION:-}" ]; then
 		_b="{\"command\": $(_tend_json "$2")"
@@ -180,7 +196,7 @@ tend_wait() {
 	_tend_id "$1" || return 2
 	_i=0
 	_shut=0
-	_max=$((${TEND_SH_TIMEOUT:-3600} * 20))
+	_max=$(_tend_polls) || return 2
 	while :; do
 		_state=$(tend_state "$1")
 		case $_state in
@@ -261,6 +277,7 @@ tend_control() {
 	cancel | delete | signal | restart | pause | resume | label | note) ;;
 	*) echo "tend.sh: tend_control: no verb \"${2:-}\": want cancel, delete, signal, restart, pause, resume, label or note" >&2; return 2 ;;
 	esac
+	_tend_polls >/dev/null || return 2 # before anything is sent
 	_name="$1@$(_tend_tag).$2"
 	tend_submit "$_name" "${3:-}" || return 1
 	_o=$(tend_outcome "$_name") || return 1
@@ -281,6 +298,7 @@ tend_control() {
 # Prints its outcome ("selected: N", then "ID: outcome" a line); returns 0
 # if it was carried out, 4 if it was refused.
 tend_select() {
+	_tend_polls >/dev/null || return 2 # before anything is sent
 	_name="*@$(_tend_tag).$1"
 	tend_submit "$_name" "$2" || return 1
 	_o=$(tend_outcome "$_name") || return 1
