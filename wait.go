@@ -248,8 +248,12 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 			}
 		}
 		if errors.Is(err, tracker.ErrNotFound) {
-			// Its record was there, or its directory is gone: removed by
-			// hand, the run is not waited for.
+			// Its record was there, or its directory is gone: deleted
+			// (tend rm, the retention) as it ended, or removed by hand,
+			// the run is not waited for.
+			if _, _, deleted := lastDeletion(c.root, id); deleted {
+				return false, c.notFound(id)
+			}
 			return false, errorf(ErrNotFound, "run %s: its record is gone from %s (removed by hand?)", id, c.store.RunDir(id))
 		}
 		if err != nil {
