@@ -10,6 +10,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -548,11 +550,27 @@ func rotatedCount(root string) int {
 }
 
 // HistoryFiles returns root's history files, oldest first: the rotated
-// ones, then history.jsonl.
+// ones, then history.jsonl. Every history.N.jsonl there is one, whatever
+// numbers are missing before it: an operator who compresses or removes
+// history.1.jsonl hides no older file from the readers (nor, from the
+// watcher, how the runs deleted in them ended). Rotation, which counts
+// the files up to the first missing number, fills such a gap.
 func HistoryFiles(root string) []string {
+	var ns []int
+	ents, _ := os.ReadDir(root)
+	for _, e := range ents {
+		num, ok := strings.CutPrefix(e.Name(), "history.")
+		if num, ok = strings.CutSuffix(num, ".jsonl"); !ok {
+			continue
+		}
+		if n, err := strconv.Atoi(num); err == nil && n >= 1 && strconv.Itoa(n) == num {
+			ns = append(ns, n)
+		}
+	}
+	slices.Sort(ns)
 	var files []string
-	for i := rotatedCount(root); i >= 1; i-- {
-		files = append(files, layout.Root(root).RotatedHistory(i))
+	for i := len(ns) - 1; i >= 0; i-- {
+		files = append(files, layout.Root(root).RotatedHistory(ns[i]))
 	}
 	return append(files, layout.Root(root).History())
 }

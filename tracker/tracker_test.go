@@ -515,3 +515,46 @@ func TestRebuildKeepsWhatTheRequestAndTheEndSay(t *testing.T) {
 		t.Errorf("rev %d %s, want 5 completed", st.Rev, st.State)
 	}
 }
+
+// A rotated history file that is gone (compressed or removed by an
+// operator) hides none of the older ones from the readers, and the next
+// rotation fills its number: the events read stay oldest first.
+func TestHistoryFilesPastAGap(t *testing.T) {
+	root := t.TempDir()
+	line := func(id string) string {
+		return fmt.Sprintf(`{"time":"2026-11-29T06:00:00Z","id":%q,"rev":1,"state":"queued"}`+"\n", id)
+	}
+	for n, id := range map[int]string{3: "oldest", 2: "older"} {
+		if err := os.WriteFile(layout.Root(root).RotatedHistory(n), []byte(line(id)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(layout.Root(root).History(), []byte(line("newer")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ids := func() string {
+		events, err := ReadAllHistory(root)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var s []string
+		for _, e := range events {
+			s = append(s, e.ID)
+		}
+		return strings.Join(s, " ")
+	}
+	if got, want := ids(), "oldest older newer"; got != want {
+		t.Fatalf("with history.1.jsonl gone, read %q, want %q", got, want)
+	}
+	h := OpenHistory(root)
+	h.MaxSize = 1 // rotate at the next append
+	if err := h.Append(Event{Time: time.Now(), ID: "newest", Rev: 1, State: Queued}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(layout.Root(root).RotatedHistory(1)); err != nil {
+		t.Errorf("the rotation did not fill history.1.jsonl: %v", err)
+	}
+	if got, want := ids(), "oldest older newer newest"; got != want {
+		t.Errorf("after a rotation, read %q, want %q", got, want)
+	}
+}
