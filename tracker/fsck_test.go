@@ -373,6 +373,10 @@ func TestRepairedEventsCarryTheBases(t *testing.T) {
 	root := t.TempDir()
 	out := &Output{Limit: 65536, Stdout: Stream{Dropped: 40960, Base: 40960}}
 	st := &State{ID: "a", Rev: 7, State: Running, Output: out}
+	// fsck keeps the events of the runs in runs/ alone.
+	if err := os.MkdirAll(filepath.Join(root, "runs", "a"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := addMissingEvent(root, st, nil); err != nil {
 		t.Fatal(err)
 	}
