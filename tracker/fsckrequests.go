@@ -12,6 +12,7 @@ import (
 
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker/durable"
+	"golang.org/x/sys/unix"
 )
 
 // What fsck reads of the requests the watcher took: each run's claimed
@@ -241,7 +242,12 @@ func checkRejected(root string) []finding {
 	for _, e := range ents {
 		names[e.Name()] = true
 	}
-	paired := pairRejected(dir, names)
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return []finding{{Problem: Problem{dir, err.Error()}, left: "it cannot be read"}}
+	}
+	r := rejectedDir{dir: dir, names: names, watcher: st.Uid}
+	paired := r.pair()
 	var found []finding
 	for _, e := range ents {
 		name := e.Name()
@@ -255,24 +261,48 @@ func checkRejected(root string) []finding {
 			}
 			continue
 		}
-		found = append(found, unpaired(dir, name, names))
+		found = append(found, r.unpaired(name))
 	}
 	return found
 }
 
-// pairRejected returns which of names, the files in rejected/ dir, are a
-// request and its reason, x and x.error, each paired with its partner. A
-// request may itself be named x.error (an unknown verb), its reason
-// x.error.error; and once x's reason is lost, such a request may be
-// rejected into its name (Reject never puts one where a reason is). So a
-// file that holds what Reject writes for its request is that one's
-// reason first, whatever it may be said to be by its name; then, the
-// shortest names first, x takes the x.error left (its reason emptied, or
-// edited by a hand). Pairing by names alone, x would take x.error the
-// request, and leave the reason of that one for --repair to remove.
-func pairRejected(dir string, names map[string]bool) map[string]bool {
-	byLength := make([]string, 0, len(names))
-	for name := range names {
+// rejectedDir is rejected/ as fsck reads it: dir, the names it holds,
+// and the watcher's user, its owner. A reason is a file the watcher wrote,
+// so one of that user's: every other file there is a member's request,
+// moved there as it was, with their owner and what they wrote in it
+// (which may read as any reason: "x.start: refused ..."). In a private
+// root both are its user's, who has no one to fool.
+type rejectedDir struct {
+	dir     string
+	names   map[string]bool
+	watcher uint32
+}
+
+// reason reads file name in r, if it may be a reason: a regular file of
+// the watcher's user's, no larger than a request may be.
+func (r rejectedDir) reason(name string) ([]byte, bool) {
+	b, st, err := durable.ReadRegular(filepath.Join(r.dir, name), spool.MaxBody)
+	if err != nil || st.Uid != r.watcher {
+		return nil, false
+	}
+	return b, true
+}
+
+// pair returns which of r's names are a request and its reason, x and
+// x.error, each paired with its partner. A request may itself be named
+// x.error (an unknown verb), its reason x.error.error; and once x's
+// reason is lost, such a request may be rejected into its name (Reject
+// never puts one where a reason is). So a file of the watcher's that
+// holds what Reject writes for its request is that one's reason first,
+// whatever it may be said to be by its name; then, the shortest names
+// first, x takes the x.error of the watcher's left (its reason emptied,
+// or edited by a hand). Pairing by names alone, x would take x.error the
+// request, and leave the reason of that one for --repair to remove; by
+// content alone, a member's request written as x's reason would be taken
+// for it.
+func (r rejectedDir) pair() map[string]bool {
+	byLength := make([]string, 0, len(r.names))
+	for name := range r.names {
 		byLength = append(byLength, name)
 	}
 	sort.Slice(byLength, func(i, j int) bool {
@@ -280,19 +310,19 @@ func pairRejected(dir string, names map[string]bool) map[string]bool {
 		return len(a) < len(b) || len(a) == len(b) && a < b
 	})
 	paired := make(map[string]bool)
-	pair := func(whose func(req string) bool) {
+	pair := func(whose func(req string, b []byte) bool) {
 		for _, req := range byLength {
 			reason := req + ".error"
-			if !paired[req] && names[reason] && !paired[reason] && whose(req) {
+			if paired[req] || !r.names[reason] || paired[reason] {
+				continue
+			}
+			if b, ok := r.reason(reason); ok && whose(req, b) {
 				paired[req], paired[reason] = true, true
 			}
 		}
 	}
-	pair(func(req string) bool {
-		b, _, err := durable.ReadRegular(filepath.Join(dir, req+".error"), spool.MaxBody)
-		return err == nil && spool.IsReason(req, b)
-	})
-	pair(func(string) bool { return true })
+	pair(spool.IsReason)
+	pair(func(string, []byte) bool { return true })
 	return paired
 }
 
@@ -309,31 +339,27 @@ func checkReason(path string) []finding {
 	return nil
 }
 
-// unpaired says what file name in rejected/ dir, which holds names, is,
-// which has no partner: a reason without its request, what an
-// interrupted write of a reason left, or a request without its reason.
-// Only a file that holds what Reject writes for its name (or nothing, as
-// an interrupted write leaves it) is taken for a reason: anything else may
-// be a request. A request whose reason's name is another request's has
-// its lost reason said, not written over that one.
-func unpaired(dir, name string, names map[string]bool) finding {
-	path := filepath.Join(dir, name)
-	isReason := func(req string) bool {
-		b, _, err := durable.ReadRegular(path, spool.MaxBody)
-		return err == nil && spool.IsReason(req, b)
-	}
-	if loc := requestTemp.FindStringIndex(name); loc != nil && strings.HasPrefix(name[loc[0]:], ".error") {
-		b, _, err := durable.ReadRegular(path, spool.MaxBody)
+// unpaired says what file name in r, which has no partner, is: a reason
+// without its request, what an interrupted write of a reason left, or a
+// request without its reason. Only a file of the watcher's that holds
+// what Reject writes for its name (or nothing, as an interrupted write
+// leaves it) is taken for a reason: anything else may be a request, and
+// is never removed. A request whose reason's name is another request's
+// has its lost reason said, not written over that one.
+func (r rejectedDir) unpaired(name string) finding {
+	path := filepath.Join(r.dir, name)
+	b, watchers := r.reason(name)
+	if loc := requestTemp.FindStringIndex(name); watchers && loc != nil && strings.HasPrefix(name[loc[0]:], ".error") {
 		// Empty, or zeros, as a power loss leaves a file whose data it
 		// took back; or whole.
-		if err == nil && (len(bytes.Trim(b, "\x00")) == 0 || spool.IsReason(name[:loc[0]], b)) {
+		if len(bytes.Trim(b, "\x00")) == 0 || spool.IsReason(name[:loc[0]], b) {
 			return finding{Problem: Problem{path, tempFile}, removed: "removed (a partial write)"}
 		}
 	}
-	if req, ok := strings.CutSuffix(name, ".error"); ok && isReason(req) {
+	if req, ok := strings.CutSuffix(name, ".error"); ok && watchers && spool.IsReason(req, b) {
 		return finding{Problem: Problem{path, reasonOrphan}, removed: "removed (a partial write of a rejection)"}
 	}
-	if names[name+".error"] {
+	if r.names[name+".error"] {
 		return finding{Problem: Problem{path, "a rejected request without its reason (" + name + ".error is another rejected request: a power loss or a hand took its own): why it was refused is lost, but for its answer in outcomes/"},
 			left: "its reason's name is another request's: nothing can be written there"}
 	}
