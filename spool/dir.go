@@ -324,8 +324,8 @@ func IsReason(file string, b []byte) bool {
 	}
 	for i := 0; ; i++ {
 		k := bytes.Index(line[i:], []byte(": "))
-		if k < 0 {
-			return false
+		if k < 0 || i+k > maxPrintableName {
+			return false // past any name Printable makes: the rest is no name
 		}
 		i += k
 		if name, ok := unprintable(string(line[:i])); ok && rejectedAs(name, file) {
@@ -333,6 +333,13 @@ func IsReason(file string, b []byte) bool {
 		}
 	}
 }
+
+// maxPrintableName is the longest name Printable makes of a file name:
+// each byte quoted as \xNN at most, and the quotes. IsReason looks no
+// further for the end of the name a reason begins with: what follows
+// quotes what a request held, as long as its writer made it, and trying
+// each ": " in it would be quadratic.
+const maxPrintableName = 4*nameMax + 2
 
 // unprintable returns the name Printable made s of, if it made s.
 func unprintable(s string) (string, bool) {

@@ -1,10 +1,12 @@
 package spool
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestIsReason: what Reject writes beside each request it moves aside is
@@ -67,5 +69,28 @@ func TestParseChosen(t *testing.T) {
 		if (err != nil) != tt.fail || ino != tt.ino || len(ids) != tt.ids {
 			t.Errorf("ParseChosen(%q) = %d, %q, %v", tt.b, ino, ids, err)
 		}
+	}
+}
+
+// TestIsReasonLongLine: a line that is no reason, as long as a request
+// may be and full of ": ", is told from one in a time linear in its
+// length. Each ": " could end the name a reason begins with, but no name
+// Printable makes is longer than a request's name quoted whole: reading
+// further is quadratic (64 KiB took 8 s, a request's 1 MiB over half an
+// hour of root's fsck). A reason naming the longest name quoted still
+// is one.
+func TestIsReasonLongLine(t *testing.T) {
+	b := append(bytes.Repeat([]byte(": "), 32<<10), '\n')
+	start := time.Now()
+	if IsReason("x.strat", b) {
+		t.Fatal("a line of colons taken for a reason")
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("IsReason of %d bytes took %v", len(b), took)
+	}
+	name := strings.Repeat("\xff", nameMax)
+	file := rejectedName(name, 0)
+	if line := Printable(name) + ": bad: " + strings.Repeat(": ", 100) + "\n"; !IsReason(file, []byte(line)) {
+		t.Errorf("the reason of a request named %d bytes \\xff not taken for one", nameMax)
 	}
 }
