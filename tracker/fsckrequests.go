@@ -279,9 +279,15 @@ type rejectedDir struct {
 }
 
 // reason reads file name in r, if it may be a reason: a regular file of
-// the watcher's user's, no larger than a request may be.
+// the watcher's user's, no larger than a request may be. A member's file
+// is not read at all (it may be a request as large as they made it).
 func (r rejectedDir) reason(name string) ([]byte, bool) {
-	b, st, err := durable.ReadRegular(filepath.Join(r.dir, name), spool.MaxBody)
+	path := filepath.Join(r.dir, name)
+	var pre unix.Stat_t
+	if unix.Lstat(path, &pre) != nil || pre.Uid != r.watcher {
+		return nil, false
+	}
+	b, st, err := durable.ReadRegular(path, spool.MaxBody)
 	if err != nil || st.Uid != r.watcher {
 		return nil, false
 	}
