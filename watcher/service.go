@@ -332,17 +332,55 @@ func restartDelay(st *tracker.State, recent int) time.Duration {
 // that services that failed together do not restart in lockstep.
 const maxJitter = 0.2
 
-// baseDelay is st's restart delay after recent restarts, before jitter.
+// baseDelay is st's restart delay after recent restarts, before jitter:
+// its own, or the floor of a restart loop (loopFloor), whichever is
+// longer.
 func baseDelay(st *tracker.State, recent int) time.Duration {
+	floor := loopFloor(st, time.Now())
 	d := st.Restart.Delay.D()
 	for range recent {
 		d *= 2
 		if d >= st.Restart.MaxDelay.D() {
-			return st.Restart.MaxDelay.D()
+			return max(st.Restart.MaxDelay.D(), floor)
 		}
 	}
-	return d
+	return max(d, floor)
 }
+
+// loopFloor is the least delay before run st's next attempt, whatever
+// its restart settings, which are its owner's: a "window" no two
+// restarts fall in never reaches the "limit", and with no delay a
+// service whose process ends at once restarted 200 times a second, each
+// time a save of its record and two lines in the history, which every
+// member of a shared root keeps. Beyond loopFreeRestarts attempts that
+// ended within loopWindow, the next waits loopDelay, doubled for each
+// attempt beyond, up to loopMaxDelay: a loop costs a handful of forks a
+// minute.
+func loopFloor(st *tracker.State, now time.Time) time.Duration {
+	n := 0
+	for _, a := range st.Attempts {
+		if now.Sub(a.EndedAt) < loopWindow {
+			n++
+		}
+	}
+	if n <= loopFreeRestarts {
+		return 0
+	}
+	return min(loopDelay<<min(n-loopFreeRestarts-1, 6), loopMaxDelay)
+}
+
+// The floor of a restart loop's delays (see loopFloor).
+const (
+	loopWindow       = time.Minute
+	loopFreeRestarts = 5
+	loopDelay        = time.Second
+	loopMaxDelay     = 30 * time.Second
+)
+
+// maxKeptAttempts bounds the attempts a record keeps, whatever its
+// restart limit (limit+1 are kept, to count those within its window):
+// a record is rewritten at each save, and read whole.
+const maxKeptAttempts = 1000
 
 // recentRestarts counts st's attempts that ended within its restart window.
 func recentRestarts(st *tracker.State, now time.Time) int {
@@ -381,7 +419,7 @@ func keepAttempt(st *tracker.State, reason string) {
 		a.Job = st.Job.ID
 	}
 	st.Attempts = append(st.Attempts, a)
-	keep := max(tracker.MaxAttempts, st.Restart.Limit+1) // enough to count the window's
+	keep := max(tracker.MaxAttempts, min(st.Restart.Limit+1, maxKeptAttempts)) // enough to count the window's
 	if len(st.Attempts) > keep {
 		st.Attempts = st.Attempts[len(st.Attempts)-keep:]
 	}

@@ -353,3 +353,33 @@ func TestNoteStreamLeavesOutStaleSwitches(t *testing.T) {
 		t.Errorf("switches %q, want %q", got, want)
 	}
 }
+
+// A restart loop waits, whatever the service's own settings: beyond 5
+// attempts ended within the last minute, at least 1 s, doubled for each
+// beyond, up to 30 s; and a record keeps at most maxKeptAttempts
+// attempts, whatever its limit.
+func TestRestartLoopFloor(t *testing.T) {
+	loop := &spool.Restart{Policy: spool.RestartAlways, Limit: 1 << 30, Window: spool.Duration(time.Nanosecond)}
+	st := &tracker.State{Restart: loop}
+	now := time.Now()
+	want := []time.Duration{0, 0, 0, 0, 0, 0, time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second, 16 * time.Second, 30 * time.Second, 30 * time.Second}
+	for n, w := range want {
+		if got := baseDelay(st, 0); got != w {
+			t.Errorf("%d attempts ended within the minute: delay %v, want %v", n, got, w)
+		}
+		st.Attempts = append(st.Attempts, tracker.Attempt{EndedAt: now})
+	}
+	st.Attempts = []tracker.Attempt{{EndedAt: now.Add(-2 * time.Minute)}}
+	for range 6 {
+		st.Attempts = append(st.Attempts, tracker.Attempt{EndedAt: now.Add(-61 * time.Second)})
+	}
+	if got := baseDelay(st, 0); got != 0 {
+		t.Errorf("attempts ended over a minute ago: delay %v, want 0", got)
+	}
+	for range maxKeptAttempts + 10 {
+		keepAttempt(st, "exited")
+	}
+	if len(st.Attempts) != maxKeptAttempts {
+		t.Errorf("a record keeps %d attempts, want %d", len(st.Attempts), maxKeptAttempts)
+	}
+}
