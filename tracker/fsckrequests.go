@@ -243,8 +243,8 @@ func checkRejected(root string) []finding {
 		names[e.Name()] = true
 	}
 	var st unix.Stat_t
-	if err := unix.Lstat(dir, &st); err != nil {
-		return []finding{{Problem: Problem{dir, err.Error()}, left: "it cannot be read"}}
+	if err := unix.Stat(root, &st); err != nil {
+		return []finding{{Problem: Problem{root, err.Error()}, left: "it cannot be read"}}
 	}
 	r := rejectedDir{dir: dir, names: names, watcher: st.Uid}
 	paired := r.pair()
@@ -267,11 +267,12 @@ func checkRejected(root string) []finding {
 }
 
 // rejectedDir is rejected/ as fsck reads it: dir, the names it holds,
-// and the watcher's user, its owner. A reason is a file the watcher wrote,
-// so one of that user's: every other file there is a member's request,
-// moved there as it was, with their owner and what they wrote in it
-// (which may read as any reason: "x.start: refused ..."). In a private
-// root both are its user's, who has no one to fool.
+// and the watcher's user (the root's owner). A reason is a file the
+// watcher wrote, so one of that user's (or root's): every other file
+// there is a member's request, moved there as it was, with their owner
+// and what they wrote in it (which may read as any reason: "x.start:
+// refused ..."). In a private root both are its user's, who has no one
+// to fool.
 type rejectedDir struct {
 	dir     string
 	names   map[string]bool
@@ -279,19 +280,25 @@ type rejectedDir struct {
 }
 
 // reason reads file name in r, if it may be a reason: a regular file of
-// the watcher's user's, no larger than a request may be. A member's file
-// is not read at all (it may be a request as large as they made it).
+// the watcher's user's or root's, no larger than a request may be. A
+// member's file is not read at all (it may be a request as large as they
+// made it).
 func (r rejectedDir) reason(name string) ([]byte, bool) {
 	path := filepath.Join(r.dir, name)
 	var pre unix.Stat_t
-	if unix.Lstat(path, &pre) != nil || pre.Uid != r.watcher {
+	if unix.Lstat(path, &pre) != nil || !r.watchers(pre.Uid) {
 		return nil, false
 	}
 	b, st, err := durable.ReadRegular(path, spool.MaxBody)
-	if err != nil || st.Uid != r.watcher {
+	if err != nil || !r.watchers(st.Uid) {
 		return nil, false
 	}
 	return b, true
+}
+
+// watchers reports whether a file of uid's in r may be the watcher's.
+func (r rejectedDir) watchers(uid uint32) bool {
+	return uid == r.watcher || uid == 0
 }
 
 // pair returns which of r's names are a request and its reason, x and
