@@ -13,10 +13,10 @@ import (
 
 // upgradeFrom is the earlier tend that TestUpgrade builds: the first
 // after the root's files were named in one place (tracker/layout,
-// e49c328), three days of protocol changes before this test was
+// e49c328; 19033dc), three days of protocol changes before this test was
 // written. Move it forward only to a commit whose roots users may still
 // have.
-const upgradeFrom = "19033dc"
+const upgradeFrom = "19033dca89fd7cf8f47c13503c01db6b6239bf33"
 
 // TestUpgrade runs testdata/upgrade: a root that an earlier tend ran,
 // and left running with tend down --keep-runs, taken over by this one.
@@ -47,7 +47,7 @@ func buildEarlierTend(dir, commit string) (string, error) {
 	if err := os.MkdirAll(src, 0o755); err != nil {
 		return "", err
 	}
-	archive := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive "$1" | tar -x -C "$2"`, "sh", commit, src)
+	archive := exec.Command("sh", "-c", `cd "$(git rev-parse --show-toplevel)" && git archive "$1" >"$2.tar" && tar -x -C "$2" -f "$2.tar"`, "sh", commit, src)
 	if out, err := archive.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("git archive: %v: %s", err, strings.TrimSpace(string(out)))
 	}
