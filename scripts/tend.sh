@@ -51,7 +51,16 @@ tend_submit() {
 	_tend_old_ino=
 	rm -f "$(tend_outcomes)/$1" 2>/dev/null ||
 		_tend_old_ino=$(_tend_ino "$(tend_outcomes)/$1")
-	_t="$_r/spool/.$1.sh$$.tmp"
+	# The hidden name is made anew, 0600, by mktemp (O_EXCL): in a shared
+	# root's spool, which every member may write in, a name one could
+	# foretell (the ID and $$) could be another member's link, planted
+	# first, through which this user (root, say) would write over any
+	# file it may write. Once made it is this user's: the spool is
+	# sticky, so nobody else may rename or remove it.
+	if ! _t=$(mktemp "$_r/spool/.$1.sh.XXXXXXXXXX" 2>&1); then
+		echo "tend.sh: cannot write request $1 in $_r/spool: ${_t##*: }" >&2
+		return 1
+	fi
 	# A write that fails (a full disk) leaves no hidden file behind: no
 	# watcher, and no fsck, ever removes one.
 	if ! _e=$( { printf '%s\n' "$2" >"$_t"; } 2>&1); then
