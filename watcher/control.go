@@ -409,12 +409,14 @@ func (w *watcher) deleteRun(st *tracker.State, reason, request string) error {
 // request, if one did it), and removes what is left of it.
 func (w *watcher) finishDeletion(id string, rev int64, session string, owner int, reason, request, trash string) {
 	ev := tracker.Event{Time: time.Now(), ID: id, Rev: rev, State: tracker.Deleted, Session: session, Reason: reason, Request: request}
-	if err := w.hist.Append(ev); err != nil {
-		w.log.Printf("run %s: history: %v", id, err)
-	} else {
-		w.histUnsynced = true
-		w.syncHistory() // before it is answered
-	}
+	// As every change: after the changes that wait to be appended (the
+	// run's own end, say, which a full disk refused), and kept, to be
+	// appended once there is space, if it cannot be now. Dropped, the
+	// history would say the run still is as it ended, and a later run of
+	// its ID would be rebuilt from both runs' lines.
+	w.appendHistory([]tracker.Event{ev})
+	w.syncHistory() // before it is answered
+	w.retryUnsaved()
 	for _, verb := range []string{spool.VerbStart, spool.VerbCancel} {
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb, Owner: owner}))
