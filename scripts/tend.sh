@@ -10,7 +10,8 @@
 # The root is $TEND_ROOT, else ./.tend. Every function returns non-zero on
 # failure and says why on stderr, prefixed with "tend.sh:". Waits poll every
 # 50 ms (sh has no inotify) and give up after $TEND_SH_TIMEOUT seconds (a
-# whole number, default 3600; anything else is refused, returning 2);
+# whole number, default 3600, more than 999999999 taken as that; anything
+# else is refused, returning 2);
 # tend_wait then returns 124, as tend wait --timeout does.
 
 tend_root() {
@@ -88,7 +89,7 @@ _tend_json() {
 }
 
 # _tend_polls: print how many polls, 50 ms apart, $TEND_SH_TIMEOUT
-# seconds (default 3600) make; return 2, saying why, if it is not a whole
+# seconds (default 3600; at most 999999999) make; return 2, saying why, if it is not a whole
 # number of seconds: shell arithmetic on "10s" or "1.5" would end the
 # caller's script, not the wait.
 _tend_polls() {
@@ -97,6 +98,9 @@ _tend_polls() {
 	*[!0-9]*) echo "tend.sh: TEND_SH_TIMEOUT=$_s is not a whole number of seconds (such as 600)" >&2; return 2 ;;
 	esac
 	_s=${_s#"${_s%%[!0]*}"} # no leading zero: it would be octal
+	# More than 9 digits (over 31 years) is for ever: 20 times as many
+	# would overflow the shell's arithmetic, to a wait that ends at once.
+	case $_s in ??????????*) _s=999999999 ;; esac
 	echo $((${_s:-0} * 20))
 }
 
