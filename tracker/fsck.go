@@ -526,22 +526,39 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	if err := s.Write(st); err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprintf("%s: kept as state.json.bad; rebuilt from the history and request: %s, rev %d", path, st.State, st.Rev)}, nil
+	return []string{fmt.Sprintf("%s: kept as state.json.bad; rebuilt from the history and request: %s, rev %d%s", path, st.State, st.Rev, unopenedNote(s, events))}, nil
+}
+
+// unopenedNote says, for a report of a record rebuilt from events, how
+// many of its label and note changes were lost as their sealed values do
+// not open with the root's key: "" if none.
+func unopenedNote(s *Store, events []Event) string {
+	if n := UnopenedChanges(s, events); n > 0 {
+		return fmt.Sprintf(" (%d label or note changes lost: sealed with a key this root no longer has)", n)
+	}
+	return ""
+}
+
+// sinceReuse returns the events of the last run with their ID: those
+// after its last deleted event.
+func sinceReuse(events []Event) []Event {
+	for i := len(events) - 1; i >= 0; i-- {
+		if events[i].State == Deleted { // the ID was used again: this run's events follow
+			return events[i+1:]
+		}
+	}
+	return events
 }
 
 // Rebuild makes a record of run id from its history (events, oldest
-// first, not empty) and its request: an ended run as it ended, a live one
+// first, not empty) and its request, opening its sealed label and note
+// changes with s's key: an ended run as it ended, a live one
 // (identify finds its process) running, one gone as lost. Its output's
 // bases and dropped bytes are those of the last event that recorded them
 // (Event.Output), so that absolute offsets read before the rebuild name
 // the same bytes after it. Its rev is the last event's plus one.
 func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
-	for i := len(events) - 1; i >= 0; i-- {
-		if events[i].State == Deleted { // the ID was used again: this run's events follow
-			events = events[i+1:]
-			break
-		}
-	}
+	events = sinceReuse(events)
 	last := events[len(events)-1]
 	st := &State{ID: id, State: last.State, Rev: last.Rev + 1, Session: last.Session, PID: last.PID, PGID: last.PID,
 		ExitCode: last.ExitCode, Signal: last.Signal, Reason: last.Reason, CreatedAt: events[0].Time, Grace: spool.Duration(10 * time.Second)}
@@ -586,7 +603,12 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 		}
 	}
 	for _, e := range events { // the labels and notes set since, and the cuts
-		ApplyChange(st, e)
+		// A sealed change that does not open (the root's key was made
+		// anew) is lost, as a record sealed with that key is: see
+		// UnopenedChanges.
+		if opened, err := OpenChange(s.key, e); err == nil {
+			ApplyChange(st, opened)
+		}
 		if e.Output != nil {
 			// Where its output's offsets stand. A cut not yet recorded
 			// when the record was lost is in the run's cut file and

@@ -34,9 +34,15 @@ type Event struct {
 	// Labels and Note say what a label or note request changed, on the
 	// event of that change: the labels it set (null: removed) and the
 	// note it added. With the run's start request, the history says all
-	// that its record holds (see Repair).
+	// that its record holds (see Repair). The watcher never writes them
+	// in clear (the history is the group's to read, labels and notes are
+	// not): it writes them in Sealed (see SealChange), which Rebuild
+	// opens. Lines of a tend before 2026-11-29 carry them in clear.
 	Labels map[string]*string `json:"labels,omitempty"`
 	Note   string             `json:"note,omitempty"`
+	// Sealed is Labels and Note, sealed with a key only the watcher's
+	// user may read (see SealChange, OpenChange).
+	Sealed string `json:"sealed,omitempty"`
 	// EndedAt, DurationSeconds and CPUSeconds are, on the event of a run's
 	// end, what its record says of the end besides the fields above: with
 	// the record the run had before, the event says all that its ended

@@ -225,7 +225,13 @@ func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *t
 	if errors.Is(err, tracker.ErrTorn) {
 		os.Rename(path, path+".bad")
 	}
-	w.log.Printf("recover: %v: rebuilt from the history: %s, rev %d", err, st.State, st.Rev)
+	lost := ""
+	if n := tracker.UnopenedChanges(w.store, events); n > 0 {
+		// Sealed with a key this root no longer has (made anew), as a
+		// record sealed with it would be lost.
+		lost = fmt.Sprintf(" (%d label or note changes lost: sealed with a key this root no longer has)", n)
+	}
+	w.log.Printf("recover: %v: rebuilt from the history: %s, rev %d%s", err, st.State, st.Rev, lost)
 	st.Rev-- // Rebuild's rev is the next one, which save gives it
 	// With its output's bases on its event, for a record rebuilt again.
 	w.saveChange(st, outputChange(st), changed)

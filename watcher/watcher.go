@@ -891,6 +891,11 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveK
 		ev.Time = change.Time // a note's time, as the record has it
 	}
 	ev.Labels, ev.Note, ev.Output = change.Labels, change.Note, change.Output
+	// Labels and notes are the owner's, the history the group's: sealed
+	// for a rebuild alone. The watcher always holds the key.
+	if err := w.store.SealChange(&ev); err != nil {
+		w.log.Printf("history: %v", err)
+	}
 	events := append(w.passed, ev)
 	w.passed = nil
 	if w.waitedOn(st.ID) {

@@ -46,8 +46,8 @@ func (c *eventsCmd) print(e *env, ev tend.Event) error {
 	if exit != "-" {
 		line += " exit " + exit
 	}
-	if ev.Reason != "" {
-		line += ": " + ev.Reason
+	if r := eventReason(ev); r != "" {
+		line += ": " + r
 	}
 	_, err := fmt.Fprintln(e.stdout, runtext.Printable(line)) // a reason may quote what a user wrote
 	return err

@@ -47,7 +47,7 @@ func (c *historyCmd) Run(e *env) error {
 		}
 		exit := runtext.Exit(&tracker.State{ExitCode: ev.ExitCode, Signal: ev.Signal})
 		rows = append(rows, []cell{{text: ev.Time.Local().Format(time.RFC3339Nano)}, {text: strconv.FormatInt(ev.Rev, 10)},
-			{text: string(ev.State), state: string(ev.State)}, {text: exit}, {text: ev.Reason}})
+			{text: string(ev.State), state: string(ev.State)}, {text: exit}, {text: eventReason(ev)}})
 		return nil
 	})
 	if err != nil {
@@ -62,6 +62,19 @@ func (c *historyCmd) Run(e *env) error {
 		return exitf(exitNotFound, "no run %q in %s", c.ID, layout.Root(e.root).History())
 	}
 	return nil
+}
+
+// eventReason is the reason shown for ev in text: its own, and whether
+// a label or note request changed the run. What it changed is not shown:
+// it is sealed (tracker.SealChange), and in the run's record.
+func eventReason(ev tracker.Event) string {
+	if ev.Sealed == "" && ev.Labels == nil && ev.Note == "" {
+		return ev.Reason
+	}
+	if ev.Reason == "" {
+		return "labels or note changed"
+	}
+	return ev.Reason + "; labels or note changed"
 }
 
 type rmCmd struct {
