@@ -3,6 +3,7 @@ package tracker
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -66,9 +67,14 @@ func Check(root string, alive Liveness) []Problem {
 	if unix.Stat(root, &st) == nil {
 		problems = CheckAccess(root, int(st.Uid))
 	}
-	events, bad := scanHistory(root)
+	events, bad, clear := scanHistory(root)
 	for _, b := range bad {
 		problems = append(problems, Problem{b.file + ":" + fmt.Sprint(b.line), b.what})
+	}
+	for _, path := range historyAndPending(root) {
+		if n := clear[path]; n > 0 {
+			problems = append(problems, Problem{path, clearWhat(n)})
+		}
 	}
 	if n := PendingChanges(root); n > 0 {
 		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
@@ -125,14 +131,26 @@ type badLine struct {
 	raw  []byte
 }
 
+// clearWhat is the problem of a history file with n lines that carry
+// labels or a note in clear.
+func clearWhat(n int) string {
+	return fmt.Sprintf("%d lines carry labels or a note in clear, readable by whoever may read the history (a shared root's group): written by a tend before 2026-11-29; tend fsck --repair seals them", n)
+}
+
+// inClear reports whether e carries what a label or note request changed
+// in clear, as a tend before 2026-11-29 wrote it (see Event.Sealed).
+func inClear(e Event) bool { return e.Labels != nil || e.Note != "" }
+
 // scanHistory reads every history file to its end, a line at a time,
 // keeping every bad line (a reader stops at the first; fsck wants them
-// all) and the events of the runs that have a directory in runs/, the
-// only ones it checks a record against: a root's history is never
-// deleted, and held whole it outgrows the machine's memory.
-func scanHistory(root string) (map[string][]Event, []badLine) {
+// all), how many lines of each file carry labels or a note in clear, and
+// the events of the runs that have a directory in runs/, the only ones it
+// checks a record against: a root's history is never deleted, and held
+// whole it outgrows the machine's memory.
+func scanHistory(root string) (map[string][]Event, []badLine, map[string]int) {
 	keep := runDirNames(root)
 	events := make(map[string][]Event)
+	clear := make(map[string]int)
 	var bad []badLine
 	for _, path := range historyAndPending(root) {
 		err := eachLine(path, func(n int, raw []byte) {
@@ -141,8 +159,13 @@ func scanHistory(root string) (map[string][]Event, []badLine) {
 				what = "torn line: no newline at the end of the file"
 			} else if e, err := parseEvent(raw); err != nil {
 				what = err.Error()
-			} else if keep[e.ID] {
-				events[e.ID] = append(events[e.ID], e)
+			} else {
+				if inClear(e) {
+					clear[path]++
+				}
+				if keep[e.ID] {
+					events[e.ID] = append(events[e.ID], e)
+				}
 			}
 			if what != "" {
 				bad = append(bad, badLine{file: path, line: n, what: what, raw: bytes.Clone(raw)})
@@ -152,7 +175,7 @@ func scanHistory(root string) (map[string][]Event, []badLine) {
 			bad = append(bad, badLine{file: path, what: err.Error()})
 		}
 	}
-	return events, bad
+	return events, bad, clear
 }
 
 // runDirNames returns the names in root's runs/ directory.
@@ -366,7 +389,14 @@ func Repair(root string, identify Identify) (done []string, left []Problem, err 
 		return nil, nil, err
 	}
 	defer closeLock(&lockFD)
-	moved, err := repairHistory(root)
+	// Rebuilt records are sealed, for the watcher to trust them, and
+	// clear history lines sealed. A root with no key yet has its records
+	// sealed by its next watcher (and its lines by the repair after).
+	key, _, keyErr := LoadKey(root, false)
+	if keyErr != nil && !errors.Is(keyErr, os.ErrNotExist) {
+		key = nil
+	}
+	moved, err := repairHistory(root, key)
 	if err != nil {
 		return done, nil, err
 	}
@@ -376,13 +406,10 @@ func Repair(root string, identify Identify) (done []string, left []Problem, err 
 	} else if n > 0 {
 		done = append(done, fmt.Sprintf("%s: appended the %d changes that waited in %s", layout.Root(root).History(), n, layout.Root(root).PendingHistory()))
 	}
-	events, _ := scanHistory(root)
+	events, _, _ := scanHistory(root)
 	s := NewStore(root)
-	// Rebuilt records are sealed, for the watcher to trust them. A root
-	// with no key yet has its records sealed by its next watcher.
-	key, _, err := LoadKey(root, false)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return done, nil, fmt.Errorf("repairing needs the root's key, which only the watcher's user may read: %w", err)
+	if keyErr != nil && !errors.Is(keyErr, os.ErrNotExist) {
+		return done, nil, fmt.Errorf("repairing needs the root's key, which only the watcher's user may read: %w", keyErr)
 	}
 	s.SetKey(key)
 	ents, _ := os.ReadDir(s.Dir())
@@ -425,8 +452,10 @@ func Repair(root string, identify Identify) (done []string, left []Problem, err 
 }
 
 // repairHistory moves the bad lines of every history file to <file>.bad,
-// keeping the good ones in order. The caller holds the history lock.
-func repairHistory(root string) ([]string, error) {
+// keeping the good ones in order, and seals with key (if not nil) the
+// labels and notes that lines of a tend before 2026-11-29 carry in clear.
+// The caller holds the history lock.
+func repairHistory(root string, key []byte) ([]string, error) {
 	var done []string
 	for _, path := range historyAndPending(root) {
 		lines, err := readLines(path)
@@ -434,9 +463,10 @@ func repairHistory(root string) ([]string, error) {
 			return done, err
 		}
 		var good, bad bytes.Buffer
-		nbad := 0
+		nbad, nsealed := 0, 0
 		for _, raw := range lines {
-			if _, err := parseEvent(raw); err != nil || raw[len(raw)-1] != '\n' {
+			e, err := parseEvent(raw)
+			if err != nil || raw[len(raw)-1] != '\n' {
 				bad.Write(raw)
 				if raw[len(raw)-1] != '\n' {
 					bad.WriteByte('\n')
@@ -444,28 +474,58 @@ func repairHistory(root string) ([]string, error) {
 				nbad++
 				continue
 			}
+			if inClear(e) && key != nil {
+				if b, err := sealLine(key, e); err == nil {
+					good.Write(b)
+					nsealed++
+					continue
+				}
+			}
 			good.Write(raw)
 		}
-		if nbad == 0 {
+		if nbad == 0 && nsealed == 0 {
 			continue
 		}
+		if err := moveBad(path, bad.Bytes(), good.Bytes()); err != nil {
+			return done, fmt.Errorf("%s: %w", path, err)
+		}
+		if nbad > 0 {
+			done = append(done, fmt.Sprintf("%s: moved %d bad lines to %s", path, nbad, path+".bad"))
+		}
+		if nsealed > 0 {
+			done = append(done, fmt.Sprintf("%s: sealed the labels and notes that %d lines carried in clear", path, nsealed))
+		}
+	}
+	return done, nil
+}
+
+// moveBad appends bad (if any) to path's .bad file, and replaces path
+// with good.
+func moveBad(path string, bad, good []byte) error {
+	if len(bad) > 0 {
 		side, err := os.OpenFile(path+".bad", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 		if err != nil {
-			return done, err
+			return err
 		}
-		_, err = side.Write(bad.Bytes())
+		_, err = side.Write(bad)
 		if cerr := side.Close(); err == nil {
 			err = cerr
 		}
-		if err == nil {
-			err = replaceFile(path, good.Bytes())
-		}
 		if err != nil {
-			return done, fmt.Errorf("%s: %w", path, err)
+			return err
 		}
-		done = append(done, fmt.Sprintf("%s: moved %d bad lines to %s", path, nbad, path+".bad"))
 	}
-	return done, nil
+	return replaceFile(path, good)
+}
+
+// sealLine returns the history line of e with its labels and note sealed
+// with key (see SealChange), as the watcher writes it.
+func sealLine(key []byte, e Event) ([]byte, error) {
+	if err := SealChange(key, &e); err != nil {
+		return nil, err
+	}
+	b, err := json.Marshal(e)
+	return append(b, '\n'), err
 }
 
 // replaceFile replaces path with b atomically, its data durable before

@@ -380,7 +380,7 @@ func TestRepairedEventsCarryTheBases(t *testing.T) {
 	if _, err := addMissingEvent(root, st, nil); err != nil {
 		t.Fatal(err)
 	}
-	events, bad := scanHistory(root)
+	events, bad, _ := scanHistory(root)
 	if len(bad) > 0 || len(events["a"]) != 1 {
 		t.Fatalf("history: %v, bad lines %v; want the one event", events, bad)
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tendhq/tend/tracker/layout"
 )
 
 // A label or note change sealed with the root's key opens with it, and
@@ -102,5 +104,44 @@ func TestSealChange(t *testing.T) {
 	b, _ := json.Marshal(ev)
 	if _, err := parseEvent(b); err != nil {
 		t.Errorf("parseEvent(%s) = %v", b, err)
+	}
+}
+
+// fsck counts the lines a tend before 2026-11-29 wrote with labels or a
+// note in clear, and its repair seals them in place, in order, so that
+// they open to the same change and nothing else of the file changes.
+func TestRepairSealsClearLines(t *testing.T) {
+	root := t.TempDir()
+	key, _, err := LoadKey(root, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := layout.Root(root).History()
+	plain := `{"time":"2026-01-02T03:04:05Z","id":"r","rev":1,"state":"starting"}` + "\n"
+	clear := `{"time":"2026-01-02T03:04:06Z","id":"r","rev":2,"state":"completed","labels":{"token":"hunter2"},"note":"swordfish"}` + "\n"
+	if err := os.WriteFile(path, []byte(plain+clear), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, n := scanHistory(root); n[path] != 1 {
+		t.Fatalf("scanHistory counts %v lines in clear, want 1 in %s", n, path)
+	}
+	done, err := repairHistory(root, key)
+	if err != nil || len(done) != 1 {
+		t.Fatalf("repairHistory = %q, %v", done, err)
+	}
+	b, _ := os.ReadFile(path)
+	if !strings.HasPrefix(string(b), plain) || strings.Contains(string(b), "hunter2") || strings.Contains(string(b), "swordfish") {
+		t.Fatalf("repaired history:\n%s", b)
+	}
+	events, err := ReadHistory(path)
+	if err != nil || len(events) != 2 {
+		t.Fatalf("ReadHistory = %v, %v", events, err)
+	}
+	ev, err := OpenChange(key, events[1])
+	if err != nil || ev.Note != "swordfish" || ev.Labels["token"] == nil || *ev.Labels["token"] != "hunter2" {
+		t.Errorf("the sealed line opens to %+v, %v", ev, err)
+	}
+	if _, _, n := scanHistory(root); n[path] != 0 {
+		t.Errorf("after the repair, %d lines in clear", n[path])
 	}
 }
