@@ -61,7 +61,7 @@ func TestRepairLostReasonSurvivesPowerLoss(t *testing.T) {
 			t.Errorf("after a power loss as the repair returned, rejected/%s holds %q (%v), want its request", req, b, err)
 		}
 		b, err := os.ReadFile(filepath.Join(img, "rejected", req+".error"))
-		if want := req + ": " + lostReason + "\n"; err != nil || string(b) != want {
+		if want := req + ": " + LostReason + "\n"; err != nil || string(b) != want {
 			t.Errorf("after a power loss as the repair returned, the reason it wrote for rejected/%s holds %q (%v), want %q", req, b, err, want)
 		}
 	}

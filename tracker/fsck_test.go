@@ -210,7 +210,7 @@ func TestFsckRequests(t *testing.T) {
 				}
 				done, left := repairRequests(r.s, r.root)
 				b, err := os.ReadFile(reason)
-				if err != nil || !strings.Contains(string(b), lostReason) || len(left) > 0 || !slices.Contains(done, reason+": written (saying its request's reason was lost)") {
+				if err != nil || !strings.Contains(string(b), LostReason) || len(left) > 0 || !slices.Contains(done, reason+": written (saying its request's reason was lost)") {
 					t.Fatalf("repair: did %q, left %v; %s holds %q (%v)", done, left, reason, b, err)
 				}
 				if found := requestFindings(r.s, r.root, tt.watching); len(found) > 0 {

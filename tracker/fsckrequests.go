@@ -422,9 +422,9 @@ func repairRequests(s *Store, root string) (done []string, left []Problem) {
 	return done, left
 }
 
-// lostReason is the reason --repair writes for a rejected request whose
-// own was lost.
-const lostReason = "the reason it was refused for was lost (a power loss or a hand took it), and tend fsck --repair wrote this line; its answer in outcomes/, if it had one, says why"
+// LostReason is the reason --repair writes for a rejected request whose
+// own was lost: after its request's name and ": ", on a line of its own.
+const LostReason = "the reason it was refused for was lost (a power loss or a hand took it), and tend fsck --repair wrote this line; its answer in outcomes/, if it had one, says why"
 
 // writeLostReason writes, in rejected/ dir, the reason of request file
 // (as spool.Reject writes one, for readers to take it as one) saying that
@@ -433,7 +433,7 @@ const lostReason = "the reason it was refused for was lost (a power loss or a ha
 // after): --repair says it wrote it, and the next check must find it.
 func writeLostReason(dir, file string) (string, error) {
 	path := filepath.Join(dir, file+".error")
-	line := spool.Printable(file) + ": " + lostReason + "\n"
+	line := spool.Printable(file) + ": " + LostReason + "\n"
 	if err := durable.Replace(path, []byte(line), durable.Perm{Mode: 0o644}, durable.Durable{File: durable.FlushRepair, Dir: durable.FlushRepair}); err != nil {
 		return "", err
 	}

@@ -1601,7 +1601,7 @@ func (t *trial) verifyRejected() {
 		t.check(len(b) > 0 && b[len(b)-1] == '\n', "rejected/%s has no reason (its .error holds %q)", name, b)
 		// fsck --repair, above, writes one for a request whose reason was
 		// lost: that it had to is the loss.
-		t.check(!strings.Contains(string(b), "tend fsck --repair wrote this line"), "rejected/%s lost its reason: tend fsck --repair wrote one", name)
+		t.check(!strings.Contains(string(b), tracker.LostReason), "rejected/%s lost its reason: tend fsck --repair wrote one", name)
 		if n, err := spool.ParseName(name); err == nil && strings.HasPrefix(n.Tag, "c") && n.Verb != spool.VerbSignal {
 			// One the CLI made (tagged), whole: every such request of its
 			// run and verb was answered, so this one was too, and, taken
