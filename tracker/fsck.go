@@ -153,7 +153,7 @@ func scanHistory(root string) (map[string][]Event, []badLine, map[string]int) {
 	clear := make(map[string]int)
 	var bad []badLine
 	for _, path := range historyAndPending(root) {
-		err := eachLine(path, func(n int, raw []byte) {
+		err := eachLine(path, func(n int, raw []byte) error {
 			what := ""
 			if raw[len(raw)-1] != '\n' {
 				what = "torn line: no newline at the end of the file"
@@ -170,6 +170,7 @@ func scanHistory(root string) (map[string][]Event, []badLine, map[string]int) {
 			if what != "" {
 				bad = append(bad, badLine{file: path, line: n, what: what, raw: bytes.Clone(raw)})
 			}
+			return nil
 		})
 		if err != nil {
 			bad = append(bad, badLine{file: path, what: err.Error()})
@@ -190,8 +191,9 @@ func runDirNames(root string) map[string]bool {
 
 // eachLine passes each line of the file at path to each, numbered from 1,
 // with its newline (the last one without, if it is torn); the slice is
-// valid only during the call. A missing file has none.
-func eachLine(path string, each func(n int, raw []byte)) error {
+// valid only during the call. A missing file has none. An error of each
+// stops it, and is returned.
+func eachLine(path string, each func(n int, raw []byte) error) error {
 	f, err := os.Open(path)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -212,7 +214,9 @@ func eachLine(path string, each func(n int, raw []byte)) error {
 			b = long
 		}
 		if len(b) > 0 {
-			each(n, b)
+			if err := each(n, b); err != nil {
+				return err
+			}
 		}
 		if err == io.EOF {
 			return nil

@@ -1,12 +1,10 @@
 package tracker
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -646,35 +644,23 @@ func ReadHistory(path string) ([]Event, error) {
 // a line at a time, keeping none, failing closed as ReadHistory does. An
 // error of each stops it, and is returned.
 func ScanHistoryFile(path string, each func(Event) error) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
 	name := filepath.Base(path)
-	if err != nil {
-		return fmt.Errorf("%s:1: %w", name, err)
-	}
-	defer f.Close()
-	r := bufio.NewReaderSize(f, 64<<10)
-	for n := 1; ; n++ {
-		b, err := r.ReadBytes('\n')
-		switch {
-		case len(b) > 0 && b[len(b)-1] == '\n':
-			e, perr := parseEvent(b)
-			if perr != nil {
-				return fmt.Errorf("%s:%d: %v", name, n, perr)
-			}
-			if err := each(e); err != nil {
-				return err
-			}
-		case len(b) > 0 && err == io.EOF:
-			return fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, n)
-		case err == io.EOF:
-			return nil
+	var ofLine error // a line's error, or each's: returned as it is
+	err := eachLine(path, func(n int, b []byte) error {
+		switch e, err := parseEvent(b); {
+		case b[len(b)-1] != '\n':
+			ofLine = fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, n)
 		case err != nil:
-			return fmt.Errorf("%s:%d: %w", name, n, err)
+			ofLine = fmt.Errorf("%s:%d: %v", name, n, err)
+		default:
+			ofLine = each(e)
 		}
+		return ofLine
+	})
+	if err != nil && err != ofLine {
+		return fmt.Errorf("%s: %w", name, err) // reading the file
 	}
+	return err
 }
 
 func parseEvent(b []byte) (Event, error) {
