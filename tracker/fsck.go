@@ -228,16 +228,25 @@ func eachLine(path string, each func(n int, raw []byte) error) error {
 }
 
 // readLines returns a file's lines, each with its newline (the last one
-// without, if it is torn). A missing file has none.
-func readLines(path string) ([][]byte, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+// without, if it is torn), and what the open file's fstat says of it. A
+// missing file has none. A link is not followed.
+func readLines(path string) ([][]byte, unix.Stat_t, error) {
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	var st unix.Stat_t
+	if errors.Is(err, unix.ENOENT) {
+		return nil, st, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, st, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, st, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, st, fmt.Errorf("%s: not a regular file", path)
+	}
 	var lines [][]byte
 	r := bufio.NewReader(f)
 	for {
@@ -246,10 +255,10 @@ func readLines(path string) ([][]byte, error) {
 			lines = append(lines, b)
 		}
 		if err == io.EOF {
-			return lines, nil
+			return lines, st, nil
 		}
 		if err != nil {
-			return lines, err
+			return lines, st, err
 		}
 	}
 }
@@ -462,7 +471,7 @@ func Repair(root string, identify Identify) (done []string, left []Problem, err 
 func repairHistory(root string, key []byte) ([]string, error) {
 	var done []string
 	for _, path := range historyAndPending(root) {
-		lines, err := readLines(path)
+		lines, from, err := readLines(path)
 		if err != nil {
 			return done, err
 		}
@@ -490,7 +499,7 @@ func repairHistory(root string, key []byte) ([]string, error) {
 		if nbad == 0 && nsealed == 0 {
 			continue
 		}
-		if err := moveBad(path, bad.Bytes(), good.Bytes()); err != nil {
+		if err := moveBad(path, &from, bad.Bytes(), good.Bytes()); err != nil {
 			return done, fmt.Errorf("%s: %w", path, err)
 		}
 		if nbad > 0 {
@@ -504,22 +513,60 @@ func repairHistory(root string, key []byte) ([]string, error) {
 }
 
 // moveBad appends bad (if any) to path's .bad file, and replaces path
-// with good.
-func moveBad(path string, bad, good []byte) error {
+// with good; from is path's fstat: both keep its mode (see openBad).
+func moveBad(path string, from *unix.Stat_t, bad, good []byte) error {
 	if len(bad) > 0 {
-		side, err := os.OpenFile(path+".bad", os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		side, err := openBad(path+".bad", from)
 		if err != nil {
 			return err
 		}
-		_, err = side.Write(bad)
-		if cerr := side.Close(); err == nil {
+		err = durable.WriteAll(side, bad)
+		if cerr := unix.Close(side); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return err
+			return fmt.Errorf("%s.bad: %w", path, err)
 		}
 	}
-	return replaceFile(path, good)
+	return replaceFile(path, from.Mode, good)
+}
+
+// openBad opens the file at path, where the bad lines of the history file
+// from (its fstat) are kept, for appending: made if missing, exclusively,
+// no more readable than that file (a bad line may be anything, and the
+// history may have been closed to the group by hand; a group other than
+// its own reads nothing), and tightened to match if it is there already. A link is never followed, and a file
+// that is not a regular one of this user's alone, with one name, is not
+// written to: whoever put it there may read what it would get.
+func openBad(path string, from *unix.Stat_t) (int, error) {
+	mode := from.Mode & 0o644
+	const flags = unix.O_WRONLY | unix.O_APPEND | unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	fd, err := unix.Open(path, flags|unix.O_CREAT|unix.O_EXCL, mode)
+	if errors.Is(err, unix.EEXIST) {
+		fd, err = unix.Open(path, flags, 0)
+	}
+	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return -1, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	if st.Gid != from.Gid {
+		mode &^= 0o040
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 || int(st.Uid) != os.Geteuid():
+		unix.Close(fd)
+		return -1, fmt.Errorf("%s: not a regular file of uid %d's with one name: bad lines are not moved there", path, os.Geteuid())
+	case st.Mode&0o7777&^mode != 0:
+		if err := unix.Fchmod(fd, st.Mode&mode); err != nil {
+			unix.Close(fd)
+			return -1, &os.PathError{Op: "chmod", Path: path, Err: err}
+		}
+	}
+	return fd, nil
 }
 
 // sealLine returns the history line of e with its labels and note sealed
@@ -533,18 +580,24 @@ func sealLine(key []byte, e Event) ([]byte, error) {
 }
 
 // replaceFile replaces path with b atomically, its data durable before
-// it has its name.
-func replaceFile(path string, b []byte) error {
+// it has its name, with mode (path's own: a history closed to the group
+// by hand stays closed). Its temporary file is made anew, exclusively,
+// never through a link.
+func replaceFile(path string, mode uint32, b []byte) error {
 	tmp := path + ".fsck.tmp"
-	f, err := os.Create(tmp)
+	os.Remove(tmp) // what an interrupted repair left
+	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
-		return err
+		return &os.PathError{Op: "open", Path: tmp, Err: err}
 	}
-	_, err = f.Write(b)
+	err = unix.Fchmod(fd, mode&0o777) // whatever the umask: as it was
 	if err == nil {
-		err = durable.FlushRepair.Fsync(int(f.Fd()))
+		err = durable.WriteAll(fd, b)
 	}
-	if cerr := f.Close(); err == nil {
+	if err == nil {
+		err = durable.FlushRepair.Fsync(fd)
+	}
+	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
 	if err == nil {

@@ -58,9 +58,9 @@ func MendTornEnd(root string) (string, error) {
 	if !bytes.HasPrefix(torn, []byte(`{"time":"`)) {
 		return "", nil
 	}
-	side, err := unix.Open(path+".bad", unix.O_WRONLY|unix.O_APPEND|unix.O_CREAT|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	side, err := openBad(path+".bad", &st) // no more readable than the history
 	if err != nil {
-		return "", &os.PathError{Op: "open", Path: path + ".bad", Err: err}
+		return "", err
 	}
 	err = durable.WriteAll(side, append(torn, '\n'))
 	unix.Close(side)
