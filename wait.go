@@ -1,14 +1,11 @@
 package tend
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
 
 	"github.com/fsnotify/fsnotify"
@@ -348,31 +345,23 @@ func (c *Client) notFound(id string) error {
 // newest history file that names id says it was deleted since it was
 // last used. It reads only the lines that name id, of the newest two
 // files (a root's history may be large, and this is an error's path:
-// a typo must not read every rotated file), and says nothing of a
-// history it cannot read.
+// a typo must not read every rotated file), a line at a time (each file
+// may be 64 MiB, or more by hand: read whole, a typo took that much
+// memory), and says nothing of a history it cannot read.
 func lastDeletion(root, id string) (del tracker.Event, end *tracker.Event, ok bool) {
 	files := tracker.HistoryFiles(root)
-	needle := []byte(`"id":` + strconv.Quote(id) + `,`)
 	for i := len(files) - 1; i >= 0 && i >= len(files)-2; i-- {
-		b, err := os.ReadFile(files[i])
-		if err != nil {
-			continue
-		}
 		var last, before *tracker.Event
-		for line := range bytes.Lines(b) {
-			if !bytes.Contains(line, needle) {
-				continue
-			}
-			var ev tracker.Event
-			if json.Unmarshal(line, &ev) != nil || ev.ID != id {
-				continue
-			}
+		err := tracker.ScanRunHistoryFile(files[i], id, func(ev tracker.Event) {
 			if last != nil && last.State != tracker.Deleted {
 				before = last
 			} else if last != nil {
 				before = nil
 			}
 			last = &ev
+		})
+		if err != nil {
+			continue
 		}
 		if last != nil {
 			return *last, before, last.State == tracker.Deleted

@@ -1,11 +1,14 @@
 package tend
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -163,5 +166,50 @@ func TestWatchUntilPollsWithoutInotify(t *testing.T) {
 				t.Errorf("took %v: it should poll every %v", took, pollEvery)
 			}
 		})
+	}
+}
+
+// TestLastDeletionReadsALineAtATime: what a wait or a show of a deleted
+// run (or of a typo) reads of a large history is its lines one at a time,
+// keeping only its run's: the memory it takes does not grow with the
+// files, a line far longer than tend writes included.
+func TestLastDeletionReadsALineAtATime(t *testing.T) {
+	root := t.TempDir()
+	pad := []byte(`{"time":"2026-11-29T06:00:00Z","id":"pad","rev":1,"state":"queued"}` + "\n")
+	write := func(name string, lines ...string) {
+		t.Helper()
+		f, err := os.Create(filepath.Join(root, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		for _, l := range lines {
+			if _, err := f.WriteString(l); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	block := string(bytes.Repeat(pad, 64<<10)) // 4.4 MiB
+	long := `{"time":"2026-11-29T06:00:00Z","id":"pad","rev":1,"state":"queued","reason":"` + strings.Repeat("y", 2<<20) + "\"}\n"
+	write("history.1.jsonl", block,
+		`{"time":"2026-11-29T06:00:01Z","id":"x","rev":3,"state":"failed","exit_code":3}`+"\n",
+		long, block,
+		`{"time":"2026-11-29T06:00:02Z","id":"x","rev":4,"state":"deleted","reason":"tend rm"}`+"\n",
+		block)
+	write("history.jsonl", block, long)
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	del, end, ok := lastDeletion(root, "x")
+	runtime.ReadMemStats(&after)
+	if !ok || del.Reason != "tend rm" || end == nil || end.State != tracker.Failed {
+		t.Fatalf("lastDeletion = %+v, %+v, %v; want x's deletion, after it failed", del, end, ok)
+	}
+	if _, _, ok := lastDeletion(root, "typo"); ok {
+		t.Fatal("a run the history does not name was deleted")
+	}
+	// Some 15 MiB of history: read whole, that much at least.
+	if got := after.TotalAlloc - before.TotalAlloc; got > 1<<20 {
+		t.Errorf("lastDeletion allocated %d bytes for %d of history: want a line at a time", got, 3*len(block)+len(block)+2*len(long))
 	}
 }

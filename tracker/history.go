@@ -1,10 +1,12 @@
 package tracker
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -661,6 +663,84 @@ func ScanHistoryFile(path string, each func(Event) error) error {
 		return fmt.Errorf("%s: %w", name, err) // reading the file
 	}
 	return err
+}
+
+// ScanRunHistoryFile passes to each the events of run id in the history
+// file at path, oldest first, a line at a time, keeping none: a line that
+// names another run is passed over unparsed, and one that does not parse
+// as an event is skipped, as RecentEvents skips it. Its memory is bounded
+// whatever the file holds: a line of another run's longer than its buffer
+// is passed over without being gathered, and one of id's longer than
+// maxEventLine (far more than tend writes) is skipped too. A missing
+// file has no events; a link is not followed, nor anything but a regular
+// file opened.
+func ScanRunHistoryFile(path, id string, each func(Event)) error {
+	fd, _, err := durable.OpenRegular(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	f := os.NewFile(uintptr(fd), path)
+	defer f.Close()
+	r := bufio.NewReaderSize(f, 64<<10)
+	for {
+		line, err := r.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			line, err = readRest(r, line, namesRun(line, id), maxEventLine)
+		}
+		if len(line) > 0 && line[len(line)-1] == '\n' && namesRun(line, id) {
+			if ev, perr := parseEvent(line); perr == nil {
+				each(ev)
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+}
+
+// maxEventLine bounds the history line of one run ScanRunHistoryFile
+// gathers: far more than the longest line tend appends (a label or note
+// request of spool.MaxBody, its JSON escaped and sealed in base64).
+const maxEventLine = 16 << 20
+
+// readRest reads the rest of a line that filled r's buffer, head its
+// start: gathered with it if keep, and if it is no longer than limit;
+// else passed over, and nil returned with the reader's error.
+func readRest(r *bufio.Reader, head []byte, keep bool, limit int) ([]byte, error) {
+	var long []byte
+	if keep {
+		long = bytes.Clone(head)
+	}
+	for {
+		b, err := r.ReadSlice('\n')
+		if keep && len(long)+len(b) > limit {
+			keep, long = false, nil
+		}
+		if keep {
+			long = append(long, b...)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return long, err
+		}
+	}
+}
+
+// namesRun reports whether history line names run id, found as eventID
+// finds it, without parsing the line or allocating.
+func namesRun(line []byte, id string) bool {
+	const key = `"id":"`
+	i := bytes.Index(line, []byte(key))
+	if i < 0 {
+		return false
+	}
+	rest := line[i+len(key):]
+	return len(rest) > len(id) && string(rest[:len(id)]) == id && rest[len(id)] == '"'
 }
 
 func parseEvent(b []byte) (Event, error) {

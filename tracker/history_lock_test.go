@@ -1,8 +1,10 @@
 package tracker
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -46,5 +48,30 @@ func TestHistoryRelocksAReplacedLockFile(t *testing.T) {
 	other.Unlock()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestScanRunHistoryFile: only the run's own lines, whole, a long one
+// too (gathered across the buffer), and none that does not parse; an ID
+// that another begins with is not that one's.
+func TestScanRunHistoryFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "history.jsonl")
+	long := strings.Repeat("y", 200<<10)
+	data := `{"time":"2026-11-29T06:00:00Z","id":"x","rev":1,"state":"queued"}` + "\n" +
+		`{"time":"2026-11-29T06:00:00Z","id":"xy","rev":1,"state":"queued"}` + "\n" +
+		`{"time":"2026-11-29T06:00:00Z","id":"pad","rev":1,"state":"queued","reason":"` + long + "\"}\n" +
+		`{"time":"2026-11-29T06:00:01Z","id":"x","rev":2,"state":"running","reason":"` + long + "\"}\n" +
+		`{"time":"2026-11-29T06:00:02Z","id":"x","rev":3,"state":"completed",` + "\n" +
+		`{"time":"2026-11-29T06:00:03Z","id":"x","rev":4,"state":"deleted"}`
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var got []int64
+	if err := ScanRunHistoryFile(path, "x", func(e Event) { got = append(got, e.Rev) }); err != nil {
+		t.Fatal(err)
+	}
+	// rev 3 is not JSON; rev 4 is torn (no newline): neither is passed.
+	if fmt.Sprint(got) != "[1 2]" {
+		t.Errorf("revs passed: %v, want [1 2]", got)
 	}
 }
