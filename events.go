@@ -52,21 +52,28 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 	}
 	// The rotated files, then the current one, read to its end and on, by
 	// one reader: no event falls between reading what is there and
-	// following what comes.
-	files := tracker.HistoryFiles(c.root)
-	for _, path := range files[:len(files)-1] {
-		if err := tracker.ScanHistoryFile(path, pass); err != nil {
+	// following what comes. Opened first, as one set, and read by their
+	// descriptors: a rotation between finding them and reading them
+	// (which renames every one) skipped a file's events.
+	files, err := tracker.OpenHistoryFiles(c.root)
+	if err != nil {
+		return err
+	}
+	h := &historyFollower{path: layout.Root(c.root).History(), emit: pass}
+	defer h.close()
+	if n := len(files); n > 0 && files[n-1].Name() == h.path {
+		h.follow(files[n-1])
+		files = files[:n-1]
+	}
+	defer tracker.CloseAll(files)
+	if c.historyOpened != nil {
+		c.historyOpened()
+	}
+	for _, f := range files {
+		if err := tracker.ScanHistoryFrom(f, pass); err != nil {
 			return err
 		}
 	}
-	return c.followHistory(ctx, pass)
-}
-
-// followHistory passes history.jsonl's events from its start, and those
-// appended after, reopening it when it is rotated, until ctx ends.
-func (c *Client) followHistory(ctx context.Context, emit func(Event) error) error {
-	h := &historyFollower{path: layout.Root(c.root).History(), emit: emit}
-	defer h.close()
 	return watchUntil(ctx, c.root, spinEvery, h.check)
 }
 
@@ -110,8 +117,13 @@ func (h *historyFollower) open() error {
 	if err != nil {
 		return err
 	}
-	h.f, h.r, h.off, h.partial = f, bufio.NewReader(f), 0, nil
+	h.follow(f)
 	return nil
+}
+
+// follow makes f, open at its start, the file h reads.
+func (h *historyFollower) follow(f *os.File) {
+	h.f, h.r, h.off, h.partial = f, bufio.NewReader(f), 0, nil
 }
 
 // drain passes the whole lines of the open file up to its end.

@@ -1,11 +1,15 @@
 package tend
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 )
 
 // A follower of the history passes every event once, in order, whatever
@@ -68,5 +72,67 @@ func TestHistoryFollowerAcrossRotations(t *testing.T) {
 				t.Errorf("events passed: %v, want %v", got, want)
 			}
 		})
+	}
+}
+
+// TestEventsFollowAcrossARotationAtItsStart: tend events -f passes every
+// event once, in order, when the history rotates between its finding the
+// files and its reading them: the rotated files are read as they were
+// found, not by their names (which a rotation gives other files), and the
+// file it follows is the one that was history.jsonl then.
+func TestEventsFollowAcrossARotationAtItsStart(t *testing.T) {
+	line := func(id string) string {
+		return fmt.Sprintf(`{"time":"2026-11-29T06:00:00Z","id":%q,"rev":1,"state":"queued"}`+"\n", id)
+	}
+	root := t.TempDir()
+	write := func(name string, ids ...string) {
+		t.Helper()
+		var b strings.Builder
+		for _, id := range ids {
+			b.WriteString(line(id))
+		}
+		f, err := os.OpenFile(filepath.Join(root, name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(b.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("history.1.jsonl", "a", "b")
+	write("history.jsonl", "c", "d")
+	c, err := Open(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rename := func(from, to string) {
+		t.Helper()
+		if err := os.Rename(filepath.Join(root, from), filepath.Join(root, to)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.historyOpened = func() {
+		// A rotation, as tracker.History makes one, and a line after it.
+		rename("history.1.jsonl", "history.2.jsonl")
+		rename("history.jsonl", "history.1.jsonl")
+		write("history.jsonl", "e")
+	}
+	want := []string{"a", "b", "c", "d", "e"}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Events(ctx, EventFilter{}, true, func(ev Event) error {
+		got = append(got, ev.ID)
+		if len(got) >= len(want) {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events passed: %v, want %v", got, want)
 	}
 }

@@ -51,6 +51,10 @@ type Client struct {
 	late    func(string)
 	dir     spool.Dir
 	store   *tracker.Store
+	// historyOpened, if set (by tests), is called by Events with follow
+	// once it has the history's files, before it reads them: where a
+	// rotation once made it skip a file's events.
+	historyOpened func()
 }
 
 // Options configure a Client.

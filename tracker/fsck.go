@@ -202,6 +202,11 @@ func eachLine(path string, each func(n int, raw []byte) error) error {
 		return err
 	}
 	defer f.Close()
+	return eachLineOf(f, each)
+}
+
+// eachLineOf is eachLine, of what f reads from where it is.
+func eachLineOf(f io.Reader, each func(n int, raw []byte) error) error {
 	r := bufio.NewReaderSize(f, 64<<10)
 	for n := 1; ; n++ {
 		b, err := r.ReadSlice('\n')

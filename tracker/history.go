@@ -646,9 +646,24 @@ func ReadHistory(path string) ([]Event, error) {
 // a line at a time, keeping none, failing closed as ReadHistory does. An
 // error of each stops it, and is returned.
 func ScanHistoryFile(path string, each func(Event) error) error {
-	name := filepath.Base(path)
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return ScanHistoryFrom(f, each)
+}
+
+// ScanHistoryFrom is ScanHistoryFile, of the history file f has open (one
+// of OpenHistoryFiles's), from where it is: whatever name the file has
+// now.
+func ScanHistoryFrom(f *os.File, each func(Event) error) error {
+	name := filepath.Base(f.Name())
 	var ofLine error // a line's error, or each's: returned as it is
-	err := eachLine(path, func(n int, b []byte) error {
+	err := eachLineOf(f, func(n int, b []byte) error {
 		switch e, err := parseEvent(b); {
 		case b[len(b)-1] != '\n':
 			ofLine = fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, n)
@@ -663,6 +678,81 @@ func ScanHistoryFile(path string, each func(Event) error) error {
 		return fmt.Errorf("%s: %w", name, err) // reading the file
 	}
 	return err
+}
+
+// OpenHistoryFiles opens root's history files (HistoryFiles), oldest
+// first, history.jsonl last if it is there, each named as it was, as one
+// set: no rotation comes between the opens. A rotation renames files,
+// and changes nothing they hold up to their ends then: a reader of the
+// set that reads the rotated files, then history.jsonl to its end and on
+// (a rotation appends nothing more to it), sees every line once, where
+// reading them by name, a rotation after it listed them made it read one
+// file for another and skip the lines of the one before.
+//
+// It holds the shared history lock while it opens them, where it may
+// (no rotation happens meanwhile); a reader who may not open history.lock
+// (another user of a shared root) finds them again after it opened them,
+// and opens them again if a name now holds another file. The caller
+// closes them.
+func OpenHistoryFiles(root string) ([]*os.File, error) {
+	lockFD := -1
+	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
+		return nil, err
+	}
+	defer closeLock(&lockFD)
+	for range 10 {
+		files, err := openHistorySet(root)
+		if err != nil || lockFD >= 0 || sameHistorySet(root, files) {
+			return files, err
+		}
+		CloseAll(files)
+	}
+	return nil, fmt.Errorf("%s: the history rotated each time it was opened", root)
+}
+
+// openHistorySet opens the history files of root that are there, oldest
+// first, regular files only, no link followed.
+func openHistorySet(root string) ([]*os.File, error) {
+	var files []*os.File
+	for _, path := range HistoryFiles(root) {
+		fd, _, err := durable.OpenRegular(path)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a gap, or no history.jsonl yet
+		}
+		if err != nil {
+			CloseAll(files)
+			return nil, err
+		}
+		files = append(files, os.NewFile(uintptr(fd), path))
+	}
+	return files, nil
+}
+
+// sameHistorySet reports whether root's history files are still files,
+// each under the name it was opened by, and no other.
+func sameHistorySet(root string, files []*os.File) bool {
+	i := 0
+	for _, path := range HistoryFiles(root) {
+		var now unix.Stat_t
+		if err := unix.Lstat(path, &now); errors.Is(err, unix.ENOENT) {
+			continue
+		} else if err != nil || i == len(files) || files[i].Name() != path {
+			return false
+		}
+		var held unix.Stat_t
+		if unix.Fstat(int(files[i].Fd()), &held) != nil || held.Dev != now.Dev || held.Ino != now.Ino {
+			return false
+		}
+		i++
+	}
+	return i == len(files)
+}
+
+// CloseAll closes files.
+func CloseAll(files []*os.File) {
+	for _, f := range files {
+		f.Close()
+	}
 }
 
 // ScanRunHistoryFile passes to each the events of run id in the history

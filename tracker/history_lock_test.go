@@ -75,3 +75,31 @@ func TestScanRunHistoryFile(t *testing.T) {
 		t.Errorf("revs passed: %v, want [1 2]", got)
 	}
 }
+
+// TestSameHistorySet: a reader without the history lock finds out that a
+// rotation came while it opened the files, and a set opened after it is
+// the same again.
+func TestSameHistorySet(t *testing.T) {
+	root := t.TempDir()
+	h := OpenHistory(root)
+	h.MaxSize = 1 // every append after the first rotates
+	for _, id := range []string{"a", "b"} {
+		if err := h.Append(Event{ID: id, Rev: 1, State: Queued, Time: time.Now()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files, err := openHistorySet(root)
+	if err != nil || len(files) != 2 {
+		t.Fatalf("opened %d files, %v; want history.1.jsonl and history.jsonl", len(files), err)
+	}
+	defer CloseAll(files)
+	if !sameHistorySet(root, files) {
+		t.Fatal("a set nothing changed is not the same")
+	}
+	if err := h.Append(Event{ID: "c", Rev: 1, State: Queued, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if sameHistorySet(root, files) {
+		t.Fatal("a set opened before a rotation is the same after it")
+	}
+}
