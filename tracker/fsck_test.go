@@ -392,3 +392,48 @@ func TestRepairedEventsCarryTheBases(t *testing.T) {
 		t.Fatalf("rebuilt from it: output %+v, want %+v", rebuilt.Output, out)
 	}
 }
+
+// TestRebuildCutsAtAReusedID: a record rebuilt from the history is of the
+// last run made with its ID alone, even where the deleted line of the run
+// before was lost (a power loss, a hand): a run begins at rev 1, and an
+// end or stop says when its run was created.
+func TestRebuildCutsAtAReusedID(t *testing.T) {
+	at := func(s int) time.Time { return time.Date(2026, 11, 29, 6, 0, s, 0, time.UTC) }
+	old := "old"
+	created0, created1 := at(0), at(10)
+	exit := 0
+	first := []Event{
+		{Time: at(0), ID: "a", Rev: 1, State: Starting},
+		{Time: at(1), ID: "a", Rev: 2, State: Running, PID: 100},
+		{Time: at(2), ID: "a", Rev: 3, State: Running, PID: 100, Labels: map[string]*string{"k": &old}, Note: "of the first run"},
+		{Time: at(3), ID: "a", Rev: 4, State: Completed, ExitCode: &exit, CreatedAt: &created0},
+	}
+	tests := []struct {
+		name string
+		then []Event // the second run's, its deleted line before them lost
+	}{
+		{"from rev 1", []Event{
+			{Time: at(10), ID: "a", Rev: 1, State: Starting},
+			{Time: at(11), ID: "a", Rev: 2, State: Running, PID: 200},
+		}},
+		{"its rev 1 lost too, told by created_at", []Event{
+			{Time: at(11), ID: "a", Rev: 2, State: Running, PID: 200},
+			{Time: at(12), ID: "a", Rev: 3, State: Stopping, PID: 200, Stop: &Stop{Cause: CauseCanceled}, CreatedAt: &created1},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			events := append(slices.Clone(first), tt.then...)
+			st := Rebuild(NewStore(t.TempDir()), "a", events, func(int, string) (uint64, bool) { return 0, false })
+			if st.Attempt != 1 || st.StartedAt == nil || !st.StartedAt.Equal(at(11)) {
+				t.Errorf("attempt %d, started at %v: want the second run's one start, at %v", st.Attempt, st.StartedAt, at(11))
+			}
+			if st.Labels != nil || st.Notes != nil {
+				t.Errorf("labels %v, notes %v: want none of the first run's", st.Labels, st.Notes)
+			}
+			if want := tt.then[0].Time; tt.then[0].Rev == 1 && !st.CreatedAt.Equal(want) || tt.then[0].Rev != 1 && !st.CreatedAt.Equal(created1) {
+				t.Errorf("created at %v: want the second run's", st.CreatedAt)
+			}
+		})
+	}
+}
