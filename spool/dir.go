@@ -269,6 +269,7 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // request's name.
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
+	markRejected(src)
 	if err := os.Mkdir(d.Rejected(), 0o755); err == nil {
 		// Made again (an operator cleared it): its name is durable
 		// before what it will hold.
@@ -603,6 +604,44 @@ const markAttr = "trusted.tend"
 func Mark(fd int) {
 	if os.Geteuid() == 0 {
 		unix.Fsetxattr(fd, markAttr, []byte("request"), 0)
+	}
+}
+
+// rejectedMark is the value of the mark RejectFrom puts on a file of
+// root's it moves into rejected/ unmarked: a request, never a reason.
+const rejectedMark = "rejected"
+
+// CarriesMark reports whether the file open as fd carries tend's mark, of
+// any value: a request of root's (marked by its client, or by RejectFrom
+// as it moved it into rejected/), never a reason, which tend writes
+// unmarked (a reason of a tend before 2026-11-29 could not be told from
+// a mark). Only root may read the mark: for any other process, and
+// where the file system has no such attributes, it is false.
+func CarriesMark(fd int) bool {
+	_, err := unix.Fgetxattr(fd, markAttr, nil)
+	return err == nil
+}
+
+// markRejected marks src, a request about to be moved into rejected/, as
+// one, if it is a regular file of root's without the mark and this
+// process is root's: in rejected/ a file of root's is otherwise taken
+// for a reason if it reads as one (tend fsck pairs a request with its
+// reason by what the reason says), and root leaves files of its own, with
+// what others made it write, where they may move them into the spool. It
+// is marked on the descriptor of the file it names, which no one but root
+// may rename or remove (in the spool, sticky, and in claims/, root's
+// alone). Where the file system has no such attributes it does nothing.
+func markRejected(src string) {
+	if os.Geteuid() != 0 {
+		return
+	}
+	fd, st, err := durable.OpenRegular(src)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	if st.Uid == 0 && !CarriesMark(fd) {
+		unix.Fsetxattr(fd, markAttr, []byte(rejectedMark), 0)
 	}
 }
 

@@ -280,17 +280,29 @@ type rejectedDir struct {
 }
 
 // reason reads file name in r, if it may be a reason: a regular file of
-// the watcher's user's or root's, no larger than a request may be. A
-// member's file is not read at all (it may be a request as large as they
-// made it).
+// the watcher's user's or root's, no larger than a request may be, and
+// without tend's mark, which only requests of root's carry (see
+// spool.CarriesMark: a watcher running as root marks those it moves here
+// unmarked; root's unmarked files rejected by a tend before 2026-11-29
+// cannot be told from reasons). A member's file is not read at all (it
+// may be a request as large as they made it). All is checked on the
+// descriptor it reads.
 func (r rejectedDir) reason(name string) ([]byte, bool) {
 	path := filepath.Join(r.dir, name)
 	var pre unix.Stat_t
 	if unix.Lstat(path, &pre) != nil || !r.watchers(pre.Uid) {
 		return nil, false
 	}
-	b, st, err := durable.ReadRegular(path, spool.MaxBody)
-	if err != nil || !r.watchers(st.Uid) {
+	fd, st, err := durable.OpenRegular(path)
+	if err != nil {
+		return nil, false
+	}
+	defer unix.Close(fd)
+	if !r.watchers(st.Uid) || st.Size > spool.MaxBody || spool.CarriesMark(fd) {
+		return nil, false
+	}
+	b, err := durable.ReadUpTo(fd, st.Size, spool.MaxBody+1)
+	if err != nil || len(b) > spool.MaxBody {
 		return nil, false
 	}
 	return b, true
