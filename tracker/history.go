@@ -596,8 +596,11 @@ func historyAndPending(root string) []string {
 // meanwhile. It fails closed, like ReadHistory.
 //
 // A reader who may not open history.lock (another user of a shared root)
-// reads without it: a rotation under way may then hide its last lines for
-// a moment, never show them twice or torn.
+// reads without it, the files opened first as one set (OpenHistoryFiles):
+// a rotation meanwhile skips no file, nor shows one twice (by their
+// names, a rotation between two files' opens made it read the file that
+// was history.jsonl for history.1.jsonl, and skip the one before); an
+// append under way may show its line torn.
 //
 // It holds every event in memory: a reader that needs only some (of one
 // run) scans them with ScanHistory, whose memory does not grow with a
@@ -621,8 +624,13 @@ func ScanHistory(root string, each func(Event) error) error {
 		return err
 	}
 	defer closeLock(&lockFD)
-	for _, path := range HistoryFiles(root) {
-		if err := ScanHistoryFile(path, each); err != nil {
+	files, err := openHistoryFiles(root, lockFD >= 0)
+	if err != nil {
+		return err
+	}
+	defer CloseAll(files)
+	for _, f := range files {
+		if err := ScanHistoryFrom(f, each); err != nil {
 			return err
 		}
 	}
@@ -700,9 +708,14 @@ func OpenHistoryFiles(root string) ([]*os.File, error) {
 		return nil, err
 	}
 	defer closeLock(&lockFD)
+	return openHistoryFiles(root, lockFD >= 0)
+}
+
+// openHistoryFiles is OpenHistoryFiles, the shared lock held if locked.
+func openHistoryFiles(root string, locked bool) ([]*os.File, error) {
 	for range 10 {
 		files, err := openHistorySet(root)
-		if err != nil || lockFD >= 0 || sameHistorySet(root, files) {
+		if err != nil || locked || sameHistorySet(root, files) {
 			return files, err
 		}
 		CloseAll(files)

@@ -103,3 +103,45 @@ func TestSameHistorySet(t *testing.T) {
 		t.Fatal("a set opened before a rotation is the same after it")
 	}
 }
+
+// TestScanHistoryAcrossARotation: a scan passes every event of the files
+// there when it starts, once, whatever a rotation renames meanwhile (as
+// one may for a reader without the lock): the files are opened as one
+// set first, not each by its name when its turn comes.
+func TestScanHistoryAcrossARotation(t *testing.T) {
+	root := t.TempDir()
+	line := func(id string) string {
+		return fmt.Sprintf(`{"time":"2026-11-29T06:00:00Z","id":%q,"rev":1,"state":"queued"}`+"\n", id)
+	}
+	write := func(name string, ids ...string) {
+		t.Helper()
+		var b strings.Builder
+		for _, id := range ids {
+			b.WriteString(line(id))
+		}
+		if err := os.WriteFile(filepath.Join(root, name), []byte(b.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("history.1.jsonl", "a", "b")
+	write("history.jsonl", "c")
+	var got []string
+	err := ScanHistory(root, func(e Event) error {
+		if e.ID == "a" { // a rotation, by renames (the lock would not let one happen)
+			for _, r := range [][2]string{{"history.1.jsonl", "history.2.jsonl"}, {"history.jsonl", "history.1.jsonl"}} {
+				if err := os.Rename(filepath.Join(root, r[0]), filepath.Join(root, r[1])); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("history.jsonl", "d")
+		}
+		got = append(got, e.ID)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fmt.Sprint(got) != "[a b c]" {
+		t.Errorf("events passed: %v, want [a b c]", got)
+	}
+}
