@@ -632,8 +632,9 @@ func CarriesMark(fd int) bool {
 // may rename or remove (in the spool, sticky, and in claims/, root's
 // alone). Where the file system has no such attributes it does nothing.
 func markRejected(src string) {
-	if os.Geteuid() != 0 {
-		return
+	var pre unix.Stat_t
+	if os.Geteuid() != 0 || unix.Lstat(src, &pre) != nil || pre.Uid != 0 {
+		return // a member's file is not opened: they may hold a lease on it
 	}
 	fd, st, err := durable.OpenRegular(src)
 	if err != nil {
