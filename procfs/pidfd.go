@@ -310,6 +310,22 @@ func PeekAnyChild() (pid int, e Exit, err error) {
 	return int(readSigchld(&info).PID), e, nil
 }
 
+// PeekChild is PeekAnyChild for child pid alone: ok is set if it has
+// exited, and it is left unreaped.
+func PeekChild(pid int) (e Exit, ok bool, err error) {
+	var info unix.Siginfo
+	for {
+		err = unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		return Exit{}, false, fmt.Errorf("waitid %d: %w", pid, err)
+	}
+	return decodeExit(&info)
+}
+
 // ReapChild reaps child pid if it has exited. It reports whether it did.
 func ReapChild(pid int) bool {
 	for {

@@ -115,6 +115,11 @@ type keeper struct {
 	// heldExited receives each one once it has exited.
 	held       map[int]*heldProc
 	heldExited chan *heldProc
+	// unrecorded are the exited leaders whose exit record could not be
+	// written (a full disk), by PID: left unreaped, so that their status
+	// stays with the kernel, and tried again every second (retry).
+	unrecorded map[int]bool
+	retry      *time.Timer
 }
 
 // heldProc is a process of KeeperConfig.Held, which the keeper waits for.
@@ -138,7 +143,7 @@ func Keep(cfg KeeperConfig) (int, error) {
 		cfg.Log = io.Discard
 	}
 	k := &keeper{cfg: cfg, log: log.New(cfg.Log, "keeper: ", log.LstdFlags|log.Lmicroseconds),
-		held: make(map[int]*heldProc), heldExited: make(chan *heldProc, len(cfg.Held))}
+		held: make(map[int]*heldProc), heldExited: make(chan *heldProc, len(cfg.Held)), unrecorded: make(map[int]bool)}
 	k.hold(cfg.Held)
 	sigchld := make(chan os.Signal, 1)
 	signal.Notify(sigchld, syscall.SIGCHLD)
@@ -163,12 +168,18 @@ func Keep(cfg KeeperConfig) (int, error) {
 		if k.reap() {
 			return k.exitCode, nil
 		}
-		var restart <-chan time.Time
+		var restart, retry <-chan time.Time
 		if k.restart != nil {
 			restart = k.restart.C
 		}
+		if k.retry != nil {
+			retry = k.retry.C
+		}
 		select {
 		case <-sigchld:
+		case <-retry:
+			k.retry = nil
+			k.retryUnrecorded()
 		case p := <-k.heldExited:
 			k.heldEnded(p)
 		case sig := <-cfg.Signals:
@@ -285,9 +296,15 @@ func (k *keeper) order(sig os.Signal) {
 // reap collects every child that has exited, writing the exit record of
 // each one that leads a process group (runs do) first. It reports whether
 // the keeper is done: no watcher to start again, and no child left.
+//
+// A leader whose record cannot be written (a full disk) is left unreaped,
+// its status kept by the kernel, and tried again in a second: reaped, its
+// status would live only in the keeper's memory, and a watcher started
+// meanwhile would find neither the process nor its record and take the
+// run for lost.
 func (k *keeper) reap() (finished bool) {
 	for {
-		pid, e, err := procfs.PeekAnyChild()
+		pid, e, err := k.peekChild()
 		if errors.Is(err, unix.ECHILD) {
 			return k.done && k.restart == nil && len(k.held) == 0
 		}
@@ -305,11 +322,65 @@ func (k *keeper) reap() (finished bool) {
 		}
 		if st, err := procfs.ReadStat(pid); err == nil && st.PGID == pid {
 			if err := writeExitRecord(k.cfg.Root, pid, st.StartTime, e); err != nil {
-				k.log.Printf("pid %d: %v", pid, err)
+				k.log.Printf("pid %d: %v (left unreaped, its status with the kernel; retrying every second)", pid, err)
+				k.unrecorded[pid] = true
+				k.retryLater()
+				continue
 			}
 		}
 		procfs.ReapChild(pid)
 	}
+}
+
+func (k *keeper) retryLater() {
+	if k.retry == nil {
+		k.retry = time.NewTimer(time.Second)
+	}
+}
+
+// retryUnrecorded tries again to write the exit records of the leaders
+// left unreaped (see reap), and reaps those it wrote.
+func (k *keeper) retryUnrecorded() {
+	for pid := range k.unrecorded {
+		e, ok, err := procfs.PeekChild(pid)
+		st, serr := procfs.ReadStat(pid)
+		if err != nil || !ok || serr != nil {
+			delete(k.unrecorded, pid) // not a child that exited: reap finds it if it is
+			continue
+		}
+		if writeExitRecord(k.cfg.Root, pid, st.StartTime, e) != nil {
+			continue // logged once, when it first failed
+		}
+		k.log.Printf("pid %d: its exit record is written now", pid)
+		delete(k.unrecorded, pid)
+		procfs.ReapChild(pid)
+	}
+	if len(k.unrecorded) > 0 {
+		k.retryLater()
+	}
+}
+
+// peekChild is procfs.PeekAnyChild, past the children left unreaped
+// (unrecorded): the kernel would report the first of them each time, and
+// hide the others. While there are some, the children are found in /proc.
+func (k *keeper) peekChild() (int, procfs.Exit, error) {
+	pid, e, err := procfs.PeekAnyChild()
+	if err != nil || pid == 0 || !k.unrecorded[pid] {
+		return pid, e, err
+	}
+	all, err := procfs.All()
+	if err != nil {
+		return 0, procfs.Exit{}, err
+	}
+	for _, p := range all {
+		if p.PPID != os.Getpid() || p.State != 'Z' || k.unrecorded[p.PID] {
+			continue
+		}
+		if e, ok, err := procfs.PeekChild(p.PID); err == nil && ok {
+			return p.PID, e, nil
+		}
+	}
+	return 0, procfs.Exit{}, nil // only those left unreaped: none new
 }
 
 // passHeld returns copies of the pidfds of the processes this keeper
@@ -368,7 +439,13 @@ func (k *keeper) heldEnded(p *heldProc) {
 		return
 	default:
 		if err := writeExitRecord(k.cfg.Root, p.PID, p.Start, e); err != nil {
-			k.log.Printf("pid %d: %v", p.PID, err)
+			// Its status is read from the pidfd, kept open, again.
+			if p.delay < time.Second {
+				k.log.Printf("pid %d: %v (retrying every second)", p.PID, err)
+			}
+			p.delay = time.Second
+			time.AfterFunc(time.Second, func() { k.heldExited <- p })
+			return
 		}
 	}
 	p.h.Close()
