@@ -57,6 +57,7 @@ const (
 	effectUnclaim   = "remove the claimed request"
 	effectReap      = "reap the leader"
 	effectRemoveCut = "remove the cut file"
+	effectPurge     = "remove the deleted run's directory"
 )
 
 // batched runs f with the records it saves held back, then writes them.
@@ -104,8 +105,16 @@ func (w *watcher) followEffect(e effect) {
 }
 
 // runEffect runs e now, or, if a record it waits for could not be
-// written, once it is.
+// written, once it is. While the history holds (see historyHeld), every
+// effect but a stop's signal waits, in order, until the lines it holds
+// are stored and the records behind them written. The signal, as it
+// waits for no record (see stop), goes ahead: a timeout or a shutdown
+// still stops a run that fills the disk.
 func (w *watcher) runEffect(e effect) {
+	if w.historyHeld() && (e.name != effectSignal || e.id != "") {
+		w.unsaved.afterHistory = append(w.unsaved.afterHistory, e)
+		return
+	}
 	for _, id := range append([]string{e.id}, e.also...) {
 		if _, unwritten := w.unsaved.states[id]; unwritten {
 			if len(w.unsaved.waiting[id]) == 0 {
@@ -157,8 +166,9 @@ func (w *watcher) flush() {
 			return k == covered // their lines are not in the history, to be synced
 		})
 	}
-	for i, err := range w.writeRecords(b.states, b.kinds) {
-		w.recorded(b.states[i], err)
+	states := w.holdBehindHistory(b.states)
+	for i, err := range w.writeRecords(states, b.kinds) {
+		w.recorded(states[i], err)
 	}
 	w.retryUnsaved()
 	for _, e := range b.effects {
@@ -206,13 +216,36 @@ func (w *watcher) appendHistory(events []tracker.Event) bool {
 		w.log.Printf("run %s: history: %v", events[len(events)-1].ID, err) // kept on disk, in order
 		w.histUnsynced = true                                              // the pending file, synced as the history is
 	} else if err != nil {
-		w.log.Printf("run %s: history: %v (retrying)", events[len(events)-1].ID, err)
+		w.log.Printf("run %s: history: %v: holding every record, answer and request until the history can be appended (retrying every second)", events[len(events)-1].ID, err)
 		w.unsaved.events = append(w.unsaved.events, events...)
 	} else {
 		w.histUnsynced = true
 		return true
 	}
 	return false
+}
+
+// historyHeld reports whether history lines wait in memory to be
+// appended (a full disk refused them): "History before state" then holds
+// only if no record is written, and nothing answered or done, until they
+// are. So the records of the changes saved meanwhile wait with them (see
+// holdBehindHistory), every effect waits (runEffect), and requests stay in
+// the spool (examine); processes are reaped, their ends kept unrecorded in
+// memory, their leaders unreaped (their reaping is an effect), which a
+// keeper that outlives this watcher records in exits/ once there is space.
+func (w *watcher) historyHeld() bool { return len(w.unsaved.events) > 0 }
+
+// holdBehindHistory returns states, or, while the history holds, none:
+// their records wait in unsaved.states, written once their lines are
+// appended (retryUnsaved), and what follows them waits for them.
+func (w *watcher) holdBehindHistory(states []*tracker.State) []*tracker.State {
+	if !w.historyHeld() {
+		return states
+	}
+	for _, st := range states {
+		w.unsaved.states[st.ID] = st
+	}
+	return nil
 }
 
 // writeRecords writes the records of states (Store.WriteAll) and, beside

@@ -603,3 +603,57 @@ func TestSyncClaimDirsMany(t *testing.T) {
 		t.Errorf("a directory that cannot be opened is taken for synced")
 	}
 }
+
+// History before state: while the history cannot be appended (here a
+// directory stands in its way, as a full disk would refuse it), the
+// records of the changes it holds are not written and what follows them
+// waits, all but a stop's signal; once it can be, the lines go first,
+// then the records, then the effects, in order.
+func TestRefusedHistoryHoldsRecordsAndEffects(t *testing.T) {
+	w := batchWatcher(t)
+	hist := w.root().History()
+	if err := os.Mkdir(hist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := &tracker.State{ID: "a", State: tracker.Completed, CreatedAt: time.Now()}
+	os.Mkdir(w.store.RunDir(a.ID), 0o755)
+	var ran []string
+	note := func(what string) func() { return func() { ran = append(ran, what) } }
+	w.batched(func() {
+		w.save(a)
+		w.follow(effectAnswer, a.ID, note("answer"))
+		w.follow(effectSignal, "", note("SIGTERM"))
+		w.follow(effectReap, "", note("reap"))
+	})
+	if !w.historyHeld() {
+		t.Fatal("the history's refusal was not held")
+	}
+	if _, err := w.store.Read(a.ID); err == nil {
+		t.Error("a record was written while its history line was refused")
+	}
+	if want := []string{"SIGTERM"}; !slices.Equal(ran, want) {
+		t.Errorf("while the history was refused, ran %v; want %v", ran, want)
+	}
+	w.follow(effectAnswer, "", note("later answer")) // outside a batch: waits too
+	if err := os.Remove(hist); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-w.do: // the retry
+		f()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no retry came")
+	}
+	if w.historyHeld() {
+		t.Fatal("the history is still held once it can be appended")
+	}
+	if got, err := w.store.Read(a.ID); err != nil || got.Rev != a.Rev {
+		t.Errorf("once the history was appended, the record is %v, %v; want rev %d", got, err, a.Rev)
+	}
+	if b, err := os.ReadFile(hist); err != nil || !strings.Contains(string(b), `"id":"a"`) {
+		t.Errorf("the history holds %q, %v; want a's line", b, err)
+	}
+	if want := []string{"SIGTERM", "answer", "reap", "later answer"}; !slices.Equal(ran, want) {
+		t.Errorf("once the history was appended, ran %v; want %v", ran, want)
+	}
+}

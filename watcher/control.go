@@ -421,7 +421,12 @@ func (w *watcher) finishDeletion(id string, rev int64, session string, owner int
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb}))
 		os.Remove(w.spool.OutcomePath(spool.Name{ID: id, Verb: verb, Owner: owner}))
 	}
-	w.purge(id, trash, owner) // beside the loop: the run is gone from runs/ already
+	// Not before its "deleted" line is stored: a watcher that dies while
+	// the history holds (historyHeld) leaves the directory aside, for the
+	// next one to finish the deletion (finishDeletions).
+	w.runEffect(effect{name: effectPurge, id: "", do: func() {
+		w.purge(id, trash, owner) // beside the loop: the run is gone from runs/ already
+	}})
 	w.log.Printf("run %s: %s", id, reason)
 }
 

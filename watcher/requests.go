@@ -88,6 +88,12 @@ func (w *watcher) examine(name string) {
 	if w.stopping > 0 {
 		return
 	}
+	if w.historyHeld() {
+		// Nothing is answered, taken or rejected before the history can
+		// be appended: it waits in the spool (releaseHeld examines it).
+		w.pendingFor(name)
+		return
+	}
 	n, nameErr := spool.ParseName(name)
 	if sn, ok := spool.ParseSelectorName(name); ok {
 		n, nameErr = sn, nil

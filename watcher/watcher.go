@@ -913,7 +913,9 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveK
 	if !w.appendHistory(events) && kind == covered {
 		kind = changed // its line is not in the history, to be synced
 	}
-	w.recorded(st, w.writeRecords([]*tracker.State{st}, map[*tracker.State]saveKind{st: kind})[0])
+	if states := w.holdBehindHistory([]*tracker.State{st}); len(states) > 0 {
+		w.recorded(st, w.writeRecords(states, map[*tracker.State]saveKind{st: kind})[0])
+	}
 	w.retryUnsaved()
 }
 
@@ -1001,6 +1003,9 @@ type unsaved struct {
 	states   map[string]*tracker.State
 	waiting  map[string][]effect // for a record in states (see follow)
 	outcomes map[spool.Name][2]string
+	// afterHistory are the effects that came while the history held (see
+	// historyHeld), in order, run once it is appended.
+	afterHistory []effect
 	// gone holds the records in states whose run directory is gone,
 	// tried again with a growing delay, then given up.
 	gone     map[string]*goneRecord
@@ -1044,16 +1049,28 @@ func (w *watcher) retryUnsaved() {
 	}
 	u.retrying = w.after(d, func() {
 		u.retrying = nil
+		released := false
 		if len(u.events) > 0 {
 			// Kept on disk if not appended: the history's end torn (see
 			// tracker.PendingPath).
 			if err := w.hist.Append(u.events...); err == nil || errors.Is(err, tracker.ErrTornEnd) {
-				w.log.Printf("history: %d events that could not be written are written now", len(u.events))
+				w.log.Printf("history: %d events that could not be written are written now; the records, answers and requests held behind them go ahead", len(u.events))
 				u.events = nil
 				w.histUnsynced = true
+				released = true
 			}
 		}
 		w.syncHistory()
+		if w.historyHeld() {
+			// History before state: no record is written before its line.
+			for n, o := range u.outcomes {
+				if w.spool.WriteOutcome(n, o[0], o[1]) == nil {
+					delete(u.outcomes, n) // answers of records written before
+				}
+			}
+			w.retryUnsaved()
+			return
+		}
 		var written []string
 		for id, st := range u.states {
 			if g := u.gone[id]; g != nil && time.Now().Before(g.next) {
@@ -1074,12 +1091,30 @@ func (w *watcher) retryUnsaved() {
 		for _, id := range written {
 			w.runWaiting(id)
 		}
+		if released {
+			w.releaseHeld()
+		}
 		for n, o := range u.outcomes {
 			if w.spool.WriteOutcome(n, o[0], o[1]) == nil {
 				delete(u.outcomes, n)
 			}
 		}
 		w.retryUnsaved()
+	})
+}
+
+// releaseHeld runs, in order, the effects that waited while the history
+// held (see historyHeld), its lines appended and the records behind them
+// written now (those that still fail hold theirs on), and takes the
+// requests that waited in the spool.
+func (w *watcher) releaseHeld() {
+	effects := w.unsaved.afterHistory
+	w.unsaved.afterHistory = nil
+	w.batched(func() {
+		for _, e := range effects {
+			w.runEffect(e)
+		}
+		w.rescan()
 	})
 }
 

@@ -123,7 +123,7 @@ func DiskProblem(root string) string {
 	case fs.Flags&unix.ST_RDONLY != 0:
 		return fmt.Sprintf("%s: its file system is read-only: no request is taken and no record written until it is writable again", root)
 	case free < 1<<20:
-		return fmt.Sprintf("%s: its file system is full (%d bytes free): records are written again once there is space", root, free)
+		return fmt.Sprintf("%s: its file system is full (%d bytes free): records are written again once there is space; while a change cannot be appended to the history, the watcher holds its records and answers, and requests wait in the spool", root, free)
 	case fs.Files > 0 && fs.Ffree < 100:
 		return fmt.Sprintf("%s: its file system is out of inodes (%d free)", root, fs.Ffree)
 	}
