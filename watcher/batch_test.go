@@ -635,6 +635,10 @@ func TestRefusedHistoryHoldsRecordsAndEffects(t *testing.T) {
 		t.Errorf("while the history was refused, ran %v; want %v", ran, want)
 	}
 	w.follow(effectAnswer, "", note("later answer")) // outside a batch: waits too
+	w.examine("gone.start")                          // an event that came while it held
+	if _, ok := w.pending["gone.start"]; !ok {
+		t.Fatal("a request examined while the history held is not kept pending")
+	}
 	if err := os.Remove(hist); err != nil {
 		t.Fatal(err)
 	}
@@ -655,5 +659,8 @@ func TestRefusedHistoryHoldsRecordsAndEffects(t *testing.T) {
 	}
 	if want := []string{"SIGTERM", "answer", "reap", "later answer"}; !slices.Equal(ran, want) {
 		t.Errorf("once the history was appended, ran %v; want %v", ran, want)
+	}
+	if _, ok := w.pending["gone.start"]; ok {
+		t.Error("a request gone from the spool while the history held is still pending once it is appended")
 	}
 }

@@ -691,7 +691,8 @@ func (w *watcher) restoreLegacyClaims() {
 const gcEvery = 10 * time.Minute
 
 // collectGarbage deletes the finished runs beyond the retention, now and
-// every gcEvery.
+// every gcEvery; none while the history holds (see historyHeld): a run
+// gone from runs/ shows its deletion before its line is stored.
 func (w *watcher) collectGarbage() {
 	runs, _ := w.store.List()
 	byID := make(map[string]*tracker.State, len(runs))
@@ -699,6 +700,9 @@ func (w *watcher) collectGarbage() {
 		byID[st.ID] = st
 	}
 	for _, id := range config.Expired(runs, w.settings, time.Now()) {
+		if w.historyHeld() {
+			break // a deletion shows before its line: at the next round
+		}
 		if w.runs[id] != nil || w.queued(id) != nil {
 			continue
 		}

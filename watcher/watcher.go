@@ -13,6 +13,7 @@ import (
 	"io"
 	"io/fs"
 	"log"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -1113,6 +1114,14 @@ func (w *watcher) releaseHeld() {
 	w.batched(func() {
 		for _, e := range effects {
 			w.runEffect(e)
+		}
+		// The names whose events came while it held: those gone from the
+		// spool (a queued run's request removed) are examined for that,
+		// then the spool's.
+		for name := range maps.Clone(w.pending) {
+			if _, err := os.Lstat(filepath.Join(w.spool.Spool(), name)); errors.Is(err, fs.ErrNotExist) {
+				w.examine(name)
+			}
 		}
 		w.rescan()
 	})
