@@ -81,7 +81,7 @@ type cli struct {
 	Show    showCmd    `cmd:"" help:"Show one run."`
 	Logs    logsCmd    `cmd:"" help:"Print a run's output."`
 	Cancel  cancelCmd  `cmd:"" help:"Cancel a run."`
-	Wait    waitCmd    `cmd:"" help:"Wait for a run to end; exit with its exit code."`
+	Wait    waitCmd    `cmd:"" help:"Wait for runs to end; exit with their exit code."`
 	Rm      rmCmd      `cmd:"" help:"Delete finished runs."`
 	Gc      gcCmd      `cmd:"" help:"Delete finished runs beyond the retention."`
 	History historyCmd `cmd:"" help:"Print a run's transitions."`

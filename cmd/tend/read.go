@@ -10,6 +10,8 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -650,30 +652,44 @@ func runExit(st *tend.Record) error {
 }
 
 type waitCmd struct {
-	ID      string        `arg:"" help:"The run to wait for."`
-	Ready   bool          `help:"Wait until the run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when ready, or as wait does if it ends first."`
-	Timeout time.Duration `help:"Give up after this long and exit 124; the run goes on (default: wait as long as it takes)."`
-	JSON    bool          `help:"Print the run's record when the wait is over (docs/schema/record.schema.json)."`
+	IDs     []string      `arg:"" name:"id" help:"The runs to wait for: every one of them."`
+	Ready   bool          `help:"Wait until each run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when every one is ready, or as wait does for one that ends first."`
+	Timeout time.Duration `help:"Give up after this long (for all the runs together) and exit 124; the runs go on (default: wait as long as it takes)."`
+	JSON    bool          `help:"Print the run's record when the wait is over (docs/schema/record.schema.json); with several runs, one record a line, in the order given."`
 }
 
 func (c *waitCmd) Help() string {
 	return `Exits with the run's exit code (128+N if signal N killed it, 127 if it
 never ran, 1 if it was canceled or timed out but exited 0), or 124 if
---timeout came first. Examples:
+--timeout came first. With several runs it waits for every one, side by
+side, and exits 0 only if every one completed with exit code 0 (or, with
+--ready, is ready); otherwise with the code of the first run named that
+did not: its own exit code as above, 124 if it had not ended (or was not
+ready) when --timeout came, 3 if it is not found. Examples:
   tend wait build && echo built
+  tend wait test-1 test-2 test-3 --timeout 10m
   tend start --id svc --ready-file -- 'sleep 1; touch "$TEND_READY"; exec sleep 600' && tend wait svc --ready --timeout 1m`
 }
 
+// waited is how the wait for one run ended: the record as last read, and
+// the error that ended it (nil once the condition held).
+type waited struct {
+	st  *tend.Record
+	err error
+}
+
 func (c *waitCmd) Run(e *env) error {
-	if err := checkID("wait", c.ID); err != nil {
-		return err
+	var ids []string
+	for _, id := range c.IDs {
+		if err := checkID("wait", id); err != nil {
+			return err
+		}
+		if !slices.Contains(ids, id) { // waited for once, said once
+			ids = append(ids, id)
+		}
 	}
 	if c.Timeout < 0 {
 		return exitf(exitUsage, "wait: --timeout %v is negative", c.Timeout)
-	}
-	until := tend.Ended
-	if c.Ready {
-		until = func(st *tend.Record) bool { return tend.Ended(st) || tend.Ready(st) }
 	}
 	client, err := e.client("")
 	if err != nil {
@@ -685,44 +701,99 @@ func (c *waitCmd) Run(e *env) error {
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	spin := startSpinner(e, "waiting for "+c.ID)
-	st, err := client.WaitFor(ctx, c.ID, func(st *tend.Record) bool {
-		spin.set(func() string { return waitingText(st) })
-		return until(st)
-	})
-	spin.end()
-	if errors.Is(err, context.DeadlineExceeded) {
-		return c.timedOut(e, st)
-	}
-	if err != nil {
-		return err
+	results := c.waitAll(ctx, e, client, ids)
+	if e.context().Err() != nil {
+		return context.Canceled // Ctrl-C or SIGTERM: not any run's doing
 	}
 	if c.JSON {
-		if err := writeJSON(e.stdout, st); err != nil {
+		if err := c.printRecords(e, results); err != nil {
 			return err
 		}
 	}
-	if c.Ready && tend.Ready(st) {
-		return nil
+	code := exitOK
+	for i, r := range results {
+		rc, msg := c.verdict(ids[i], r)
+		if msg != "" {
+			fmt.Fprintln(e.stderr, "tend:", msg)
+		}
+		if code == exitOK {
+			code = rc // the first run named that did not succeed decides
+		}
 	}
-	if st.State != tracker.Completed {
-		fmt.Fprintf(e.stderr, "tend: run %s %s: %s\n", st.ID, st.State, runtext.Printable(st.Reason))
+	if code != exitOK {
+		return exitf(code, "")
 	}
-	return runExit(st)
+	return nil
 }
 
-// timedOut ends a wait whose --timeout came first: the record as last
-// read (with --json), what the run was doing, and exitTimedOut.
-func (c *waitCmd) timedOut(e *env, st *tracker.State) error {
-	if st == nil {
-		return exitf(exitTimedOut, "run %s has no record yet after %v", c.ID, c.Timeout)
+// waitAll waits for each of ids, side by side, until it has ended (or,
+// with --ready, is ready) or ctx ends, and returns how each wait ended,
+// in the order of ids.
+func (c *waitCmd) waitAll(ctx context.Context, e *env, client *tend.Client, ids []string) []waited {
+	until := tend.Ended
+	if c.Ready {
+		until = func(st *tend.Record) bool { return tend.Ended(st) || tend.Ready(st) }
 	}
-	if c.JSON {
-		if err := writeJSON(e.stdout, st); err != nil {
+	spin := startSpinner(e, "waiting for "+strings.Join(ids, ", "))
+	defer spin.end()
+	results := make([]waited, len(ids))
+	var over atomic.Int64 // waits over, for the spinner
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			st, err := client.WaitFor(ctx, id, func(st *tend.Record) bool {
+				if len(ids) == 1 {
+					spin.set(func() string { return waitingText(st) })
+				}
+				return until(st)
+			})
+			results[i] = waited{st, err}
+			if n := over.Add(1); len(ids) > 1 {
+				spin.set(func() string { return fmt.Sprintf("waiting for %d runs: %d done", len(ids), n) })
+			}
+		}()
+	}
+	wg.Wait()
+	return results
+}
+
+// verdict returns the exit code the wait for run id calls for (0: it
+// succeeded), and what to say of it on stderr ("" for nothing).
+func (c *waitCmd) verdict(id string, r waited) (int, string) {
+	switch {
+	case errors.Is(r.err, context.DeadlineExceeded) && r.st == nil:
+		return exitTimedOut, fmt.Sprintf("run %s has no record yet after %v", id, c.Timeout)
+	case errors.Is(r.err, context.DeadlineExceeded):
+		return exitTimedOut, fmt.Sprintf("run %s is still %s after %v; it goes on", id, r.st.State, c.Timeout)
+	case r.err != nil:
+		return exitFor(r.err)
+	case c.Ready && tend.Ready(r.st):
+		return exitOK, ""
+	case r.st.State != tracker.Completed:
+		return runExitCode(r.st), fmt.Sprintf("run %s %s: %s", r.st.ID, r.st.State, runtext.Printable(r.st.Reason))
+	}
+	return runExitCode(r.st), ""
+}
+
+// printRecords prints, with --json, each run's record as last read (none
+// for a run that has none), in the order given: indented for one run, as
+// before several were waited for, one a line for several.
+func (c *waitCmd) printRecords(e *env, results []waited) error {
+	for _, r := range results {
+		if r.st == nil || r.err != nil && !errors.Is(r.err, context.DeadlineExceeded) {
+			continue
+		}
+		write := writeJSONLine
+		if len(results) == 1 {
+			write = func(e *env, v any) error { return writeJSON(e.stdout, v) }
+		}
+		if err := write(e, r.st); err != nil {
 			return err
 		}
 	}
-	return exitf(exitTimedOut, "run %s is still %s after %v; it goes on", c.ID, st.State, c.Timeout)
+	return nil
 }
 
 // waitingText is what the spinner says while tend waits for run st.
