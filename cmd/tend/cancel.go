@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -11,12 +12,12 @@ import (
 )
 
 type cancelCmd struct {
-	ID      string        `arg:"" optional:"" help:"The run to cancel."`
+	IDs     []string      `arg:"" optional:"" name:"id" help:"The runs to cancel (several: with one request)."`
 	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
 	Session *string       `help:"Act as this session: only its runs may be canceled (default: $TEND_SESSION)."`
 	All     bool          `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with an empty --session (--session=), else of every session (an operator's)."`
-	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7)."`
-	JSON    bool          `help:"Print the outcome as a JSON line, one a run with --all (docs/schema/outcome.schema.json)."`
+	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7); with one run."`
+	JSON    bool          `help:"Print the outcome as a JSON line, one a run with several or --all (docs/schema/outcome.schema.json)."`
 }
 
 func (c *cancelCmd) Help() string {
@@ -26,8 +27,13 @@ and prints the outcome once the run has ended:
   already_finished  it had ended already (exit 5)
   not_found         no run has this ID (exit 3)
   not_cancellable   it cannot be signaled (exit 4)
-Canceling twice is safe; the watcher keeps running. Examples:
+Several runs are canceled with one request (a selector request), side by
+side; it prints "ID: outcome" a line, in the order given, once every one
+has ended, and exits 0 if every one was canceled or had already finished,
+else with the code of the first run named that was neither (3 not found,
+4 refused). Canceling twice is safe; the watcher keeps running. Examples:
   tend cancel web --grace 2s
+  tend cancel test-1 test-2 test-3
   tend cancel --all --session agent-7   # every run of a session
   tend cancel --all                     # every run (as an operator)`
 }
@@ -48,18 +54,27 @@ func (c *cancelCmd) Run(e *env) error {
 	if c.All {
 		return c.cancelAll(e)
 	}
-	if c.ID == "" {
-		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID, or tend cancel --all [--session S] for every run (of a session); tend ls lists the runs)")
+	if len(c.IDs) == 0 {
+		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID..., or tend cancel --all [--session S] for every run (of a session); tend ls lists the runs)")
 	}
-	if err := checkID("cancel", c.ID); err != nil {
-		return err
+	var ids []string
+	for _, id := range c.IDs {
+		if err := checkID("cancel", id); err != nil {
+			return err
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids) > 1 {
+		return c.cancelMany(e, ids)
 	}
 	session, _ := c.session()
 	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	o, err := client.Cancel(e.context(), c.ID, tend.Control{Grace: c.Grace, IfRev: c.IfRev})
+	o, err := client.Cancel(e.context(), ids[0], tend.Control{Grace: c.Grace, IfRev: c.IfRev})
 	if o.Outcome == "" {
 		return err // not answered
 	}
@@ -73,12 +88,72 @@ func (c *cancelCmd) Run(e *env) error {
 	return outcomeErr(o)
 }
 
+// cancelMany cancels runs ids with one selector request, prints one line
+// a run in the order given, and exits 0 if every one was canceled or had
+// already finished: what a script that cancels a batch asks is that none
+// of them runs on, and one that ended meanwhile is no failure.
+func (c *cancelCmd) cancelMany(e *env, ids []string) error {
+	if c.IfRev != 0 {
+		return exitf(exitUsage, "cancel: --if-rev is one run's revision: give one ID with it")
+	}
+	session, _ := c.session()
+	client, err := e.client(session)
+	if err != nil {
+		return err
+	}
+	outcomes, err := client.CancelSelected(e.context(), spool.Select{IDs: ids}, tend.Control{Grace: c.Grace})
+	if err != nil {
+		return err
+	}
+	return printEach(e, ids, spool.VerbCancel, outcomes, func(o tend.Outcome) bool {
+		return o.Outcome == spool.Canceled || o.Outcome == spool.AlreadyFinished
+	})
+}
+
+// printEach prints the outcome of each run of ids, as a selector request's
+// answer lists them, in the order of ids ("ID: outcome", or a JSON line),
+// says on stderr what went wrong with each one ok refuses, and returns
+// the exit code of the first of ids that ok refuses (nil if none).
+func printEach(e *env, ids []string, verb string, outcomes []tend.Outcome, ok func(tend.Outcome) bool) error {
+	byID := make(map[string]tend.Outcome, len(outcomes))
+	for _, o := range outcomes {
+		byID[o.ID] = o
+	}
+	var first error
+	for _, id := range ids {
+		o, answered := byID[id]
+		var err error
+		if !answered {
+			err = exitf(exitFailed, "%s %s: the watcher's answer does not list it", verb, id)
+		} else {
+			if err := printOutcome(e, tend.Outcome{ID: id, Verb: verb, Outcome: o.Outcome, Detail: o.Detail}, true); err != nil {
+				return err
+			}
+			if !ok(o) {
+				if err = outcomeErr(o); err == nil {
+					err = exitf(exitFailed, "%s %s: %s", verb, id, o.Outcome)
+				}
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(e.stderr, "tend:", err)
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if ee, isExit := first.(*exitError); isExit {
+		return exitf(ee.code, "") // said above, each
+	}
+	return first
+}
+
 // cancelAll cancels every active run of the session named (of none with
 // --session ""), or, if none is named, of every session, side by side, and
 // prints one line per run: ID: outcome. The watcher keeps running.
 func (c *cancelCmd) cancelAll(e *env) error {
-	if c.ID != "" {
-		return exitf(exitUsage, "cancel: give a run ID or --all, not both")
+	if len(c.IDs) > 0 {
+		return exitf(exitUsage, "cancel: give run IDs or --all, not both")
 	}
 	if c.IfRev != 0 {
 		return exitf(exitUsage, "cancel --all: --if-rev is one run's revision: give one ID with it")

@@ -80,7 +80,7 @@ type cli struct {
 	Ls      lsCmd      `cmd:"" help:"List runs."`
 	Show    showCmd    `cmd:"" help:"Show one run."`
 	Logs    logsCmd    `cmd:"" help:"Print a run's output."`
-	Cancel  cancelCmd  `cmd:"" help:"Cancel a run."`
+	Cancel  cancelCmd  `cmd:"" help:"Cancel runs."`
 	Wait    waitCmd    `cmd:"" help:"Wait for runs to end; exit with their exit code."`
 	Rm      rmCmd      `cmd:"" help:"Delete finished runs."`
 	Gc      gcCmd      `cmd:"" help:"Delete finished runs beyond the retention."`
