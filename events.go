@@ -74,7 +74,7 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 			return err
 		}
 	}
-	return watchUntil(ctx, c.root, spinEvery, h.check)
+	return c.watchUntil(ctx, c.root, spinEvery, h.check)
 }
 
 // historyFollower passes the events of the history file at path to emit,

@@ -309,7 +309,7 @@ func (c *Client) FollowLog(ctx context.Context, id, stream string, offset int64,
 		return nil, err
 	}
 	var final *Record
-	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
+	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		cur, err := c.store.Read(id)
 		if err != nil {
 			return false, err
@@ -352,7 +352,7 @@ func (c *Client) FollowLines(ctx context.Context, id string, from LogPlace, emit
 	}
 	it := c.store.Interleave(id, from.pair())
 	var final *Record
-	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
+	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		cur, err := c.store.Read(id)
 		if err != nil {
 			return false, err

@@ -250,9 +250,9 @@ func (c *Client) answeredAs() int {
 func (c *Client) watchAnswers(ctx context.Context, uid int, check func() (bool, error)) error {
 	dir := c.dir.OutcomesOf(uid)
 	if dir == c.dir.Outcomes() {
-		return watchUntil(ctx, dir, answerEvery, check)
+		return c.watchUntil(ctx, dir, answerEvery, check)
 	}
-	return watchUntilIn(ctx, c.dir.Outcomes(), dir, answerEvery, check)
+	return c.watchUntilIn(ctx, c.dir.Outcomes(), dir, answerEvery, check)
 }
 
 // submitOne submits one request and returns its outcome, and the outcome's

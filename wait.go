@@ -33,23 +33,40 @@ const (
 	recheckEvery = time.Second
 )
 
+// A waiter waits for conditions on files (watchUntil). Its zero value
+// waits with the kernel's inotify; a Client has one.
+type waiter struct {
+	// newInotify, if not nil, replaces fsnotify.NewWatcher: a test puts
+	// the kernel's refusal in its place.
+	newInotify func() (*fsnotify.Watcher, error)
+}
+
+// inotify returns a new inotify instance (fsnotify.NewWatcher, or the
+// waiter's own).
+func (w waiter) inotify() (*fsnotify.Watcher, error) {
+	if w.newInotify != nil {
+		return w.newInotify()
+	}
+	return fsnotify.NewWatcher()
+}
+
 // watchUntil calls check until it reports done or fails, or ctx ends
 // (then it returns ctx.Err()): each time every has passed, for the first
 // spinFor, then whenever something changes in dir, and once every
 // recheckEvery. Past the first checks it blocks on inotify, not on a
 // timer; the regular check notices a watcher that died.
-func watchUntil(ctx context.Context, dir string, every time.Duration, check func() (done bool, err error)) error {
-	return watchUntilIn(ctx, dir, "", every, check)
+func (w waiter) watchUntil(ctx context.Context, dir string, every time.Duration, check func() (done bool, err error)) error {
+	return w.watchUntilIn(ctx, dir, "", every, check)
 }
 
 // watchUntilIn is watchUntil, watching also dir's subdirectory sub (if
 // not "") once it is there: the directory of a user's answers, which the
 // watcher makes with the first (spool.Dir.OutcomesOf).
-func watchUntilIn(ctx context.Context, dir, sub string, every time.Duration, check func() (done bool, err error)) error {
+func (w waiter) watchUntilIn(ctx context.Context, dir, sub string, every time.Duration, check func() (done bool, err error)) error {
 	if done, err := spin(ctx, every, check); done || err != nil {
 		return err
 	}
-	fsw, err := newInotify()
+	fsw, err := w.inotify()
 	if inotifyExhausted(err) {
 		return poll(ctx, check)
 	}
@@ -84,10 +101,6 @@ func watchUntilIn(ctx context.Context, dir, sub string, every time.Duration, che
 		}
 	}
 }
-
-// newInotify is fsnotify.NewWatcher; a test puts the kernel's refusal in
-// its place.
-var newInotify = fsnotify.NewWatcher
 
 // inotifyExhausted reports whether err is the kernel's refusal of an
 // inotify instance or watch for want of one: a per-user limit
@@ -224,7 +237,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	// A queued run's request stays in the spool; only one whose run has
 	// no record yet is waited for there.
 	if ferr != nil && c.startWaiting(id) {
-		if err := watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) {
+		if err := c.watchUntil(ctx, c.dir.Spool(), spinEvery, func() (bool, error) {
 			unwatched()
 			return !c.startWaiting(id), nil
 		}); err != nil {
@@ -237,7 +250,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		}
 		return nil, c.notFound(id)
 	}
-	err := watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
+	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		read, err := c.store.Read(id)
 		if errors.Is(err, tracker.ErrNotFound) && st == nil && ferr != nil {
 			if _, derr := os.Stat(c.store.RunDir(id)); derr == nil {

@@ -35,7 +35,7 @@ func TestWaitUntilChecks(t *testing.T) {
 		for _, every := range []time.Duration{spinEvery, answerEvery} {
 			t.Run(tt.name+"/"+every.String(), func(t *testing.T) {
 				calls := 0
-				err := watchUntil(context.Background(), t.TempDir(), every, func() (bool, error) {
+				err := waiter{}.watchUntil(context.Background(), t.TempDir(), every, func() (bool, error) {
 					calls++
 					return tt.done(calls)
 				})
@@ -54,7 +54,7 @@ func TestWaitUntilWakesOnAChange(t *testing.T) {
 	answer := filepath.Join(dir, "answer")
 	start := time.Now()
 	var wrote time.Time
-	err := watchUntil(context.Background(), dir, spinEvery, func() (bool, error) {
+	err := waiter{}.watchUntil(context.Background(), dir, spinEvery, func() (bool, error) {
 		if _, err := os.Stat(answer); err == nil {
 			return true, nil
 		}
@@ -85,7 +85,7 @@ func TestWatchUntilEndsWithItsContext(t *testing.T) {
 		after, every := tc.after, tc.every
 		ctx, cancel := context.WithCancel(context.Background())
 		timer := time.AfterFunc(after, cancel)
-		err := watchUntil(ctx, t.TempDir(), every, func() (bool, error) { return false, nil })
+		err := waiter{}.watchUntil(ctx, t.TempDir(), every, func() (bool, error) { return false, nil })
 		timer.Stop()
 		cancel()
 		if !errors.Is(err, context.Canceled) {
@@ -150,13 +150,11 @@ func TestWatchUntilPollsWithoutInotify(t *testing.T) {
 		{"watches", unix.ENOSPC, false},
 		{"other", unix.EINVAL, true},
 	}
-	saved := newInotify
-	t.Cleanup(func() { newInotify = saved })
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			newInotify = func() (*fsnotify.Watcher, error) { return nil, tt.err }
+			w := waiter{newInotify: func() (*fsnotify.Watcher, error) { return nil, tt.err }}
 			start := time.Now()
-			err := watchUntil(context.Background(), t.TempDir(), spinEvery, func() (bool, error) {
+			err := w.watchUntil(context.Background(), t.TempDir(), spinEvery, func() (bool, error) {
 				return time.Since(start) > 3*spinFor, nil
 			})
 			if gotErr := err != nil; gotErr != tt.wantErr {
