@@ -38,7 +38,7 @@ type finding struct {
 // or a removal the watcher does again or finishes: nothing needs it.
 const (
 	chosenOrphan = "the runs a selector request selected, which was answered since (a crash cut short their removal): nothing reads them; the next watcher removes them"
-	reasonOrphan = "a reason without its request (a rejection cut short: its request stayed where it was, and is rejected again under another name): nothing reads it"
+	reasonOrphan = "a reason without its request (a rejection cut short: its request stayed where it was, and is rejected again under another name; or the removal of both by the retention, which removes the request first): nothing reads it"
 	tempFile     = "a temporary file left by an interrupted write"
 )
 
@@ -326,6 +326,16 @@ func (r rejectedDir) watchers(uid uint32) bool {
 // content alone, a member's request written as x's reason would be taken
 // for it.
 func (r rejectedDir) pair() map[string]bool {
+	paired := make(map[string]bool)
+	for req, reason := range r.pairs() {
+		paired[req], paired[reason] = true, true
+	}
+	return paired
+}
+
+// pairs returns r's requests that have their reason, each with it, as
+// pair says.
+func (r rejectedDir) pairs() map[string]string {
 	byLength := make([]string, 0, len(r.names))
 	for name := range r.names {
 		byLength = append(byLength, name)
@@ -335,6 +345,7 @@ func (r rejectedDir) pair() map[string]bool {
 		return len(a) < len(b) || len(a) == len(b) && a < b
 	})
 	paired := make(map[string]bool)
+	pairs := make(map[string]string)
 	pair := func(whose func(req string, b []byte) bool) {
 		for _, req := range byLength {
 			reason := req + ".error"
@@ -343,12 +354,13 @@ func (r rejectedDir) pair() map[string]bool {
 			}
 			if b, ok := r.reason(reason); ok && whose(req, b) {
 				paired[req], paired[reason] = true, true
+				pairs[req] = reason
 			}
 		}
 	}
 	pair(spool.IsReason)
 	pair(func(string, []byte) bool { return true })
-	return paired
+	return pairs
 }
 
 // checkReason checks the reason at path, which has its request.

@@ -711,7 +711,58 @@ func (w *watcher) collectGarbage() {
 		}
 	}
 	w.sweepTaggedOutcomes(time.Now().Add(-keepTaggedOutcomes))
+	if keep := w.settings.KeepFinishedFor; keep > 0 {
+		cutoff := time.Now().Add(-keep)
+		if n, err := tracker.ExpireRejected(w.spool.Root, cutoff, false); err != nil {
+			w.log.Printf("gc: rejected/: %v", err)
+		} else if n > 0 {
+			w.log.Printf("gc: removed %d rejected requests, with their reasons, refused over %v ago", n, keep)
+		}
+		w.sweepRunlessOutcomes(cutoff)
+	}
 	w.after(gcEvery, w.collectGarbage)
+}
+
+// sweepRunlessOutcomes removes the untagged answers written before
+// cutoff whose ID names no run: those of start requests that were
+// rejected, and of control requests of runs that never were, or were
+// deleted since. They are kept as long as a finished run's record is
+// (keep_finished_for), and nothing else ever removes them (a run's
+// deletion removes its own). The watcher alone does it, between its
+// answers: tend gc, beside it, could remove an answer it had just
+// written again, for a start of the same ID that its client waits for.
+func (w *watcher) sweepRunlessOutcomes(cutoff time.Time) {
+	w.sweepRunlessIn(w.spool.Outcomes(), cutoff, true)
+}
+
+// sweepRunlessIn is sweepRunlessOutcomes in dir and, with users, in the
+// directories of users' answers there.
+func (w *watcher) sweepRunlessIn(dir string, cutoff time.Time, users bool) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if users && e.IsDir() {
+			if uid, err := strconv.Atoi(e.Name()); err == nil && uid > 0 {
+				w.sweepRunlessIn(filepath.Join(dir, e.Name()), cutoff, false)
+			}
+			continue
+		}
+		n, err := spool.ParseName(e.Name())
+		if err != nil || n.Tag != "" || !e.Type().IsRegular() {
+			continue
+		}
+		if w.runs[n.ID] != nil || w.queued(n.ID) != nil {
+			continue
+		}
+		if _, err := os.Lstat(w.store.RunDir(n.ID)); !errors.Is(err, fs.ErrNotExist) {
+			continue // a run's (or cannot tell): its deletion removes it
+		}
+		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // keepTaggedOutcomes is how long the answer to a tagged request is kept

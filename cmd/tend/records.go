@@ -146,8 +146,11 @@ type gcCmd struct {
 
 func (c *gcCmd) Help() string {
 	return `Deletes finished runs beyond the retention: older than --older-than, or
-beyond the newest --keep. The watcher applies the same retention by itself
-every 10 minutes. Example:
+beyond the newest --keep. It also removes the requests in rejected/ refused
+longer ago than --older-than (keep_finished_for), each with its reason, and
+says how many on stderr (not with --session: a refused request may name
+none). The watcher applies the same retention by itself every 10 minutes.
+Example:
   tend gc --older-than 24h`
 }
 
@@ -165,6 +168,7 @@ func (c *gcCmd) Run(e *env) error {
 	if c.Keep >= 0 {
 		limits.KeepFinished = c.Keep
 	}
+	rejErr := c.expireRejected(e, limits.KeepFinishedFor)
 	runs, errs := tracker.NewStore(e.root).ListBrief() // Expired reads states and end times only
 	for _, err := range errs {
 		fmt.Fprintln(e.stderr, "tend:", err)
@@ -189,9 +193,37 @@ func (c *gcCmd) Run(e *env) error {
 				fmt.Fprintln(e.stdout, id)
 			}
 		}
+		return rejErr
+	}
+	if err := deleteRuns(e, ids, c.Session, 0); err != nil {
+		return err
+	}
+	return rejErr
+}
+
+// expireRejected removes the requests in rejected/ refused longer than
+// keep ago, each with its reason (tracker.ExpireRejected), and says how
+// many on stderr (stdout lists the runs). It does nothing with --session
+// (a refused request's session is in a body that may not parse) or a
+// keep of 0 (keep_finished_for 0 keeps everything). An error is said at
+// once and returned, to fail the command once the runs are done with.
+func (c *gcCmd) expireRejected(e *env, keep time.Duration) error {
+	if c.Session != "" || keep <= 0 {
 		return nil
 	}
-	return deleteRuns(e, ids, c.Session, 0)
+	n, err := tracker.ExpireRejected(e.root, time.Now().Add(-keep), c.DryRun)
+	if n > 0 {
+		verb := "removed"
+		if c.DryRun {
+			verb = "would remove"
+		}
+		fmt.Fprintf(e.stderr, "tend: %s %d rejected requests, each with its reason, refused over %s ago\n", verb, n, shortDuration(keep))
+	}
+	if err != nil {
+		fmt.Fprintln(e.stderr, "tend:", err)
+		return exitf(exitFailed, "")
+	}
+	return nil
 }
 
 // retentionText says what retention limits (with --keep 0: keepNone)

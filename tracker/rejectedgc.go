@@ -1,0 +1,133 @@
+package tracker
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/tendhq/tend/spool"
+	"golang.org/x/sys/unix"
+)
+
+// ExpireRejected removes from root's rejected/ every refused request whose
+// file and reason both last changed before cutoff, the two together, and
+// what a crash left there before cutoff that fsck --repair removes (a
+// reason without its request, a partial write of one). It returns how
+// many requests it removed; with dryRun it removes nothing, and returns
+// how many it would. A request without its reason is left, as fsck
+// reports it: a loss to say, not to hide.
+//
+// Age is the files' change time (ctime), which the move into rejected/
+// and the reason's write set: a request keeps the modification time its
+// writer gave it, which may be any, and no one but the kernel sets a
+// change time. Requests and reasons are told apart as fsck tells them
+// (rejectedDir.pairs), through rejected/ opened once without following a
+// link.
+//
+// The request goes first and its reason last: a crash in between leaves
+// a reason without its request, which fsck says nothing reads (--repair
+// and the next expiry remove it), never a request whose reason was lost.
+func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
+	dir := spool.Dir{Root: root}.Rejected()
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return 0, nil // cleared: made again with the next rejection
+	}
+	if err != nil {
+		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	list, err := f.Readdirnames(-1)
+	if err != nil {
+		return 0, err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(root, &st); err != nil {
+		return 0, &os.PathError{Op: "stat", Path: root, Err: err}
+	}
+	names := make(map[string]bool, len(list))
+	for _, name := range list {
+		names[name] = true
+	}
+	// Read through the descriptor: the directory listed is the one read.
+	r := rejectedDir{dir: fmt.Sprintf("/proc/self/fd/%d", fd), names: names, watcher: st.Uid}
+	x := expiry{fd: fd, dir: dir, cutoff: cutoff, dryRun: dryRun}
+	pairs := r.pairs()
+	reqs := make([]string, 0, len(pairs))
+	for req := range pairs {
+		reqs = append(reqs, req)
+	}
+	slices.Sort(reqs)
+	n := 0
+	var errs []error
+	for _, req := range reqs {
+		reason := pairs[req]
+		if !x.old(req) || !x.old(reason) || x.isDir(req) {
+			continue // a directory moved aside is its owner's to remove
+		}
+		if err := x.remove(req); err != nil {
+			errs = append(errs, err)
+			continue // its reason stays with it
+		}
+		if err := x.remove(reason); err != nil {
+			errs = append(errs, err)
+		}
+		n++
+	}
+	for _, name := range list {
+		if names[name] && !isPaired(pairs, name) && name[0] != '.' && x.old(name) && r.unpaired(name).removed != "" {
+			if err := x.remove(name); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return n, errors.Join(errs...)
+}
+
+// isPaired reports whether name is a request or a reason of pairs.
+func isPaired(pairs map[string]string, name string) bool {
+	if _, ok := pairs[name]; ok {
+		return true
+	}
+	req, ok := strings.CutSuffix(name, ".error")
+	return ok && pairs[req] == name
+}
+
+// expiry removes old files from rejected/ (dir, open as fd).
+type expiry struct {
+	fd     int
+	dir    string
+	cutoff time.Time
+	dryRun bool
+}
+
+// old reports whether file name last changed before the cutoff.
+func (x expiry) old(name string) bool {
+	var st unix.Stat_t
+	if unix.Fstatat(x.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	return time.Unix(st.Ctim.Unix()).Before(x.cutoff)
+}
+
+// isDir reports whether name is a directory (or cannot be looked at).
+func (x expiry) isDir(name string) bool {
+	var st unix.Stat_t
+	return unix.Fstatat(x.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR
+}
+
+// remove removes file name, unless it is a dry run; one gone already is
+// no error.
+func (x expiry) remove(name string) error {
+	if x.dryRun {
+		return nil
+	}
+	if err := unix.Unlinkat(x.fd, name, 0); err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "remove", Path: x.dir + "/" + name, Err: err}
+	}
+	return nil
+}
