@@ -139,6 +139,7 @@ func completions(app *kong.Node, words []string, root string) []string {
 				add("bash", "zsh", "fish")
 			case "signal":
 				add(signalNames...)
+				add(runIDs(root)...) // tend signal ID... SIG: more runs first
 			}
 		}
 	}

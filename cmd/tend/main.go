@@ -88,7 +88,7 @@ type cli struct {
 	Label   labelCmd   `cmd:"" help:"Set or remove a run's labels."`
 	Note    noteCmd    `cmd:"" help:"Attach a note to a run."`
 	Fsck    fsckCmd    `cmd:"" help:"Check the root; --repair fixes what it can."`
-	Signal  signalCmd  `cmd:"" help:"Send a signal to a run's process group."`
+	Signal  signalCmd  `cmd:"" help:"Send a signal to runs' process groups."`
 	Restart restartCmd `cmd:"" help:"Stop a run and start it again."`
 	Pause   pauseCmd   `cmd:"" help:"Pause a run (SIGSTOP)."`
 	Resume  resumeCmd  `cmd:"" help:"Resume a paused run (SIGCONT)."`

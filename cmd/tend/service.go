@@ -3,9 +3,11 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/spool"
 )
 
 // controlArgs is what the service verbs share: a run, a session, an
@@ -30,24 +32,72 @@ func (c controlArgs) send(e *env, verb string, send func(*tend.Client, tend.Cont
 }
 
 type signalCmd struct {
-	controlArgs
-	Signal string `arg:"" help:"The signal: HUP, USR1, TERM, ... with or without SIG, or its number (15, no sign)."`
+	ID      string   `arg:"" help:"The run."`
+	Rest    []string `arg:"" name:"signal" help:"The signal: HUP, USR1, TERM, ... with or without SIG, or its number (15, no sign); after more runs to signal, if any (tend signal ID... SIG)."`
+	Session string   `help:"Act as this session: only its runs may be acted on." env:"TEND_SESSION"`
+	IfRev   int64    `help:"Act only if the run's record is still at this revision (else: conflict, exit 7); with one run."`
+	JSON    bool     `help:"Print the outcome as a JSON line, one a run with several (docs/schema/outcome.schema.json)."`
 }
 
 func (c *signalCmd) Help() string {
-	return `Sends a signal to the run's process group, after checking it is still
-the run's. Example:
-  tend signal web HUP`
+	return `Sends a signal to each run's process group, after checking it is still
+the run's: tend signal ID... SIG, the signal last. Several runs are
+signaled with one request (a selector request); it prints "ID: outcome" a
+line, in the order given, and exits 0 if every one was signaled, else with
+the code of the first run named that was not (3 not found, 4 not running
+or refused). Examples:
+  tend signal web HUP
+  tend signal worker-1 worker-2 USR1`
 }
 
 func (c *signalCmd) Run(e *env) error {
-	return c.send(e, "signal", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
-		out, err := cl.Signal(e.context(), c.ID, c.Signal, o)
-		if errors.Is(err, tend.ErrInvalid) { // the signal: named with the run, as its outcome would be
-			err = fmt.Errorf("signal %s: %w", c.ID, err)
+	// One positional, then a cumulative one: "tend signal ID --json SIG"
+	// parses as it did before several runs were taken (a flag ends a
+	// cumulative positional in kong: --json between two runs does not).
+	ids := append([]string{c.ID}, c.Rest[:len(c.Rest)-1]...)
+	sig := c.Rest[len(c.Rest)-1]
+	if len(ids) == 1 {
+		one := controlArgs{ID: ids[0], Session: c.Session, IfRev: c.IfRev, JSON: c.JSON}
+		return one.send(e, "signal", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
+			out, err := cl.Signal(e.context(), ids[0], sig, o)
+			if errors.Is(err, tend.ErrInvalid) { // the signal: named with the run, as its outcome would be
+				err = fmt.Errorf("signal %s: %w", ids[0], err)
+			}
+			return out, err
+		})
+	}
+	return c.signalMany(e, ids, sig)
+}
+
+// signalMany signals runs ids with one selector request, prints one line
+// a run in the order given, and exits 0 only if every one was signaled.
+func (c *signalCmd) signalMany(e *env, ids []string, sig string) error {
+	if c.IfRev != 0 {
+		return exitf(exitUsage, "signal: --if-rev is one run's revision: give one ID with it")
+	}
+	var uniq []string
+	for _, id := range ids {
+		if err := checkID("signal", id); err != nil {
+			return err
 		}
-		return out, err
-	})
+		if !slices.Contains(uniq, id) {
+			uniq = append(uniq, id)
+		}
+	}
+	num, err := spool.SignalNamed(sig)
+	if err != nil {
+		return exitf(exitUsage, "signal: %v", err)
+	}
+	e.json = c.JSON
+	client, err := e.client(c.Session)
+	if err != nil {
+		return err
+	}
+	outcomes, err := client.SignalSelected(e.context(), spool.Select{IDs: uniq}, num)
+	if err != nil {
+		return err
+	}
+	return printEach(e, uniq, spool.VerbSignal, outcomes, func(o tend.Outcome) bool { return o.Outcome == spool.Signaled })
 }
 
 type restartCmd struct {
