@@ -792,7 +792,11 @@ func sweepTaggedIn(dir string, cutoff time.Time, users bool) {
 			}
 			continue
 		}
-		if n, err := spool.ParseName(e.Name()); err != nil || n.Tag == "" {
+		n, err := spool.ParseName(e.Name())
+		if sel, ok := spool.ParseSelectorName(e.Name()); ok {
+			n, err = sel, nil // a selector's answer, tagged too, read by its client alone
+		}
+		if err != nil || n.Tag == "" {
 			continue
 		}
 		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {

@@ -3,6 +3,7 @@ package watcher
 import (
 	"errors"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -240,7 +241,7 @@ func TestSweepTaggedOutcomes(t *testing.T) {
 	}
 	old := time.Now().Add(-2 * time.Hour)
 	for name, mtime := range map[string]time.Time{
-		"a@x1.cancel": old, "a@x2.cancel": time.Now(), "a.cancel": old, "a.start": old, "junk": old,
+		"a@x1.cancel": old, "a@x2.cancel": time.Now(), "a.cancel": old, "a.start": old, "junk": old, "*@x3.cancel": old,
 	} {
 		path := filepath.Join(w.spool.Outcomes(), name)
 		os.WriteFile(path, []byte("canceled\n"), 0o644)
@@ -253,6 +254,46 @@ func TestSweepTaggedOutcomes(t *testing.T) {
 		left = append(left, e.Name())
 	}
 	if want := []string{"a.cancel", "a.start", "a@x2.cancel", "junk"}; !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v", left, want)
+	}
+}
+
+// The untagged answers of requests whose ID names no run are swept once
+// older than the cutoff, in outcomes/ and in a user's directory there; a
+// run's, a young one, a tagged one and a name of no request stay.
+func TestSweepRunlessOutcomes(t *testing.T) {
+	w := newWatcher(Config{Root: t.TempDir(), Log: io.Discard})
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(w.store.RunDir("live"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(w.spool.Outcomes(), "1001"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for name, mtime := range map[string]time.Time{
+		"ghost.start": old, "young.start": time.Now(), "live.start": old, "live.cancel": old,
+		"a@x1.cancel": old, "junk": old, "1001/ghost.cancel": old, "1001/live.label": old,
+	} {
+		path := filepath.Join(w.spool.Outcomes(), name)
+		if err := os.WriteFile(path, []byte("rejected: bad\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(path, mtime, mtime)
+	}
+	w.sweepRunlessOutcomes(time.Now().Add(-time.Hour))
+	var left []string
+	filepath.WalkDir(w.spool.Outcomes(), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(w.spool.Outcomes(), path)
+			left = append(left, rel)
+		}
+		return nil
+	})
+	want := []string{"1001/live.label", "a@x1.cancel", "junk", "live.cancel", "live.start", "young.start"}
+	if !slices.Equal(left, want) {
 		t.Fatalf("left %v, want %v", left, want)
 	}
 }

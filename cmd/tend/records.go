@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/config"
+	"golang.org/x/sys/unix"
 )
 
 type historyCmd struct {
@@ -204,11 +206,17 @@ func (c *gcCmd) Run(e *env) error {
 // expireRejected removes the requests in rejected/ refused longer than
 // keep ago, each with its reason (tracker.ExpireRejected), and says how
 // many on stderr (stdout lists the runs). It does nothing with --session
-// (a refused request's session is in a body that may not parse) or a
-// keep of 0 (keep_finished_for 0 keeps everything). An error is said at
-// once and returned, to fail the command once the runs are done with.
+// (a refused request's session is in a body that may not parse), with a
+// keep of 0 (keep_finished_for 0 keeps everything), or for a member of a
+// shared root: rejected/ is the watcher's user's, and the watcher's own
+// retention removes them. An error is said at once and returned, to fail
+// the command once the runs are done with.
 func (c *gcCmd) expireRejected(e *env, keep time.Duration) error {
 	if c.Session != "" || keep <= 0 {
+		return nil
+	}
+	var root unix.Stat_t
+	if euid := os.Geteuid(); unix.Stat(e.root, &root) == nil && int(root.Uid) != euid && euid != 0 {
 		return nil
 	}
 	n, err := tracker.ExpireRejected(e.root, time.Now().Add(-keep), c.DryRun)
