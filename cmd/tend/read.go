@@ -656,6 +656,7 @@ type waitCmd struct {
 	Ready   bool          `help:"Wait until each run is ready (its health check passed, or it created $TEND_READY; else once it runs), not until it ends. Exits 0 when every one is ready, or as wait does for one that ends first."`
 	Timeout time.Duration `help:"Give up after this long (for all the runs together) and exit 124; the runs go on (default: wait as long as it takes)."`
 	JSON    bool          `help:"Print the run's record when the wait is over (docs/schema/record.schema.json); with several runs, one record a line, in the order given."`
+	Any     bool          `help:"With several runs, wait until one of them has ended (or, with --ready, is ready), print its ID (with --json, its record) and exit as wait does for it alone; the others go on."`
 }
 
 func (c *waitCmd) Help() string {
@@ -665,9 +666,11 @@ never ran, 1 if it was canceled or timed out but exited 0), or 124 if
 side, and exits 0 only if every one completed with exit code 0 (or, with
 --ready, is ready); otherwise with the code of the first run named that
 did not: its own exit code as above, 124 if it had not ended (or was not
-ready) when --timeout came, 3 if it is not found. Examples:
+ready) when --timeout came, 3 if it is not found. With --any, the first
+wait to end decides alone, and its run's ID is printed. Examples:
   tend wait build && echo built
   tend wait test-1 test-2 test-3 --timeout 10m
+  tend wait --any mirror-1 mirror-2
   tend start --id svc --ready-file -- 'sleep 1; touch "$TEND_READY"; exec sleep 600' && tend wait svc --ready --timeout 1m`
 }
 
@@ -701,9 +704,15 @@ func (c *waitCmd) Run(e *env) error {
 		ctx, cancel = context.WithTimeout(ctx, c.Timeout)
 		defer cancel()
 	}
-	results := c.waitAll(ctx, e, client, ids)
+	results, first := c.waitAll(ctx, e, client, ids)
 	if e.context().Err() != nil {
 		return context.Canceled // Ctrl-C or SIGTERM: not any run's doing
+	}
+	if first >= 0 { // --any: the others' waits were cut short
+		ids, results = ids[first:first+1], results[first:first+1]
+		if !c.JSON {
+			fmt.Fprintln(e.stdout, ids[0]) // which one: a script acts on it
+		}
 	}
 	if c.JSON {
 		if err := c.printRecords(e, results); err != nil {
@@ -728,15 +737,21 @@ func (c *waitCmd) Run(e *env) error {
 
 // waitAll waits for each of ids, side by side, until it has ended (or,
 // with --ready, is ready) or ctx ends, and returns how each wait ended,
-// in the order of ids.
-func (c *waitCmd) waitAll(ctx context.Context, e *env, client *tend.Client, ids []string) []waited {
+// in the order of ids. With --any, the first wait to end for another
+// reason than ctx's end ends the others, and first is its index (else
+// -1).
+func (c *waitCmd) waitAll(ctx context.Context, e *env, client *tend.Client, ids []string) (results []waited, first int) {
+	var winner atomic.Int64
+	winner.Store(-1)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	until := tend.Ended
 	if c.Ready {
 		until = func(st *tend.Record) bool { return tend.Ended(st) || tend.Ready(st) }
 	}
 	spin := startSpinner(e, "waiting for "+strings.Join(ids, ", "))
 	defer spin.end()
-	results := make([]waited, len(ids))
+	results = make([]waited, len(ids))
 	var over atomic.Int64 // waits over, for the spinner
 	var wg sync.WaitGroup
 	for i, id := range ids {
@@ -750,13 +765,16 @@ func (c *waitCmd) waitAll(ctx context.Context, e *env, client *tend.Client, ids 
 				return until(st)
 			})
 			results[i] = waited{st, err}
+			if c.Any && ctx.Err() == nil && winner.CompareAndSwap(-1, int64(i)) {
+				cancel() // this one decides; the others need not be waited for
+			}
 			if n := over.Add(1); len(ids) > 1 {
 				spin.set(func() string { return fmt.Sprintf("waiting for %d runs: %d done", len(ids), n) })
 			}
 		}()
 	}
 	wg.Wait()
-	return results
+	return results, int(winner.Load())
 }
 
 // verdict returns the exit code the wait for run id calls for (0: it
