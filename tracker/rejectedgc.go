@@ -30,6 +30,12 @@ import (
 // The request goes first and its reason last: a crash in between leaves
 // a reason without its request, which fsck says nothing reads (--repair
 // and the next expiry remove it), never a request whose reason was lost.
+// Nothing is flushed: a journaled file system keeps the two removals in
+// order through a power loss too; one that writes a directory's blocks
+// apart (ext4 without a journal) may keep the reason's alone, and fsck
+// then reports a lost reason for a request that was on its way out (a
+// flush between the two would close that, at a named flush of its own:
+// see durable.Flush).
 func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 	dir := spool.Dir{Root: root}.Rejected()
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
