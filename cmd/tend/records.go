@@ -225,7 +225,11 @@ func (c *gcCmd) expireRejected(e *env, keep time.Duration) error {
 		if c.DryRun {
 			verb = "would remove"
 		}
-		fmt.Fprintf(e.stderr, "tend: %s %d rejected requests, each with its reason, refused over %s ago\n", verb, n, shortDuration(keep))
+		what := fmt.Sprintf("%d rejected requests, each", n)
+		if n == 1 {
+			what = "1 rejected request"
+		}
+		fmt.Fprintf(e.stderr, "tend: %s %s with its reason, refused over %s ago\n", verb, what, shortDuration(keep))
 	}
 	if err != nil {
 		fmt.Fprintln(e.stderr, "tend:", err)
