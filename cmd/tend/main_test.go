@@ -105,6 +105,12 @@ func scriptParams(dir string) testscript.Params {
 		},
 		Setup: func(e *testscript.Env) error {
 			e.Setenv("TEND_ROOT", "") // each script's root is found from $WORK
+			// Built with -race (make test), every process of the test binary
+			// (tend, its watcher, ...) sleeps 1 s as it exits, for races in
+			// goroutines still running: a second on every tend a script
+			// runs, minutes of CI's time, and nothing a watcher's own
+			// goroutines would not have reported while it ran.
+			e.Setenv("GORACE", strings.TrimSpace(os.Getenv("GORACE")+" atexit_sleep_ms=0"))
 			// Scripts start watchers themselves, except where they test
 			// that clients do.
 			e.Setenv("TEND_NO_START", "1")
