@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"time"
 
 	"github.com/tendhq/tend/tracker/layout"
 )
@@ -49,10 +50,9 @@ func coveredOf(st *State, ev Event) bool {
 }
 
 // BeyondStart reports whether evs (a run's events, oldest first) show
-// the run, since its ID was last deleted (a deletion, or a rev that does
-// not follow the one before: a run made anew starts at 1), stopped,
-// ended, backing off or paused. A record of such a run found torn is not
-// a first record cut short before anything acted on it
+// the run, since its ID was last used anew (see Latest), stopped, ended,
+// backing off or paused. A record of such a run found torn is not a
+// first record cut short before anything acted on it
 // (durable.RenameNew), even where no mark says its process started (it
 // never started, or the mark was lost): taken for one, the run would be
 // started again.
@@ -68,16 +68,34 @@ func BeyondStart(evs []Event) bool {
 }
 
 // Latest returns the events in evs (a run ID's, oldest first) of the run
-// made last with that ID: those after its last deletion, or after a rev
-// that does not follow the one before (a run made anew starts at 1; a
-// power loss can take back a deletion's line with it).
+// made last with that ID: those after its last deleted event, and, where
+// that line was lost (a power loss takes back what was not synced; a
+// hand), those from its first event, rev 1 (every run's: newRun's record
+// is rev 0, and each change adds one), or after the last event that says
+// its run was created at another time than a later one says (created_at,
+// on an end or a stop).
+//
+// Not at a rev that merely does not grow: a watcher that crashed after
+// appending a change, before its record, makes the next change with that
+// rev again, within the same run. Cut there, a run that was stopped, or
+// ended, before the crash would look to BeyondStart as if it never went
+// past its start, and be started again; and a rebuilt record would lose
+// the run's starts, labels, notes and creation time before it (see
+// Rebuild, which drops only the changes that the repeated rev replaced).
 func Latest(evs []Event) []Event {
+	var created *time.Time // of the run whose events follow
 	for i := len(evs) - 1; i >= 0; i-- {
-		if evs[i].State == Deleted {
+		e := evs[i]
+		switch {
+		case e.State == Deleted: // the ID was used again: this run's events follow
 			return evs[i+1:]
-		}
-		if i > 0 && evs[i-1].Rev >= evs[i].Rev {
+		case e.CreatedAt != nil && created != nil && !e.CreatedAt.Equal(*created):
+			return evs[i+1:]
+		case e.Rev == 1:
 			return evs[i:]
+		}
+		if e.CreatedAt != nil {
+			created = e.CreatedAt
 		}
 	}
 	return evs

@@ -236,11 +236,49 @@ func TestBeyondStart(t *testing.T) {
 		{"made anew and ended", ev(Running, Failed, Deleted, Running, Completed), true},
 		{"made anew, its deletion's line lost", append(ev(Running, Failed), Event{ID: "a", Rev: 1, State: Queued}), false},
 		{"ended, its deletion's line and the new run's lost", ev(Running, Failed), true},
+		// A watcher that crashed after appending rev 3, before its
+		// record, wrote rev 3 again: the same run, its stop not undone.
+		{"stopped, then its rev repeated by the next watcher", append(ev(Starting, Running, Stopping), Event{ID: "a", Rev: 3, State: Running}), true},
+		{"backing off, then its revs repeated", append(ev(Starting, Running, Running, Backoff), Event{ID: "a", Rev: 2, State: Running}, Event{ID: "a", Rev: 3, State: Running}), true},
+		{"made anew at rev 1 after a repeated rev", append(ev(Starting, Running, Stopping), Event{ID: "a", Rev: 3, State: Running}, Event{ID: "a", Rev: 1, State: Queued}), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := BeyondStart(tt.evs); got != tt.want {
 				t.Errorf("BeyondStart(%v) = %v, want %v", tt.evs, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestLatestKeepsARunWhoseRevRepeats(t *testing.T) {
+	created := time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
+	other := created.Add(time.Hour)
+	ev := func(rev int64, state StateName, at *time.Time) Event {
+		return Event{ID: "a", Rev: rev, State: state, CreatedAt: at}
+	}
+	tests := []struct {
+		name string
+		evs  []Event
+		want []int64 // the revs Latest keeps
+	}{
+		{"one run", []Event{ev(1, Starting, nil), ev(2, Running, nil), ev(3, Completed, &created)}, []int64{1, 2, 3}},
+		{"a rev repeated after a crash", []Event{ev(1, Starting, nil), ev(2, Running, nil), ev(3, Stopping, &created), ev(3, Running, nil), ev(4, Running, nil)}, []int64{1, 2, 3, 3, 4}},
+		{"revs repeated from a batch", []Event{ev(1, Starting, nil), ev(2, Running, nil), ev(3, Running, nil), ev(2, Running, nil)}, []int64{1, 2, 3, 2}},
+		{"a rev 1 repeated", []Event{ev(1, Starting, nil), ev(1, Starting, nil), ev(2, Running, nil)}, []int64{1, 2}},
+		{"after a deletion", []Event{ev(1, Starting, nil), ev(2, Failed, &created), ev(3, Deleted, nil), ev(1, Queued, nil)}, []int64{1}},
+		{"its deletion lost: made anew at rev 1", []Event{ev(5, Running, nil), ev(6, Failed, &created), ev(1, Queued, nil), ev(2, Running, nil)}, []int64{1, 2}},
+		{"its deletion and rev 1 lost: created at another time", []Event{ev(5, Running, nil), ev(6, Failed, &created), ev(2, Running, nil), ev(3, Completed, &other)}, []int64{2, 3}},
+		{"within one run, created at the same time", []Event{ev(3, Stopping, &created), ev(3, Running, nil), ev(4, Canceled, &created)}, []int64{3, 3, 4}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got []int64
+			for _, e := range Latest(tt.evs) {
+				got = append(got, e.Rev)
+			}
+			if !slices.Equal(got, tt.want) {
+				t.Errorf("Latest kept revs %v, want %v", got, tt.want)
 			}
 		})
 	}

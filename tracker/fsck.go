@@ -661,36 +661,6 @@ func unopenedNote(s *Store, events []Event) string {
 	return ""
 }
 
-// sinceReuse returns the events of the last run with their ID: those
-// after its last deleted event, and, where that line was lost (a power
-// loss takes back what was not synced; a hand), those from its first
-// event, rev 1 (every run's: newRun's record is rev 0, and each change
-// adds one), or after the last event that says its run was created at
-// another time than a later one says (created_at, on an end or a stop).
-// Not at a rev that does not grow (Latest cuts there): a watcher that
-// crashed after appending a change, before its record, makes the next
-// change with that rev again, and the run's labels and notes before it
-// would be lost. Mixed in, an earlier run's starts, labels, notes and
-// creation time were the rebuilt record's.
-func sinceReuse(events []Event) []Event {
-	var created *time.Time // of the run whose events follow
-	for i := len(events) - 1; i >= 0; i-- {
-		e := events[i]
-		switch {
-		case e.State == Deleted: // the ID was used again: this run's events follow
-			return events[i+1:]
-		case e.CreatedAt != nil && created != nil && !e.CreatedAt.Equal(*created):
-			return events[i+1:]
-		case e.Rev == 1:
-			return events[i:]
-		}
-		if e.CreatedAt != nil {
-			created = e.CreatedAt
-		}
-	}
-	return events
-}
-
 // Rebuild makes a record of run id from its history (events, oldest
 // first, not empty) and its request, opening its sealed label and note
 // changes with s's key: an ended run as it ended, a live one
@@ -699,7 +669,7 @@ func sinceReuse(events []Event) []Event {
 // (Event.Output), so that absolute offsets read before the rebuild name
 // the same bytes after it. Its rev is the last event's plus one.
 func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
-	events = sinceReuse(events)
+	events = Latest(events)
 	last := events[len(events)-1]
 	st := &State{ID: id, State: last.State, Rev: last.Rev + 1, Session: last.Session, PID: last.PID, PGID: last.PID,
 		ExitCode: last.ExitCode, Signal: last.Signal, Reason: last.Reason, CreatedAt: events[0].Time, Grace: spool.Duration(10 * time.Second)}
