@@ -664,23 +664,21 @@ func unopenedNote(s *Store, events []Event) string {
 // Rebuild makes a record of run id from its history (events, oldest
 // first, not empty) and its request, opening its sealed label and note
 // changes with s's key: an ended run as it ended, a live one
-// (identify finds its process) running, one gone as lost. Its output's
+// (identify finds its process) running, one gone as lost. Only the
+// events of the last run with its ID count, less the changes a rev
+// written again after a crash replaced (replayed); its attempts are
+// counted as the watcher counts them (replayAttempts), and what the
+// history does not say is left out (docs/protocol.md, "Rebuilt records"). Its output's
 // bases and dropped bytes are those of the last event that recorded them
 // (Event.Output), so that absolute offsets read before the rebuild name
 // the same bytes after it. Its rev is the last event's plus one.
 func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
-	events = Latest(events)
+	events = replayed(events)
 	last := events[len(events)-1]
 	st := &State{ID: id, State: last.State, Rev: last.Rev + 1, Session: last.Session, PID: last.PID, PGID: last.PID,
 		ExitCode: last.ExitCode, Signal: last.Signal, Reason: last.Reason, CreatedAt: events[0].Time, Grace: spool.Duration(10 * time.Second)}
+	replayAttempts(st, events)
 	for _, e := range events {
-		if e.State == Running {
-			if st.StartedAt == nil {
-				t := e.Time
-				st.StartedAt = &t
-			}
-			st.Attempt++ // each start of its process
-		}
 		if e.CreatedAt != nil { // an end's or a stop's: the record's own
 			st.CreatedAt = *e.CreatedAt
 		}
@@ -712,6 +710,9 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 				st.Output = &Output{Limit: req.OutputLimit} // its cap, until a cut says more
 			}
 		}
+	}
+	if keep := KeptAttempts(st.Restart); len(st.Attempts) > keep {
+		st.Attempts = st.Attempts[len(st.Attempts)-keep:]
 	}
 	for _, e := range events { // the labels and notes set since, and the cuts
 		// A sealed change that does not open (the root's key was made

@@ -132,7 +132,7 @@ func (s *Store) SealChange(ev *Event) error { return SealChange(s.key, ev) }
 // what they changed.
 func UnopenedChanges(s *Store, events []Event) int {
 	n := 0
-	for _, e := range Latest(events) {
+	for _, e := range replayed(events) {
 		if _, err := OpenChange(s.key, e); err != nil {
 			n++
 		}

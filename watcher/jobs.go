@@ -220,7 +220,7 @@ func (w *watcher) launchJob(st *tracker.State, env map[string]string) {
 	st.Attempt++
 	st.PID, st.PGID, st.ProcStart, st.Boot = 0, 0, 0, ""
 	st.Job = &tracker.Job{Engine: w.jobs.engine.Name(), Tag: cluster.Tag(strings.TrimPrefix(w.mark, "TEND_MARK_"), id, st.Attempt)}
-	st.State, st.Reason = tracker.Starting, "being submitted to "+w.jobs.engine.Name()
+	st.State, st.Reason = tracker.Starting, tracker.Submitting+w.jobs.engine.Name() // its attempt's start, to a rebuild
 	j := &job{run: &run{st: st}, submitting: true, cred: cred}
 	w.jobs.byID[id] = j
 	w.unpass(st)

@@ -377,10 +377,9 @@ const (
 	loopMaxDelay     = 30 * time.Second
 )
 
-// maxKeptAttempts bounds the attempts a record keeps, whatever its
-// restart limit (limit+1 are kept, to count those within its window):
-// a record is rewritten at each save, and read whole.
-const maxKeptAttempts = 1000
+// maxKeptAttempts bounds the attempts a record keeps (see
+// tracker.KeptAttempts, which a rebuilt record keeps too).
+const maxKeptAttempts = tracker.MaxKeptAttempts
 
 // recentRestarts counts st's attempts that ended within its restart window.
 func recentRestarts(st *tracker.State, now time.Time) int {
@@ -419,7 +418,7 @@ func keepAttempt(st *tracker.State, reason string) {
 		a.Job = st.Job.ID
 	}
 	st.Attempts = append(st.Attempts, a)
-	keep := max(tracker.MaxAttempts, min(st.Restart.Limit+1, maxKeptAttempts)) // enough to count the window's
+	keep := tracker.KeptAttempts(st.Restart) // enough to count the window's
 	if len(st.Attempts) > keep {
 		st.Attempts = st.Attempts[len(st.Attempts)-keep:]
 	}
