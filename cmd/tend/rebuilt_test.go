@@ -27,15 +27,23 @@ var rebuiltTimes = map[string]bool{"created_at": true, "started_at": true, "ende
 // for the same change: the time to write its record, on a loaded
 // machine. It is no timing assertion: a second is far more than it
 // takes, and far less than what a wrong event (a label's, a note's, an
-// earlier attempt's) would give in the scripts that use it.
+// earlier attempt's) would give in the scripts that use it. A job's
+// times are its engine's, in whole seconds, seen at its next poll:
+// scripts of jobs give a slack of their own.
 const rebuiltSlack = time.Second
 
-// samerecord BEFORE AFTER: the tend show --json of a run before its
-// record was lost and after it was rebuilt say the same, but for what a
-// rebuild cannot know.
+// samerecord [-slack D] BEFORE AFTER: the tend show --json of a run
+// before its record was lost and after it was rebuilt say the same, but
+// for what a rebuild cannot know.
 func cmdSameRecord(ts *testscript.TestScript, neg bool, args []string) {
+	slack := rebuiltSlack
+	if len(args) == 4 && args[0] == "-slack" {
+		d, err := time.ParseDuration(args[1])
+		ts.Check(err)
+		slack, args = d, args[2:]
+	}
 	if len(args) != 2 {
-		ts.Fatalf("usage: samerecord BEFORE AFTER")
+		ts.Fatalf("usage: samerecord [-slack D] BEFORE AFTER")
 	}
 	var recs [2]map[string]any
 	for i, name := range args {
@@ -48,7 +56,7 @@ func cmdSameRecord(ts *testscript.TestScript, neg bool, args []string) {
 			delete(recs[i], "cpu_seconds")
 		}
 	}
-	if diffs := recordDiffs("", recs[0], recs[1]); len(diffs) > 0 {
+	if diffs := recordDiffs("", recs[0], recs[1], slack); len(diffs) > 0 {
 		for _, d := range diffs {
 			ts.Logf("%s", d)
 		}
@@ -57,20 +65,23 @@ func cmdSameRecord(ts *testscript.TestScript, neg bool, args []string) {
 }
 
 // recordDiffs lists where a rebuilt record b differs from the lost one a
-// (JSON values at path), times within rebuiltSlack, durations too.
-func recordDiffs(path string, a, b any) []string {
+// (JSON values at path), times within slack, durations too.
+func recordDiffs(path string, a, b any, slack time.Duration) []string {
 	am, aok := a.(map[string]any)
 	bm, bok := b.(map[string]any)
 	if aok && bok {
 		var diffs []string
 		for k := range merged(am, bm) {
+			if k == "job" || k == "slurm" {
+				continue // a cluster run's and its attempts': not in the history
+			}
 			if rebuiltTimes[k] || k == "paused_for" {
-				if d := timeDiff(k, am[k], bm[k]); d != "" {
+				if d := timeDiff(k, am[k], bm[k], slack); d != "" {
 					diffs = append(diffs, path+"."+k+": "+d)
 				}
 				continue
 			}
-			diffs = append(diffs, recordDiffs(path+"."+k, am[k], bm[k])...)
+			diffs = append(diffs, recordDiffs(path+"."+k, am[k], bm[k], slack)...)
 		}
 		return diffs
 	}
@@ -79,7 +90,7 @@ func recordDiffs(path string, a, b any) []string {
 	if aok && bok && len(al) == len(bl) {
 		var diffs []string
 		for i := range al {
-			diffs = append(diffs, recordDiffs(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i])...)
+			diffs = append(diffs, recordDiffs(fmt.Sprintf("%s[%d]", path, i), al[i], bl[i], slack)...)
 		}
 		return diffs
 	}
@@ -100,10 +111,10 @@ func merged(a, b map[string]any) map[string]bool {
 	return keys
 }
 
-// timeDiff says how a rebuilt time b is not within rebuiltSlack after a
-// (a duration, paused_for, within rebuiltSlack either way: both its ends
-// are late), or that one is missing: "" if not.
-func timeDiff(key string, a, b any) string {
+// timeDiff says how a rebuilt time b is not within slack after a (a
+// duration, paused_for, within slack either way: both its ends are
+// late), or that one is missing: "" if not.
+func timeDiff(key string, a, b any, slack time.Duration) string {
 	if a == nil || b == nil {
 		if a == nil && b == nil {
 			return ""
@@ -126,7 +137,7 @@ func timeDiff(key string, a, b any) string {
 		}
 		d = tb.Sub(ta)
 	}
-	if d > rebuiltSlack || d < 0 && (key != "paused_for" || -d > rebuiltSlack) {
+	if d > slack || d < 0 && (key != "paused_for" || -d > slack) {
 		return fmt.Sprintf("%v, rebuilt %v: %v apart", a, b, d)
 	}
 	return ""
