@@ -742,6 +742,15 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	case Queued, Starting:
 		st.PID, st.PGID = 0, 0 // it never passed its gate: a watcher decides
 		return st
+	case Backoff:
+		// Its process ended, as its record said: its next attempt is
+		// due when the backoff said, and the next watcher starts it.
+		st.NextStartAt = nextStart(events)
+		if n := len(st.Attempts); n > 0 {
+			t := st.Attempts[n-1].EndedAt // when the attempt ended, as its record kept until the next
+			st.EndedAt = &t
+		}
+		return st
 	}
 	if start, ok := identify(st.PID, id); ok && st.PID > 0 {
 		st.ProcStart = start

@@ -50,8 +50,27 @@ func replayed(events []Event) []Event {
 }
 
 // backoffSuffix ends the reason of a run in backoff: what follows how its
-// attempt ended.
-var backoffSuffix = regexp.MustCompile(`; attempt [0-9]+ starts in [^;]*$`)
+// attempt ended, and the delay before the next.
+var backoffSuffix = regexp.MustCompile(`; attempt [0-9]+ starts in ([^;]*)$`)
+
+// nextStart returns when the next attempt of a run whose events (replayed,
+// the last in backoff) end in a backoff is due: the delay its reason names
+// after the event that began the backoff (later ones are label and note
+// changes), or at once if it names none.
+func nextStart(events []Event) *time.Time {
+	i := len(events) - 1
+	for i > 0 && events[i-1].State == Backoff {
+		i--
+	}
+	e := events[i]
+	t := e.Time
+	if m := backoffSuffix.FindStringSubmatch(e.Reason); m != nil {
+		if d, err := time.ParseDuration(m[1]); err == nil && d >= 0 {
+			t = t.Add(d)
+		}
+	}
+	return &t
+}
 
 // replayAttempts sets on st, from events (replayed, oldest first), what
 // its record says of its attempts: how many started (attempt), how many

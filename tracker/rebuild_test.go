@@ -32,6 +32,7 @@ func TestRebuildReplaysAttempts(t *testing.T) {
 		Stop      *Stop
 		Attempts  []Attempt
 		Notes     []Note
+		NextStart *time.Time
 	}
 	tests := []struct {
 		name   string
@@ -122,6 +123,18 @@ func TestRebuildReplaysAttempts(t *testing.T) {
 		want: want{State: Failed, Attempt: 1, Restarts: 1, StartedAt: ptr(1),
 			Attempts: []Attempt{{Attempt: 1, StartedAt: at(1), EndedAt: at(2), ExitCode: &one, Reason: "exited 1"}}},
 	}, {
+		// Its process ended, as the record said: not lost, and its next
+		// attempt due when its backoff said (a label since moves nothing).
+		name: "in backoff",
+		events: []Event{
+			{Time: at(0), Rev: 1, State: Starting},
+			{Time: at(1), Rev: 2, State: Running, PID: 100},
+			{Time: at(2), Rev: 3, State: Backoff, PID: 100, ExitCode: &one, Reason: "exited 1; attempt 2 starts in 1.5s"},
+			{Time: at(3), Rev: 4, State: Backoff, PID: 100, ExitCode: &one, Reason: "exited 1; attempt 2 starts in 1.5s", Labels: map[string]*string{"a": &a}},
+		},
+		want: want{State: Backoff, Attempt: 1, StartedAt: ptr(1), NextStart: func() *time.Time { t := at(2).Add(1500 * time.Millisecond); return &t }(),
+			Attempts: []Attempt{{Attempt: 1, StartedAt: at(1), EndedAt: at(2), ExitCode: &one, Reason: "exited 1"}}},
+	}, {
 		// A watcher crashed after appending rev 3 (and, in another
 		// crash, rev 5), before their records: the next one made its
 		// next change with that rev again, from the record before.
@@ -162,7 +175,7 @@ func TestRebuildReplaysAttempts(t *testing.T) {
 				tt.events[i].ID = "r"
 			}
 			st := Rebuild(s, "r", tt.events, func(pid int, _ string) (uint64, bool) { return 1, pid == tt.alive })
-			got := want{st.State, st.Attempt, st.Restarts, st.StartedAt, st.ReadyAt, st.PausedAt, st.PausedFor, st.Stop, st.Attempts, st.Notes}
+			got := want{st.State, st.Attempt, st.Restarts, st.StartedAt, st.ReadyAt, st.PausedAt, st.PausedFor, st.Stop, st.Attempts, st.Notes, st.NextStartAt}
 			if !reflect.DeepEqual(got, tt.want) {
 				t.Errorf("rebuilt\n%+v\nwant\n%+v", got, tt.want)
 			}
