@@ -136,6 +136,11 @@ func replayAttempts(st *State, events []Event) {
 		switch {
 		case e.State == Backoff && open:
 			st.Attempts = append(st.Attempts, endedAttempt(st, e))
+			if len(st.Attempts) > 2*MaxKeptAttempts {
+				// A service that failed for months has a backoff for
+				// each restart: no more than a record keeps is held.
+				st.Attempts = append(st.Attempts[:0], st.Attempts[len(st.Attempts)-MaxKeptAttempts:]...)
+			}
 			open, backoff = false, true
 		case Final(e.State) && backoff && (strings.HasPrefix(e.Reason, "could not start") || strings.HasPrefix(e.Reason, "could not restart")):
 			st.Restarts++ // its next attempt was begun, and failed to start

@@ -182,3 +182,33 @@ func TestRebuildReplaysAttempts(t *testing.T) {
 		})
 	}
 }
+
+// A service that failed and restarted more often than a record keeps
+// attempts of is rebuilt with the ones its record keeps, the newest.
+func TestRebuildKeepsAsManyAttemptsAsARecord(t *testing.T) {
+	s := NewStore(t.TempDir())
+	if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	body := `{"command": "false", "restart": {"policy": "on-failure", "limit": 20}}`
+	if err := os.WriteFile(s.Run("r").Request(), []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t0 := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	one := 1
+	n := 2*MaxKeptAttempts + 5
+	var events []Event
+	for i := range n {
+		rev := int64(2 * i)
+		events = append(events,
+			Event{Time: t0.Add(time.Duration(rev) * time.Second), ID: "r", Rev: rev + 1, State: Running, PID: 100 + i},
+			Event{Time: t0.Add(time.Duration(rev+1) * time.Second), ID: "r", Rev: rev + 2, State: Backoff, PID: 100 + i, ExitCode: &one, Reason: "exited 1; attempt 2 starts in 1s"})
+	}
+	st := Rebuild(s, "r", events, func(int, string) (uint64, bool) { return 0, false })
+	if st.Attempt != n || st.Restarts != n-1 {
+		t.Errorf("attempt %d, restarts %d; want %d, %d", st.Attempt, st.Restarts, n, n-1)
+	}
+	if len(st.Attempts) != 21 || st.Attempts[20].Attempt != n || st.Attempts[0].Attempt != n-20 {
+		t.Errorf("%d attempts kept, the last %+v; want the newest 21 (limit+1)", len(st.Attempts), st.Attempts[len(st.Attempts)-1])
+	}
+}
