@@ -268,6 +268,57 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // claimed request found bad after all): src is moved to rejected/ under the
 // request's name.
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
+	return d.rejectAs(name, reason, func(dst string) error {
+		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+		if err != nil {
+			return &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
+		}
+		return nil
+	})
+}
+
+// RejectCopy is Reject for a request that stays in the spool (a queued
+// run's, whose writer is to mend it there): a copy of body, what was
+// read of it, is made in rejected/ instead of moving it, given to owner
+// (the request's: it is theirs to read, as a moved request would be)
+// with mode 0600, and synced with its directory.
+func (d Dir) RejectCopy(name string, body []byte, owner int, reason string) (string, error) {
+	return d.rejectAs(name, reason, func(dst string) error {
+		return writeNew(dst, body, owner)
+	})
+}
+
+// writeNew writes body to a new file at path, which it never replaces
+// nor follows if it is a link, owned by owner (if above zero) before
+// anything is written, and syncs it.
+func writeNew(path string, body []byte, owner int) error {
+	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &os.PathError{Op: "create", Path: path, Err: err}
+	}
+	if owner > 0 {
+		err = unix.Fchown(fd, owner, -1)
+	}
+	if err == nil {
+		err = durable.WriteAll(fd, body)
+	}
+	if err == nil {
+		err = durable.FlushReason.Fsync(fd) // as its reason is
+	}
+	if cerr := unix.Close(fd); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		unix.Unlink(path)
+		return &os.PathError{Op: "write", Path: path, Err: err}
+	}
+	return nil
+}
+
+// rejectAs is Reject with place, which puts the request at dst in
+// rejected/ (never over a file there: an error wrapping unix.EEXIST
+// has the next name tried).
+func (d Dir) rejectAs(name, reason string, place func(dst string) error) (string, error) {
 	line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
 	markRejected(src)
 	if err := os.Mkdir(d.Rejected(), 0o755); err == nil {
@@ -287,13 +338,13 @@ func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 		}); err != nil {
 			return "", err
 		}
-		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
+		err := place(dst)
 		if err == nil {
 			return dst, durable.FlushRejected.SyncDir(d.Rejected()) // as durable as its reason
 		}
 		os.Remove(dst + ".error")
 		if !errors.Is(err, unix.EEXIST) {
-			return "", &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
+			return "", err
 		}
 	}
 }

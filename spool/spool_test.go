@@ -393,6 +393,33 @@ func TestRejectKeepsEveryFile(t *testing.T) {
 	}
 }
 
+// A copy set aside (a queued run's bad version, left in the spool to
+// mend) takes the next free name beside a moved request, with its
+// reason, mode 0600, and leaves the request where it is.
+func TestRejectCopyLeavesTheRequest(t *testing.T) {
+	d := newDir(t)
+	p := filepath.Join(d.Spool(), "q.start")
+	os.WriteFile(p, []byte("first"), 0o644)
+	if _, err := d.Reject("q.start", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(p, []byte(`{"comand": "x"}`), 0o644)
+	dst, err := d.RejectCopy("q.start", []byte(`{"comand": "x"}`), os.Geteuid(), "unknown field")
+	if err != nil || dst != filepath.Join(d.Rejected(), "q.start.1") {
+		t.Fatalf("RejectCopy = %q, %v; want rejected/q.start.1", dst, err)
+	}
+	var st unix.Stat_t
+	if b, err := os.ReadFile(dst); err != nil || string(b) != `{"comand": "x"}` || unix.Stat(dst, &st) != nil || st.Mode&0o777 != 0o600 {
+		t.Errorf("rejected/q.start.1 = %q, %v, mode %04o; want the copy, 0600", b, err, st.Mode&0o777)
+	}
+	if e, _ := os.ReadFile(dst + ".error"); string(e) != "q.start: unknown field\n" {
+		t.Errorf("rejected/q.start.1.error = %q", e)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != `{"comand": "x"}` {
+		t.Errorf("spool/q.start = %q, %v; want it left there", b, err)
+	}
+}
+
 // A name as long as a file name may be cannot carry ".error": the
 // rejected copy is shortened, and its reason still names it whole.
 func TestRejectShortensLongNames(t *testing.T) {
