@@ -41,6 +41,12 @@ type queuedRun struct {
 	// recheck is set while its request, held back with a slot free, is
 	// due to be examined again (see heldBack).
 	recheck bool
+	// held is set while its request in the spool is a version that was
+	// rejected (see holdQueued), and bad is that version's BodySum ("" when
+	// a watcher that restarted found the run held by its record: the
+	// version it holds for is known by its reason then).
+	held bool
+	bad  string
 }
 
 // addQueued puts q at the end of the queue.
@@ -145,13 +151,76 @@ func (w *watcher) handOverQueued(st *tracker.State) {
 // back after its removal (see queuedRequestRemoved). A slot may have freed
 // while it could not be read.
 func (w *watcher) editQueued(q *queuedRun, n spool.Name, f spool.File, req spool.Start) {
-	back := q.removed
+	back, held := q.removed, q.held
 	q.stopGone()
-	if w.updateQueued(q, f, req) || back {
+	q.held, q.bad = false, ""
+	changed := w.updateQueued(q, f, req)
+	if !changed && held {
+		// Mended back into the version it was held from: its reason is
+		// no longer the hold's.
+		q.st.Reason = editedReason(q.st)
+		w.save(q.st)
+	}
+	if changed || back || held {
 		w.keep(f)
 		w.answer(n, spool.Accepted, fmt.Sprintf("edited while queued (rev %d)", q.st.Rev))
 	}
 	w.dequeue()
+}
+
+// heldPrefix begins the reason of a queued run held by a bad version of
+// its request (see holdQueued): a watcher that restarts knows the run is
+// held by it.
+const heldPrefix = "held: its request "
+
+// holdQueued takes a version of queued run q's request, named n and read
+// as f, that its owner wrote and that does not parse or is refused
+// (problem): a typo saved from an editor must not cost the run. A copy
+// of it is set aside in rejected/ with its reason, and it is answered
+// rejected; but it stays in the spool, for its writer to mend, and the
+// run stays queued, held, in its place: it starts from no version that
+// is not good (startQueued refuses it), and the next good version is an
+// edit. The same version, examined again, is answered once.
+func (w *watcher) holdQueued(q *queuedRun, n spool.Name, f spool.File, problem string) {
+	name := n.String()
+	problem = strings.TrimPrefix(problem, name+": ")
+	reason := heldPrefix + "does not parse or is refused (" + problem + "); it waits for a good version"
+	sum := spool.BodySum(f.Body)
+	if q.held && (q.bad == sum || q.bad == "" && heldFor(q.st.Reason) == reason) {
+		q.bad = sum
+		w.forget(name)
+		return // answered already
+	}
+	dst, err := w.spool.RejectCopy(name, f.Body, f.UID, problem+" (a copy: the run stays queued, held until its request is good)")
+	if err != nil {
+		w.takeLater(name, "setting a copy aside in rejected/", err)
+		return
+	}
+	w.forget(name)
+	delete(w.faulted, name)
+	q.stopGone() // back, if it was removed: bad, but there
+	q.held, q.bad = true, sum
+	q.st.Reason = reason
+	w.save(q.st)
+	w.log.Printf("%s: rejected, copied to %s: %s; run %s stays queued, held until its request is good", spool.Printable(name), dst, problem, q.st.ID)
+	w.outcome(n, spool.Rejected, fmt.Sprintf("%s: %s; run %s stays queued, held until its request is good (rev %d; this version is copied to rejected/%s, and left in the spool to mend)",
+		spool.Printable(name), problem, q.st.ID, q.st.Rev, filepath.Base(dst)))
+}
+
+// heldFor returns a held run's reason without what noteHeldUp adds.
+func heldFor(reason string) string {
+	r, _, _ := strings.Cut(reason, heldUp)
+	return r
+}
+
+// editedReason is the reason of queued run st once its request was
+// edited.
+func editedReason(st *tracker.State) string {
+	reason := "its request was edited while queued"
+	if r := waitReason(st); r != "" {
+		reason += "; " + r
+	}
+	return reason
 }
 
 // updateQueued takes a new version of queued run q's request: the record
@@ -198,10 +267,7 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	if waits(st) {
 		w.waiters++
 	}
-	st.Reason = "its request was edited while queued"
-	if r := waitReason(st); r != "" {
-		st.Reason += "; " + r
-	}
+	st.Reason = editedReason(st)
 	w.save(st)
 	w.log.Printf("run %s: its queued request changed: %s", st.ID, strings.Join(st.Command, " "))
 	return true
@@ -295,12 +361,18 @@ func (w *watcher) startQueuedRuns() {
 // It reports false if the request cannot be taken now (a writer has it
 // open, or it does not parse yet); the run stays queued.
 func (w *watcher) startQueued(q *queuedRun) bool {
+	if q.held {
+		return false // its next good version is taken as an edit first (holdQueued)
+	}
 	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart, Owner: q.st.OwnerUID}
 	f, err := w.spool.Read(n.String())
 	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
 		return false // another's file is never its request: examine rejects it
 	}
 	req, err := spool.ParseStart(f.Body)
+	if err == nil && q.st.RequestSum != spool.BodySum(f.Body) {
+		err = req.CheckNew() // a version not taken yet: examine holds the run for one refused
+	}
 	if err != nil || !f.Settled || !sameWaits(req, q.req) {
 		return false // a version whose waits changed is taken as an edit first
 	}
@@ -327,16 +399,17 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		if err == nil && q.st.RequestSum != spool.BodySum(claimed.Body) {
 			err = req.CheckNew() // a version not taken before
 		}
+		if err != nil || !sameWaits(req, q.req) {
+			// Edited at that very moment into a bad version (its owner's:
+			// examine holds the run for a good one) or one that waits for
+			// something else (taken as an edit): back to the spool.
+			if w.unclaimQueued(n) {
+				return false
+			}
+		}
 		if err != nil {
 			w.endQueued(q, tracker.Failed, "its request, changed as it was claimed to start it, is refused: "+err.Error())
 			return true
-		}
-		if !sameWaits(req, q.req) {
-			// Edited at that very moment to wait for something else: back
-			// to the spool, to be taken as an edit.
-			if unix.Renameat2(unix.AT_FDCWD, w.store.Run(n.ID).Request(), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE) == nil {
-				return false
-			}
 		}
 	}
 	w.forget(n.String())
@@ -351,6 +424,13 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	w.saveChange(q.st, tracker.Event{}, kind)
 	w.launch(q.st, q.req.Env)
 	return true
+}
+
+// unclaimQueued puts back in the spool the request of queued run n.ID just
+// claimed to start it, unless a new version is there already; it
+// reports whether it did.
+func (w *watcher) unclaimQueued(n spool.Name) bool {
+	return unix.Renameat2(unix.AT_FDCWD, w.store.Run(n.ID).Request(), unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE) == nil
 }
 
 // heldBack has queued run q's request examined again once the settle
@@ -492,18 +572,21 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		// One that does not parse now, or is not its owner's, is decided on
 		// rescan. So is one edited while no watcher ran: it is compared
 		// there with what the record was made from.
-		req, _ := spool.ParseStart(f.Body)
+		req, perr := spool.ParseStart(f.Body)
 		switch {
 		case st.RequestSum != "" && st.RequestSum != spool.BodySum(f.Body):
 			req = recordedRequest(st)
-		case st.RequestSum == "" && err == nil:
+		case st.RequestSum == "" && err == nil && perr == nil:
 			// Made by a tend that kept no sum (before request_sum): the
 			// version found is the only one known to have been taken, as
 			// req says, and it is spared as taken (queuedAsIs) from rules
 			// newer than that tend's.
 			st.RequestSum = spool.BodySum(f.Body)
 		}
-		w.addQueued(&queuedRun{st: st, req: req})
+		// One its record says is held (holdQueued) stays held until a good
+		// version is taken, whatever the spool holds now: the version it
+		// holds for is answered already, and is known by the reason.
+		w.addQueued(&queuedRun{st: st, req: req, held: strings.HasPrefix(st.Reason, heldPrefix)})
 		return
 	}
 	if _, err := os.Stat(w.store.Run(st.ID).Request()); err == nil {
@@ -514,7 +597,7 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		w.neverRan(st, "it was leaving the queue when the watcher stopped")
 		return
 	}
-	q := &queuedRun{st: st}
+	q := &queuedRun{st: st, held: strings.HasPrefix(st.Reason, heldPrefix)}
 	w.addQueued(q)
 	w.queuedRequestRemoved(q)
 }

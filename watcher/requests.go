@@ -142,7 +142,8 @@ func (w *watcher) examine(name string) {
 		return
 	}
 	var take func()
-	if problem == nil {
+	admitted := problem == nil // its writer's own file, a request by every other check
+	if admitted {
 		take, problem = w.request(n, f)
 	}
 	if problem != nil || !f.Settled {
@@ -152,7 +153,7 @@ func (w *watcher) examine(name string) {
 		}
 	}
 	if problem != nil {
-		w.reject(name, n, nameErr, problem.Error())
+		w.refuseStart(name, n, nameErr, f, admitted, problem.Error())
 		return
 	}
 	w.forget(name)
@@ -194,6 +195,21 @@ func (w *watcher) claimGhost(n spool.Name, f spool.File) bool {
 	}
 	var st unix.Stat_t
 	return unix.Lstat(w.store.Run(n.ID).Request(), &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino
+}
+
+// refuseStart rejects request name (n, read as f; nameErr says what is
+// wrong with its name) for problem, or, if it
+// is a version of a queued run's request that its owner wrote (admitted:
+// it passed every check but its body's) and that does not parse or is
+// refused, holds the run for a good version (holdQueued): a typo is not
+// a cancel. Anything else in a queued run's place (another user's file,
+// a link, a second hard link) is rejected, and cancels the run.
+func (w *watcher) refuseStart(name string, n spool.Name, nameErr error, f spool.File, admitted bool, problem string) {
+	if q := w.queued(n.ID); q != nil && admitted && n.Verb == spool.VerbStart && n.ID != spool.SelectID {
+		w.holdQueued(q, n, f, problem)
+		return
+	}
+	w.reject(name, n, nameErr, problem)
 }
 
 // request parses request n's body for its verb, and returns what takes it.
@@ -373,13 +389,13 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 			had = q.req.After
 		}
 		if err := w.checkDeps(n.ID, req.After, had); err != nil {
-			w.reject(n.String(), n, nil, err.Error())
+			w.refuseStart(n.String(), n, nil, f, true, err.Error())
 			return
 		}
 	}
 	slurm := w.slurmFor(req)
 	if err := checkJob(req, slurm); err != nil {
-		w.reject(n.String(), n, nil, err.Error())
+		w.refuseStart(n.String(), n, nil, f, true, err.Error())
 		return
 	}
 	if q := w.queued(n.ID); q != nil {

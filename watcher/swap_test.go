@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/tracker"
@@ -18,9 +19,10 @@ const otherUID = 4242
 
 // A queued run's request replaced between the watcher's read of it and
 // its claim, as it starts the run: the version claimed is checked as a
-// new request (one with a label key the rule refuses ends the run
-// failed, never run), and one of another owner is not the run's; a
-// version that passes starts the run, as it says.
+// new request (one its owner wrote with a label key the rule refuses is
+// put back in the spool, and holds the run until it is mended, never
+// run), and one of another owner is not the run's (the run ends failed);
+// a version that passes starts the run, as it says.
 func TestQueuedSwappedAsClaimed(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -28,9 +30,10 @@ func TestQueuedSwappedAsClaimed(t *testing.T) {
 		uid   int
 		state tracker.StateName
 		want  string // in the run's reason; for a completed run, its label
+		held  string // the reason of a run held by the version, mended then into one labeled "mended"
 	}{
-		{name: "refused label key", body: `{"command": "echo swapped", "labels": {"k=x": "v"}}`, state: tracker.Failed,
-			want: `its request, changed as it was claimed to start it, is refused: "labels": key "k=x"`},
+		{name: "refused label key", body: `{"command": "echo swapped", "labels": {"k=x": "v"}}`, state: tracker.Completed,
+			held: `held: its request does not parse or is refused ("labels": key "k=x"`, want: "mended"},
 		{name: "another owner", body: `{"command": "echo swapped"}`, uid: otherUID, state: tracker.Failed,
 			want: "the request claimed to start it is not its own: owned by uid 4242, not by the run's owner"},
 		{name: "a version that passes", body: `{"command": "echo swapped", "labels": {"k": "x"}}`, state: tracker.Completed, want: "x"},
@@ -61,6 +64,9 @@ func TestQueuedSwappedAsClaimed(t *testing.T) {
 			if _, err := c.Cancel(ctx, "blocker", tend.Control{}); err != nil {
 				t.Fatal(err)
 			}
+			if tc.held != "" {
+				heldThenMended(t, root, tc.held)
+			}
 			st = ended(t, c, "q")
 			if !swapped.Load() {
 				t.Fatal("run q started, and its request was never swapped")
@@ -77,8 +83,12 @@ func TestQueuedSwappedAsClaimed(t *testing.T) {
 					t.Errorf("run q failed, but it started: %+v", st)
 				}
 			default:
-				if st.Labels["k"] != tc.want || !strings.Contains(strings.Join(st.Command, " "), "swapped") {
-					t.Errorf("run q ran %q with labels %v, want the swapped version's", st.Command, st.Labels)
+				ran := "swapped"
+				if tc.held != "" {
+					ran = "mended"
+				}
+				if st.Labels["k"] != tc.want || !strings.Contains(strings.Join(st.Command, " "), ran) {
+					t.Errorf("run q ran %q with labels %v, want the %s version's", st.Command, st.Labels, ran)
 				}
 			}
 			if _, err := os.Stat(filepath.Join(root, "runs", "q", "request")); err != nil {
@@ -86,6 +96,28 @@ func TestQueuedSwappedAsClaimed(t *testing.T) {
 			}
 		})
 	}
+}
+
+// heldThenMended waits for queued run q of root to be held, its reason
+// beginning with held, by the bad version of its request put back in
+// the spool, and mends it: a version labeled "mended".
+func heldThenMended(t *testing.T, root, held string) {
+	t.Helper()
+	store := tracker.NewStore(root)
+	for ctx := deadline(t); ; {
+		st, err := store.Read("q")
+		if err == nil && strings.HasPrefix(st.Reason, held) && st.State == tracker.Queued {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("run q is not held (%v): %+v", err, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if b, err := os.ReadFile(filepath.Join(root, "spool", "q.start")); err != nil || !strings.Contains(string(b), "k=x") {
+		t.Errorf("the bad version is not back in the spool, to mend: %q, %v", b, err)
+	}
+	swapIn(t, filepath.Join(root, "spool", "q.start"), `{"command": "echo mended", "labels": {"k": "mended"}}`, 0)
 }
 
 // queuedSwapping starts a watcher with one slot (max_running 1) that lets
