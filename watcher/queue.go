@@ -188,6 +188,7 @@ func (w *watcher) holdQueued(q *queuedRun, n spool.Name, f spool.File, problem s
 	sum := spool.BodySum(f.Body)
 	if q.held && (q.bad == sum || q.bad == "" && heldFor(q.st.Reason) == reason) {
 		q.bad = sum
+		q.stopGone() // back, if it was removed
 		w.forget(name)
 		return // answered already
 	}

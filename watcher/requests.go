@@ -198,12 +198,12 @@ func (w *watcher) claimGhost(n spool.Name, f spool.File) bool {
 }
 
 // refuseStart rejects request name (n, read as f; nameErr says what is
-// wrong with its name) for problem, or, if it
-// is a version of a queued run's request that its owner wrote (admitted:
-// it passed every check but its body's) and that does not parse or is
-// refused, holds the run for a good version (holdQueued): a typo is not
-// a cancel. Anything else in a queued run's place (another user's file,
-// a link, a second hard link) is rejected, and cancels the run.
+// wrong with its name) for problem, or, if it is a version of a queued
+// run's request that its owner wrote (admitted: it passed every check
+// but its body's) and that does not parse or is refused, holds the run
+// for a good version (holdQueued): a typo is not a cancel. Anything
+// else in a queued run's place (another user's file, a link, a second
+// hard link) is rejected, and cancels the run.
 func (w *watcher) refuseStart(name string, n spool.Name, nameErr error, f spool.File, admitted bool, problem string) {
 	if q := w.queued(n.ID); q != nil && admitted && n.Verb == spool.VerbStart && n.ID != spool.SelectID {
 		w.holdQueued(q, n, f, problem)
