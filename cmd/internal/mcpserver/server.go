@@ -91,8 +91,8 @@ func Main(version string, args []string, stdin io.Reader, stderr io.Writer) int 
 // ends, once every request read is answered, or until ctx ends.
 func Serve(ctx context.Context, client *tend.Client, version string) error {
 	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: version}, nil)
-	addTools(s, &tools{client: client})
-	s.AddReceivingMiddleware(exactNumbers(toolNames))
+	schemas := addTools(s, &tools{client: client})
+	s.AddReceivingMiddleware(checkArgs(schemas), exactNumbers(toolNames))
 	err := s.Run(ctx, &drainingStdio{})
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
@@ -240,28 +240,32 @@ type signalIn struct {
 	Signal string `json:"signal" jsonschema:"a name, with or without SIG, in any case (HUP, INT, TERM, SIGUSR1, ...), or a number from 1 to 64 in digits (15; no sign: not -9)"`
 }
 
-// addTools adds t's tools to s, each with the output schema of its result.
 // toolNames are the names addTools gives its tools.
 var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "wait", "signal", "delete"}
 
-func addTools(s *mcp.Server, t *tools) {
-	add(s, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
-	add(s, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
-	add(s, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
-	add(s, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
-	add(s, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
-	add(s, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
-	add(s, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
-	add(s, "signal", "Send a signal to the process group of a run of this session.", t.signal)
-	add(s, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
+// addTools adds t's tools to s, each with the output schema of its result,
+// and returns their input schemas, by name.
+func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
+	schemas := map[string]*jsonschema.Schema{}
+	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
+	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
+	add(s, schemas, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
+	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
+	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
+	add(s, schemas, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
+	add(s, schemas, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
+	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
+	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
+	return schemas
 }
 
 // add adds a tool whose handler never takes the server down: a panic is a
-// tool error like any other. Its results are structured content of type
+// tool error like any other; its input schema goes in schemas. Its results are structured content of type
 // Out, described by an output schema; a tool error carries one only if the
 // handler gives one (a refused request's outcome).
-func add[In, Out any](s *mcp.Server, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
+func add[In, Out any](s *mcp.Server, schemas map[string]*jsonschema.Schema, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
 	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: schemaOf[In](), OutputSchema: schemaOf[Out]()}
+	schemas[name] = tool.InputSchema.(*jsonschema.Schema)
 	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
 		defer func() {
 			if p := recover(); p != nil {
