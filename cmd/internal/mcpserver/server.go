@@ -33,6 +33,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
 
@@ -247,7 +248,7 @@ var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", 
 // and returns their input schemas, by name.
 func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	schemas := map[string]*jsonschema.Schema{}
-	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record.", t.start)
+	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record (an error, with the record, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", t.start)
 	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, schemas, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
@@ -360,6 +361,11 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 	st, err := t.client.Start(ctx, in.ID, req)
 	if err != nil {
 		return errorResult("start", err), nil, nil
+	}
+	if st.State == tracker.Failed && st.PID == 0 {
+		// It never ran (a working directory that is not there): an error,
+		// as for tend start, not a record an agent takes for a run.
+		return toolError(fmt.Sprintf("start: run %s could not start: %s", st.ID, st.Reason)), st, nil
 	}
 	return nil, st, nil
 }
