@@ -147,9 +147,24 @@ type startIn struct {
 	Labels  map[string]string `json:"labels,omitempty" jsonschema:"labels to attach"`
 	After   []string          `json:"after,omitempty" jsonschema:"runs to wait for, each ID or ID:condition: completed (the default), ended (however it ended) or ready (it runs and is ready); the run is queued until every one holds, and canceled if one no longer can"`
 	// NotBefore is a string: an RFC 3339 time or a duration.
-	NotBefore string   `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
-	Slurm     *slurmIn `json:"slurm,omitempty" jsonschema:"run it on the Slurm cluster, with these settings (an empty object: the cluster's defaults, or the root's)"`
-	Local     bool     `json:"local,omitempty" jsonschema:"run it on this host even where the root sends runs to Slurm by default"`
+	NotBefore string    `json:"not_before,omitempty" jsonschema:"start no earlier than this: an RFC 3339 time, or a duration from now such as 10m"`
+	Health    *healthIn `json:"health,omitempty" jsonschema:"a health check, for a server: the run is starting until a check passes, then running and ready (wait with until ready); give exactly one of tcp, http and exec"`
+	ReadyFile bool      `json:"ready_file,omitempty" jsonschema:"the run is starting until its command creates the file named in $TEND_READY, then running and ready (wait with until ready)"`
+	Restart   string    `json:"restart,omitempty" jsonschema:"restart policy: never (the default), on-failure, or always (up to 5 restarts a minute); with a health check, a run that fails 'retries' checks in a row is restarted"`
+	Slurm     *slurmIn  `json:"slurm,omitempty" jsonschema:"run it on the Slurm cluster, with these settings (an empty object: the cluster's defaults, or the root's)"`
+	Local     bool      `json:"local,omitempty" jsonschema:"run it on this host even where the root sends runs to Slurm by default"`
+}
+
+// healthIn is spool.Health as the start tool takes it: its durations
+// strings or numbers of seconds, its defaults those of the spool.
+type healthIn struct {
+	TCP         string   `json:"tcp,omitempty" jsonschema:"host:port that accepts a connection, such as localhost:8000"`
+	HTTP        string   `json:"http,omitempty" jsonschema:"an http or https URL whose GET answers 2xx"`
+	Exec        string   `json:"exec,omitempty" jsonschema:"a shell command that exits 0, run as the run is"`
+	Interval    duration `json:"interval,omitempty" jsonschema:"time between checks: a Go duration such as \"2s\", or a number of seconds (default 1s, at least 100ms)"`
+	Timeout     duration `json:"timeout,omitempty" jsonschema:"each check's time limit (default 1s)"`
+	Retries     int      `json:"retries,omitempty" jsonschema:"failed checks in a row that make the run unhealthy (default 3)"`
+	StartPeriod duration `json:"start_period,omitempty" jsonschema:"failed checks within this time of each start do not count (default 30s)"`
 }
 
 // slurmIn is spool.Slurm as the start tool takes it: its time a string.
@@ -229,10 +244,12 @@ type outcomesOut struct {
 type waitIn struct {
 	ID      string  `json:"id" jsonschema:"the run's ID"`
 	Timeout float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30); the run goes on"`
+	Until   string  `json:"until,omitempty" jsonschema:"ended (the default): until the run has ended; ready: until it is running and ready (its health check passed, or it created its ready file; without either, once it runs), or has ended"`
 }
 
 type waitOut struct {
-	Ended bool `json:"ended" jsonschema:"whether the run has ended; if not, the wait timed out and the run goes on"`
+	Ended bool `json:"ended" jsonschema:"whether the run has ended; if not (and not ready, with until ready), the wait timed out and the run goes on"`
+	Ready bool `json:"ready" jsonschema:"whether the run is running and ready (see until); false once it has ended"`
 	*tend.Record
 }
 
@@ -254,7 +271,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
 	add(s, schemas, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
-	add(s, schemas, "wait", "Wait for a run to end, at most timeout_seconds; returns its record either way, with ended.", t.wait)
+	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its record either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
 	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
 	return schemas
@@ -345,6 +362,17 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 			return toolError("start: not_before: want an RFC 3339 time or a duration such as 10m"), nil, nil
 		}
 	}
+	if in.Health != nil {
+		if req.Health, err = in.Health.read(); err != nil {
+			return toolError("start: " + err.Error()), nil, nil
+		}
+	}
+	req.ReadyFile = in.ReadyFile
+	if in.Restart != "" {
+		r := spool.DefaultRestart
+		r.Policy = in.Restart // the spool's parser checks it
+		req.Restart = &r
+	}
 	if s := in.Slurm; s != nil {
 		if in.Local {
 			return toolError("start: local runs it on this host: slurm does not go with it"), nil, nil
@@ -368,6 +396,29 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 		return toolError(fmt.Sprintf("start: run %s could not start: %s", st.ID, st.Reason)), st, nil
 	}
 	return nil, st, nil
+}
+
+// read returns h as the spool takes it, with the spool's defaults.
+func (h *healthIn) read() (*spool.Health, error) {
+	sh := &spool.Health{TCP: h.TCP, HTTP: h.HTTP, Exec: h.Exec, Interval: spool.Duration(time.Second),
+		Timeout: spool.Duration(time.Second), Retries: 3, StartPeriod: spool.Duration(30 * time.Second)}
+	for _, d := range []struct {
+		name string
+		in   duration
+		to   *spool.Duration
+	}{{"health.interval", h.Interval, &sh.Interval}, {"health.timeout", h.Timeout, &sh.Timeout}, {"health.start_period", h.StartPeriod, &sh.StartPeriod}} {
+		if d.in.sent() {
+			v, err := d.in.read(d.name)
+			if err != nil {
+				return nil, err
+			}
+			*d.to = v
+		}
+	}
+	if h.Retries != 0 {
+		sh.Retries = h.Retries
+	}
+	return sh, nil
 }
 
 func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, error) {
@@ -529,9 +580,17 @@ func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *wait
 	if err != nil {
 		return toolError("wait: " + err.Error()), nil, nil
 	}
+	until := tend.Ended
+	switch in.Until {
+	case "", "ended":
+	case "ready":
+		until = func(st *tend.Record) bool { return tend.Ended(st) || tend.Ready(st) }
+	default:
+		return toolError(fmt.Sprintf("wait: until %q: want ended or ready", in.Until)), nil, nil
+	}
 	wctx, cancel := context.WithTimeout(ctx, d.D())
 	defer cancel()
-	st, err := t.client.Wait(wctx, in.ID)
+	st, err := t.client.WaitFor(wctx, in.ID, until)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		if st == nil {
 			return toolError(fmt.Sprintf("wait: run %s has no record yet after %gs", in.ID, secs)), nil, nil
@@ -541,7 +600,7 @@ func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *wait
 	if err != nil {
 		return errorResult("wait", err), nil, nil
 	}
-	return nil, &waitOut{Ended: tend.Ended(st), Record: st}, nil
+	return nil, &waitOut{Ended: tend.Ended(st), Ready: tend.Ready(st), Record: st}, nil
 }
 
 func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {
