@@ -17,11 +17,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -557,6 +559,13 @@ func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolRes
 	if !in.All && len(in.Labels) == 0 {
 		return toolError(`cancel_all: name the runs: "all": true, or "labels"`), nil, nil
 	}
+	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
+		// No run has such a label (start refuses it): selecting by it
+		// would cancel nothing, and say nothing of the mistake.
+		if err := spool.CheckLabelKey(k); err != nil {
+			return toolError("cancel_all: labels: " + err.Error()), nil, nil
+		}
+	}
 	sel := spool.Select{All: in.All, Labels: in.Labels}
 	runs, err := t.client.CancelSelected(ctx, sel, tend.Control{Grace: grace.D()})
 	if err != nil {
@@ -682,9 +691,20 @@ func durationJSON(name string, raw []byte) (spool.Duration, error) {
 	return d, nil
 }
 
-// errorResult is the tool error for err, prefixed with the tool's name.
+// errorResult is the tool error for err, prefixed with the tool's name
+// unless err's message starts with it already: the client's errors often
+// name their verb, which is the tool's ("start serve: rejected: ..."),
+// and "start: start: ..." reads as a stutter.
 func errorResult(tool string, err error) *mcp.CallToolResult {
-	return toolError(tool + ": " + err.Error())
+	return toolError(errorText(tool, err))
+}
+
+func errorText(tool string, err error) string {
+	msg := err.Error()
+	if strings.HasPrefix(msg, tool+": ") || strings.HasPrefix(msg, tool+" ") {
+		return msg
+	}
+	return tool + ": " + msg
 }
 
 func toolError(msg string) *mcp.CallToolResult {

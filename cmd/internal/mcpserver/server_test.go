@@ -2,6 +2,7 @@ package mcpserver
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"testing"
 
@@ -53,5 +54,22 @@ func TestToolNames(t *testing.T) {
 	want := slices.Sorted(slices.Values(toolNames))
 	if !slices.Equal(names, want) {
 		t.Errorf("tools %v, toolNames %v", names, want)
+	}
+}
+
+// TestErrorText: a tool error names the tool once, even where the
+// client's error names its verb already.
+func TestErrorText(t *testing.T) {
+	tests := []struct{ tool, err, want string }{
+		{"start", "start: the request would be 2099199 bytes", "start: the request would be 2099199 bytes"},
+		{"start", "start serve: rejected: run serve already exists", "start serve: rejected: run serve already exists"},
+		{"show", `no run "x" in /r/.tend`, `show: no run "x" in /r/.tend`},
+		{"cancel_all", "cancel: \"labels\": an empty key", "cancel_all: cancel: \"labels\": an empty key"},
+		{"logs", "logsy thing", "logs: logsy thing"},
+	}
+	for _, tt := range tests {
+		if got := errorText(tt.tool, errors.New(tt.err)); got != tt.want {
+			t.Errorf("errorText(%q, %q) = %q, want %q", tt.tool, tt.err, got, tt.want)
+		}
 	}
 }
