@@ -213,13 +213,14 @@ func cmdMCPFuzz(ts *testscript.TestScript, neg bool, args []string) {
 	list, err := session.ListTools(ctx, nil)
 	ts.Check(err)
 	base := map[string]map[string]any{
-		"start":  {"command": "true"},
-		"show":   {"id": "mine"},
-		"logs":   {"id": "mine"},
-		"wait":   {"id": "nosuch", "timeout_seconds": 0.01},
-		"cancel": {"id": "nosuch"},
-		"signal": {"id": "nosuch", "signal": "HUP"},
-		"delete": {"id": "nosuch"},
+		"start":   {"command": "true"},
+		"show":    {"id": "mine"},
+		"logs":    {"id": "mine"},
+		"wait":    {"id": "nosuch", "timeout_seconds": 0.01},
+		"cancel":  {"id": "nosuch"},
+		"restart": {"id": "nosuch"},
+		"signal":  {"id": "nosuch", "signal": "HUP"},
+		"delete":  {"id": "nosuch"},
 		// Only runs labeled so, which none is, whatever else is fuzzed;
 		// a fuzzed "labels" alone selects no run either.
 		"cancel_all": {"labels": map[string]any{"nosuch": "x"}},

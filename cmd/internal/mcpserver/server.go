@@ -1,6 +1,6 @@
 // Package mcpserver serves tend's control surface to agents as Model
 // Context Protocol tools over stdin and stdout: start, ls, show, logs (by
-// offset), cancel, cancel_all, wait, signal, delete, each answering typed
+// offset), cancel, cancel_all, restart, wait, signal, delete, each answering typed
 // JSON with an output schema. The tools are a client of the spool like any
 // other (package tend), in the session of the server's TEND_SESSION.
 //
@@ -255,13 +255,18 @@ type waitOut struct {
 	*tend.Record
 }
 
+type restartIn struct {
+	ID    string   `json:"id" jsonschema:"the run's ID"`
+	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own)"`
+}
+
 type signalIn struct {
 	ID     string `json:"id" jsonschema:"the run's ID"`
 	Signal string `json:"signal" jsonschema:"a name, with or without SIG, in any case (HUP, INT, TERM, SIGUSR1, ...), or a number from 1 to 64 in digits (15; no sign: not -9)"`
 }
 
 // toolNames are the names addTools gives its tools.
-var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "wait", "signal", "delete"}
+var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "restart", "wait", "signal", "delete"}
 
 // addTools adds t's tools to s, each with the output schema of its result,
 // and returns their input schemas, by name.
@@ -273,6 +278,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
 	add(s, schemas, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
+	add(s, schemas, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", t.restart)
 	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its record either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
 	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
@@ -284,7 +290,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 // Out, described by an output schema; a tool error carries one only if the
 // handler gives one (a refused request's outcome).
 func add[In, Out any](s *mcp.Server, schemas map[string]*jsonschema.Schema, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
-	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: schemaOf[In](), OutputSchema: schemaOf[Out]()}
+	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: schemaOf[In](), OutputSchema: describeResult(schemaOf[Out]())}
 	schemas[name] = tool.InputSchema.(*jsonschema.Schema)
 	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
 		defer func() {
@@ -298,6 +304,47 @@ func add[In, Out any](s *mcp.Server, schemas map[string]*jsonschema.Schema, name
 		}
 		return res, o, err
 	})
+}
+
+// resultDocs describe the members of the tools' results that the
+// client's types (tend.LogSlice, tend.Outcome, tend.Record) leave
+// undescribed, for an agent that reads the output schema and nothing
+// else: what to do next with a read, what an outcome means.
+var resultDocs = map[string]string{
+	"stream":        "the stream read: stdout, stderr or both",
+	"offset":        "where data starts: the offset asked for, or the first byte still kept if that was dropped",
+	"next":          "the offset to read from next time (pass it as offset): no byte is read twice",
+	"dropped":       "how many of the bytes asked for were gone (the output is capped): data starts after them",
+	"eof":           "data reaches the end of what the stream holds now (if not, more is there: read on from next at once); more may come while the run lives (read again from next later)",
+	"final":         "the run has ended and data reaches the end: nothing more will come",
+	"data":          "the output read, as text (see invalid_utf8)",
+	"verb":          "the request: cancel, signal, restart, delete, ...",
+	"outcome":       "what was done: canceled, signaled, restarted, deleted; or why not: already_finished (the run had ended), not_running, not_found, not_permitted (another session's or user's run: nothing changed), still_active (delete of a live run), rejected",
+	"detail":        "more on the outcome: the state of an ended run, the signal sent, the attempt started, the reason for a refusal",
+	"state":         "queued, starting (waits to be ready), running, paused, backoff (waits to restart), stopping; or, ended: completed, failed, canceled, timed_out",
+	"exit_code":     "the exit code, once the run has ended by exiting",
+	"reason":        "why the run ended as it did (or could not start), in words",
+	"last_line":     "a live run's last line of output",
+	"quiet_seconds": "how long a live run's output has not grown",
+	"position":      "a queued run's place in the queue, from 1",
+}
+
+// describeResult returns s, a tool result's schema, with its members
+// (and those of the items of its runs) described by resultDocs where
+// their type gives no description.
+func describeResult(s *jsonschema.Schema) *jsonschema.Schema {
+	objs := []*jsonschema.Schema{s}
+	if runs := s.Properties["runs"]; runs != nil && runs.Items != nil {
+		objs = append(objs, runs.Items)
+	}
+	for _, o := range objs {
+		for name, p := range o.Properties {
+			if p.Description == "" {
+				p.Description = resultDocs[name]
+			}
+		}
+	}
+	return s
 }
 
 // structured is a tool's result. Its type is not any, so the SDK puts it
@@ -610,6 +657,14 @@ func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *wait
 		return errorResult("wait", err), nil, nil
 	}
 	return nil, &waitOut{Ended: tend.Ended(st), Ready: tend.Ready(st), Record: st}, nil
+}
+
+func (t *tools) restart(ctx context.Context, in restartIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	grace, err := in.Grace.read("grace")
+	if err != nil {
+		return toolError("restart: " + err.Error()), nil, nil
+	}
+	return outcomeResult("restart")(t.client.Restart(ctx, in.ID, tend.Control{Grace: grace.D()}))
 }
 
 func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {

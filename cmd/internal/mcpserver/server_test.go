@@ -6,7 +6,9 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/tendhq/tend"
 )
 
 func TestInvalidUTF8(t *testing.T) {
@@ -70,6 +72,22 @@ func TestErrorText(t *testing.T) {
 	for _, tt := range tests {
 		if got := errorText(tt.tool, errors.New(tt.err)); got != tt.want {
 			t.Errorf("errorText(%q, %q) = %q, want %q", tt.tool, tt.err, got, tt.want)
+		}
+	}
+}
+
+// TestResultDocs: an agent that reads only a result's output schema
+// learns what each member of a log read and of an outcome means.
+func TestResultDocs(t *testing.T) {
+	for name, s := range map[string]*jsonschema.Schema{
+		"logs":       describeResult(schemaOf[logsOut]()),
+		"cancel":     describeResult(schemaOf[tend.Outcome]()),
+		"cancel_all": describeResult(schemaOf[outcomesOut]()).Properties["runs"].Items,
+	} {
+		for prop, p := range s.Properties {
+			if p.Description == "" && prop != "id" {
+				t.Errorf("%s: result member %s has no description", name, prop)
+			}
 		}
 	}
 }
