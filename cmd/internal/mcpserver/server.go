@@ -230,13 +230,13 @@ const maxLogBytes = 4 << 20
 
 type cancelIn struct {
 	ID    string   `json:"id" jsonschema:"the run's ID"`
-	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own)"`
+	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own; 0: SIGKILL at once)"`
 }
 
 type cancelAllIn struct {
 	All    bool              `json:"all,omitempty" jsonschema:"every active run of this session (of every session if the server has none); or give labels"`
 	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the runs with every one of these labels"`
-	Grace  duration          `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: each run's own)"`
+	Grace  duration          `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: each run's own; 0: SIGKILL at once)"`
 }
 
 type outcomesOut struct {
@@ -244,9 +244,9 @@ type outcomesOut struct {
 }
 
 type waitIn struct {
-	ID      string  `json:"id" jsonschema:"the run's ID"`
-	Timeout float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30); the run goes on"`
-	Until   string  `json:"until,omitempty" jsonschema:"ended (the default): until the run has ended; ready: until it is running and ready (its health check passed, or it created its ready file; without either, once it runs), or has ended"`
+	ID      string   `json:"id" jsonschema:"the run's ID"`
+	Timeout *float64 `json:"timeout_seconds,omitempty" jsonschema:"give up waiting after this many seconds (default 30; 0: do not wait, look once); the run goes on"`
+	Until   string   `json:"until,omitempty" jsonschema:"ended (the default): until the run has ended; ready: until it is running and ready (its health check passed, or it created its ready file; without either, once it runs), or has ended"`
 }
 
 type waitOut struct {
@@ -257,7 +257,7 @@ type waitOut struct {
 
 type restartIn struct {
 	ID    string   `json:"id" jsonschema:"the run's ID"`
-	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own)"`
+	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own; 0: SIGKILL at once)"`
 }
 
 type signalIn struct {
@@ -591,15 +591,15 @@ func invalidUTF8(s string) int64 {
 }
 
 func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
-	grace, err := in.Grace.read("grace")
+	grace, err := in.Grace.stopGrace()
 	if err != nil {
 		return toolError("cancel: " + err.Error()), nil, nil
 	}
-	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace.D()}))
+	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace}))
 }
 
 func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
-	grace, err := in.Grace.read("grace")
+	grace, err := in.Grace.stopGrace()
 	if err != nil {
 		return toolError("cancel_all: " + err.Error()), nil, nil
 	}
@@ -614,7 +614,7 @@ func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolRes
 		}
 	}
 	sel := spool.Select{All: in.All, Labels: in.Labels}
-	runs, err := t.client.CancelSelected(ctx, sel, tend.Control{Grace: grace.D()})
+	runs, err := t.client.CancelSelected(ctx, sel, tend.Control{Grace: grace})
 	if err != nil {
 		return errorResult("cancel_all", err), nil, nil
 	}
@@ -627,9 +627,9 @@ func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolRes
 // wait waits like tend wait, but at most its timeout: an agent's call must
 // come back, and the run goes on regardless.
 func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *waitOut, error) {
-	secs := in.Timeout
-	if secs == 0 {
-		secs = 30
+	secs := 30.0
+	if in.Timeout != nil {
+		secs = *in.Timeout // 0 too: an agent that polls must not wait 30 s
 	}
 	raw, _ := json.Marshal(secs)
 	d, err := durationJSON("timeout_seconds", raw)
@@ -660,11 +660,11 @@ func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *wait
 }
 
 func (t *tools) restart(ctx context.Context, in restartIn) (*mcp.CallToolResult, *tend.Outcome, error) {
-	grace, err := in.Grace.read("grace")
+	grace, err := in.Grace.stopGrace()
 	if err != nil {
 		return toolError("restart: " + err.Error()), nil, nil
 	}
-	return outcomeResult("restart")(t.client.Restart(ctx, in.ID, tend.Control{Grace: grace.D()}))
+	return outcomeResult("restart")(t.client.Restart(ctx, in.ID, tend.Control{Grace: grace}))
 }
 
 func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {
@@ -734,6 +734,18 @@ func (d duration) read(name string) (spool.Duration, error) {
 		return 0, nil
 	}
 	return durationJSON(name, d)
+}
+
+// stopGrace reads d as a cancel's or a restart's grace, as the client
+// takes it: none is 0, the run's own grace. A grace given as 0 means
+// SIGKILL at once, as a start's grace of 0 does, not the run's own (the
+// client's 0): it is the least grace the client can send, 1ns.
+func (d duration) stopGrace() (time.Duration, error) {
+	g, err := d.read("grace")
+	if err != nil || !d.sent() || g != 0 {
+		return g.D(), err
+	}
+	return time.Nanosecond, nil
 }
 
 // durationJSON reads a duration given as JSON (a string or a number of
