@@ -407,8 +407,10 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 			req.NotBefore = &spool.NotBefore{At: at}
 		} else if d, err := durationArg("not_before", in.NotBefore); err == nil {
 			req.NotBefore = &spool.NotBefore{In: d.D()}
+		} else if _, perr := time.ParseDuration(in.NotBefore); perr == nil {
+			return toolError("start: " + err.Error()), nil, nil // a duration, but negative or too long
 		} else {
-			return toolError("start: not_before: want an RFC 3339 time or a duration such as 10m"), nil, nil
+			return toolError(fmt.Sprintf("start: not_before: %q: want an RFC 3339 time such as 2026-01-02T15:04:05Z, or a duration from now such as 10m", shorten(in.NotBefore))), nil, nil
 		}
 	}
 	if in.Health != nil {
@@ -505,6 +507,13 @@ func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.R
 }
 
 func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
+	// Named here: the client's error says "offsets", not which argument.
+	if in.Offset < 0 {
+		return toolError(fmt.Sprintf("logs: offset %d is negative: offsets count bytes from 0 (the next of the last read)", in.Offset)), nil, nil
+	}
+	if in.StderrOffset != nil && *in.StderrOffset < 0 {
+		return toolError(fmt.Sprintf("logs: stderr_offset %d is negative: offsets count bytes from 0 (the next_stderr of the last read)", *in.StderrOffset)), nil, nil
+	}
 	if in.MaxBytes < 0 || in.MaxBytes > maxLogBytes {
 		return toolError(fmt.Sprintf("logs: max_bytes %d: want 0 to %d", in.MaxBytes, maxLogBytes)), nil, nil
 	}
