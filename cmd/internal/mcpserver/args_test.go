@@ -36,7 +36,7 @@ func TestFitArgs(t *testing.T) {
 		{"logs", `{"id": "x", "offset": 1.0}`, `{"id": "x", "offset": 1.0}`, false},
 		{"logs", `{"id": "x", "offset": null, "stream": null}`, `{"id":"x"}`, false},
 		{"wait", `{"id": "x", "timeout_seconds": "5"}`, `timeout_seconds: "5" (a string): want a number, as a JSON number (not in quotes)`, true},
-		{"wait", `{"id": "x", "timeout_seconds": null}`, `{"id":"x"}`, false},
+		{"wait", `{"id": "x", "timeout_seconds": null}`, `{"id": "x", "timeout_seconds": null}`, false}, // its schema takes null (a nil pointer: 30 s)
 		{"start", `{"command": null}`, `command: null: want a string`, true},
 		{"start", `{"command": "x", "timeout": null, "slurm": {"cpus": null}}`, `{"command":"x","slurm":{}}`, false},
 		{"start", `{"command": "x", "grace": null, "timeout": 9007199254740993}`, `{"command":"x","timeout":9007199254740993}`, false}, // as written, for exactNumbers
