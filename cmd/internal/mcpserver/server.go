@@ -692,7 +692,10 @@ func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend
 }
 
 // outcomeResult makes a control request's outcome the tool's result: a
-// refusal is a tool error, with the outcome as its structured content.
+// refusal is a tool error, with the outcome as its structured content and
+// as a sentence in its text ("cancel x: not_permitted: run x belongs to
+// session a, not to session b"): a client that shows the model only the
+// text of an error shows it why, not a JSON object to decode.
 func outcomeResult(verb string) func(tend.Outcome, error) (*mcp.CallToolResult, *tend.Outcome, error) {
 	return func(o tend.Outcome, err error) (*mcp.CallToolResult, *tend.Outcome, error) {
 		var oe *tend.OutcomeError
@@ -700,7 +703,7 @@ func outcomeResult(verb string) func(tend.Outcome, error) (*mcp.CallToolResult, 
 		case err == nil:
 			return nil, &o, nil
 		case errors.As(err, &oe):
-			return &mcp.CallToolResult{IsError: true}, &o, nil
+			return errorResult(verb, err), &o, nil
 		}
 		return errorResult(verb, err), nil, nil
 	}

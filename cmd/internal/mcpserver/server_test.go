@@ -91,3 +91,17 @@ func TestResultDocs(t *testing.T) {
 		}
 	}
 }
+
+// TestRefusalText: a refused request's error says why in its text, as a
+// sentence, beside the outcome as structured content.
+func TestRefusalText(t *testing.T) {
+	o := tend.Outcome{ID: "own", Verb: "cancel", Outcome: "not_permitted", Detail: "run own belongs to session a, not to session b"}
+	res, out, err := outcomeResult("cancel")(o, &tend.OutcomeError{Outcome: o})
+	if err != nil || out == nil || *out != o || !res.IsError || len(res.Content) != 1 {
+		t.Fatalf("outcomeResult = %+v, %+v, %v", res, out, err)
+	}
+	want := "cancel own: not_permitted: run own belongs to session a, not to session b"
+	if text := res.Content[0].(*mcp.TextContent).Text; text != want {
+		t.Errorf("text %q, want %q", text, want)
+	}
+}
