@@ -10,10 +10,10 @@ type mcpCmd struct{}
 func (c *mcpCmd) Help() string {
 	return `Serves the Model Context Protocol over stdin and stdout, so that an agent
 gets tend's control surface as typed tools: start, ls, show, logs (by
-offset), cancel, cancel_all, restart, wait, signal, delete. Each answers JSON, with an output
+offset), cancel, cancel_all, restart, wait, signal, delete, delete_all. Each answers JSON, with an output
 schema. The tools are a client of the spool like any other, with the
 session of the server's TEND_SESSION: the runs an agent starts are its
-session's, ls lists only them, and cancel, cancel_all, restart, signal and delete
+session's, ls lists only them, and cancel, cancel_all, restart, signal, delete and delete_all
 act only on them (show, logs and wait read any run by its ID: a session is a scope,
 not a permission boundary). Every argument is checked as the spool checks
 it; a bad one is a tool error, and the server goes on serving. A number

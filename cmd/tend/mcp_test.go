@@ -224,6 +224,7 @@ func cmdMCPFuzz(ts *testscript.TestScript, neg bool, args []string) {
 		// Only runs labeled so, which none is, whatever else is fuzzed;
 		// a fuzzed "labels" alone selects no run either.
 		"cancel_all": {"labels": map[string]any{"nosuch": "x"}},
+		"delete_all": {"labels": map[string]any{"nosuch": "x"}},
 		"ls":         {},
 	}
 	calls := 0

@@ -1,6 +1,6 @@
 // Package mcpserver serves tend's control surface to agents as Model
 // Context Protocol tools over stdin and stdout: start, ls, show, logs (by
-// offset), cancel, cancel_all, restart, wait, signal, delete, each answering typed
+// offset), cancel, cancel_all, restart, wait, signal, delete, delete_all, each answering typed
 // JSON with an output schema. The tools are a client of the spool like any
 // other (package tend), in the session of the server's TEND_SESSION.
 //
@@ -239,6 +239,11 @@ type cancelAllIn struct {
 	Grace  duration          `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: each run's own; 0: SIGKILL at once)"`
 }
 
+type deleteAllIn struct {
+	All    bool              `json:"all,omitempty" jsonschema:"every ended run of this session (of every session if the server has none); or give labels"`
+	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the ended runs with every one of these labels"`
+}
+
 type outcomesOut struct {
 	Runs []tend.Outcome `json:"runs" jsonschema:"each run's outcome, by ID"`
 }
@@ -266,7 +271,7 @@ type signalIn struct {
 }
 
 // toolNames are the names addTools gives its tools.
-var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "restart", "wait", "signal", "delete"}
+var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "restart", "wait", "signal", "delete", "delete_all"}
 
 // addTools adds t's tools to s, each with the output schema of its result,
 // and returns their input schemas, by name.
@@ -282,6 +287,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its record either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
 	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
+	add(s, schemas, "delete_all", "Delete, to clean up, every ended run of this session (all: true; every ended run the server's user may act on if it has no session), or the ended ones with the given labels: their records, output and outcomes. Runs still active are left alone (cancel_all them first); returns each deleted run's outcome.", t.deleteAll)
 	return schemas
 }
 
@@ -689,6 +695,45 @@ func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend
 		return errorResult("delete", err), nil, nil
 	}
 	return outcomeResult("delete")(outcomes[0], outcomes[0].Err())
+}
+
+func (t *tools) deleteAll(ctx context.Context, in deleteAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
+	if !in.All && len(in.Labels) == 0 {
+		return toolError(`delete_all: name the runs: "all": true, or "labels"`), nil, nil
+	}
+	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
+		if err := spool.CheckLabelKey(k); err != nil {
+			return toolError("delete_all: labels: " + err.Error()), nil, nil
+		}
+	}
+	// Only ended runs are listed, and an ended run never becomes active
+	// again: none is refused still_active. The client lists only its
+	// session's, and the watcher deletes only its session's.
+	var ended []string
+	for _, st := range tracker.States {
+		if tracker.Final(st) {
+			ended = append(ended, string(st))
+		}
+	}
+	runs, err := t.client.List(ctx, tend.Filter{All: true, States: ended, Labels: in.Labels, Brief: true})
+	var bad tend.RecordErrors
+	if err != nil && !errors.As(err, &bad) {
+		return errorResult("delete_all", err), nil, nil
+	}
+	ids := make([]string, 0, len(runs))
+	for _, r := range runs {
+		ids = append(ids, r.ID)
+	}
+	out := &outcomesOut{Runs: []tend.Outcome{}}
+	if len(ids) == 0 {
+		return nil, out, nil
+	}
+	outcomes, err := t.client.Delete(ctx, tend.Control{}, ids...)
+	if err != nil {
+		return errorResult("delete_all", err), nil, nil
+	}
+	out.Runs = outcomes
+	return nil, out, nil
 }
 
 // outcomeResult makes a control request's outcome the tool's result: a
