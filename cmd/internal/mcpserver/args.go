@@ -138,10 +138,11 @@ func fitValue(path string, s *jsonschema.Schema, v any) (dropped bool, err error
 // closed reports whether an object's additionalProperties schema takes
 // no member: jsonschema's false, {"not": {}}.
 func closed(s *jsonschema.Schema) bool {
-	return s != nil && s.Not != nil && reflectEmpty(s.Not)
+	return s != nil && s.Not != nil && takesAll(s.Not)
 }
 
-func reflectEmpty(s *jsonschema.Schema) bool {
+// takesAll reports whether s is the schema that takes every value: {}.
+func takesAll(s *jsonschema.Schema) bool {
 	b, err := json.Marshal(s)
 	return err == nil && (string(b) == "{}" || string(b) == "true")
 }

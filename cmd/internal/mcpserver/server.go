@@ -279,7 +279,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	schemas := map[string]*jsonschema.Schema{}
 	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record (an error, with the record, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", t.start)
 	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
-	add(s, schemas, "show", "One run's record: state, exit code, reason, times, usage.", t.show)
+	add(s, schemas, "show", "One run's record, of any session (a session scopes writes, not reads): state, exit code, reason, times, usage.", t.show)
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
 	add(s, schemas, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
