@@ -3,6 +3,7 @@ package tracker
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"slices"
 	"strings"
@@ -18,7 +19,8 @@ import (
 // reason without its request, a partial write of one). It returns how
 // many requests it removed; with dryRun it removes nothing, and returns
 // how many it would. A request without its reason is left, as fsck
-// reports it: a loss to say, not to hide.
+// reports it: a loss to say, not to hide. A directory moved there goes
+// only once empty (see removeRequest).
 //
 // Age is the files' change time (ctime), which the move into rejected/
 // and the reason's write set: a request keeps the modification time its
@@ -72,11 +74,13 @@ func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 	var errs []error
 	for _, req := range reqs {
 		reason := pairs[req]
-		if !x.old(req) || !x.old(reason) || x.isDir(req) {
-			continue // a directory moved aside is its owner's to remove
+		if !x.old(req) || !x.old(reason) {
+			continue
 		}
-		if err := x.remove(req); err != nil {
-			errs = append(errs, err)
+		if gone, err := x.removeRequest(req); err != nil || !gone {
+			if err != nil {
+				errs = append(errs, err)
+			}
 			continue // its reason stays with it
 		}
 		if err := x.remove(reason); err != nil {
@@ -120,10 +124,45 @@ func (x expiry) old(name string) bool {
 	return time.Unix(st.Ctim.Unix()).Before(x.cutoff)
 }
 
-// isDir reports whether name is a directory (or cannot be looked at).
-func (x expiry) isDir(name string) bool {
+// removeRequest removes request name, unless it is a dry run, and
+// reports whether it is gone (or would be). A directory moved aside goes
+// only once empty, by rmdir, which removes nothing else and follows no
+// link: what it holds is its owner's, and is never opened as root. Its
+// owner may empty it; in a shared root they cannot remove it themselves
+// (rejected/ is the watcher's user's), and, kept, it and its reason were
+// there for ever, as many as a member made.
+func (x expiry) removeRequest(name string) (bool, error) {
 	var st unix.Stat_t
-	return unix.Fstatat(x.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Mode&unix.S_IFMT == unix.S_IFDIR
+	if err := unix.Fstatat(x.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return false, nil // looked at again at the next sweep
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return true, x.remove(name)
+	}
+	if x.dryRun {
+		return x.emptyDir(name), nil
+	}
+	err := unix.Unlinkat(x.fd, name, unix.AT_REMOVEDIR)
+	switch {
+	case err == nil || errors.Is(err, unix.ENOENT):
+		return true, nil
+	case errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST):
+		return false, nil // its owner's to empty first
+	}
+	return false, &os.PathError{Op: "remove", Path: x.dir + "/" + name, Err: err}
+}
+
+// emptyDir reports whether directory name holds nothing; it is opened
+// without following a link, and only listed.
+func (x expiry) emptyDir(name string) bool {
+	fd, err := unix.Openat(x.fd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), x.dir+"/"+name)
+	defer f.Close()
+	names, err := f.Readdirnames(1)
+	return len(names) == 0 && errors.Is(err, io.EOF)
 }
 
 // remove removes file name, unless it is a dry run; one gone already is

@@ -36,14 +36,9 @@ func TestExpireRejected(t *testing.T) {
 			nil, 0, nil, false},
 		{"a partial write of a reason", func(r *fakeRoot) { r.file("rejected/x.strat.error4242", "") }, nil, 0, nil, false},
 		{"a request named .error", func(r *fakeRoot) { r.reject("y.error", "y") }, nil, 1, nil, false},
-		{"a directory moved aside", func(r *fakeRoot) {
-			if err := os.Mkdir(filepath.Join(r.root, "spool", "d.start"), 0o700); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := (spool.Dir{Root: r.root}).Reject("d.start", "not a regular file"); err != nil {
-				t.Fatal(err)
-			}
-		}, nil, 0, []string{"d.start", "d.start.error"}, false},
+		{"a directory moved aside, empty", func(r *fakeRoot) { r.rejectDir("d.start", false) }, nil, 1, nil, false},
+		{"a directory moved aside, holding a file", func(r *fakeRoot) { r.rejectDir("d.start", true) },
+			nil, 0, []string{"d.start", "d.start.error"}, false},
 		{"a hidden file", func(r *fakeRoot) { r.file("rejected/.x.strat.error", "") }, nil, 0, []string{".x.strat.error"}, false},
 	}
 	for _, tt := range tests {
@@ -137,5 +132,23 @@ func touchCtime(t *testing.T, path string) {
 	}
 	if err := os.Chmod(path, fi.Mode().Perm()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// rejectDir makes directory name in the spool, holding a file if full,
+// and rejects it, as the watcher does (it is moved, never opened).
+func (r *fakeRoot) rejectDir(name string, full bool) {
+	r.t.Helper()
+	dir := filepath.Join(r.root, "spool", name)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		r.t.Fatal(err)
+	}
+	if full {
+		if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o600); err != nil {
+			r.t.Fatal(err)
+		}
+	}
+	if _, err := (spool.Dir{Root: r.root}).Reject(name, "not a regular file"); err != nil {
+		r.t.Fatal(err)
 	}
 }
