@@ -120,6 +120,10 @@ type keeper struct {
 	// stays with the kernel, and tried again every second (retry).
 	unrecorded map[int]bool
 	retry      *time.Timer
+	// scanned is when peekChild last looked for children in /proc, and
+	// found the exited ones it found there, not yet looked at.
+	scanned time.Time
+	found   []int
 }
 
 // heldProc is a process of KeeperConfig.Held, which the keeper waits for.
@@ -360,27 +364,48 @@ func (k *keeper) retryUnrecorded() {
 	}
 }
 
+// scanEvery is how often, at most, peekChild reads /proc for the children
+// hidden behind one left unreaped.
+const scanEvery = 100 * time.Millisecond
+
 // peekChild is procfs.PeekAnyChild, past the children left unreaped
 // (unrecorded): the kernel would report the first of them each time, and
-// hide the others. While there are some, the children are found in /proc.
+// hide the others. While there are some, the children are found in /proc,
+// every process's stat read: not more often than scanEvery, as every
+// SIGCHLD wakes the keeper, and the runs and the orphans it adopts make
+// as many as their owners like (a child stopped and continued in a loop
+// sends two each time), each a scan of the whole system. A child found
+// later waits for the next retry (armed while any is unrecorded), at most
+// a second more.
 func (k *keeper) peekChild() (int, procfs.Exit, error) {
 	pid, e, err := procfs.PeekAnyChild()
 	if err != nil || pid == 0 || !k.unrecorded[pid] {
 		return pid, e, err
 	}
+	for len(k.found) > 0 { // those the last scan found first
+		pid := k.found[0]
+		k.found = k.found[1:]
+		if e, ok, err := procfs.PeekChild(pid); err == nil && ok && !k.unrecorded[pid] {
+			return pid, e, nil
+		}
+	}
+	if time.Since(k.scanned) < scanEvery {
+		return 0, procfs.Exit{}, nil
+	}
+	k.scanned = time.Now()
 	all, err := procfs.All()
 	if err != nil {
 		return 0, procfs.Exit{}, err
 	}
 	for _, p := range all {
-		if p.PPID != os.Getpid() || p.State != 'Z' || k.unrecorded[p.PID] {
-			continue
-		}
-		if e, ok, err := procfs.PeekChild(p.PID); err == nil && ok {
-			return p.PID, e, nil
+		if p.PPID == os.Getpid() && p.State == 'Z' && !k.unrecorded[p.PID] {
+			k.found = append(k.found, p.PID)
 		}
 	}
-	return 0, procfs.Exit{}, nil // only those left unreaped: none new
+	if len(k.found) == 0 {
+		return 0, procfs.Exit{}, nil // only those left unreaped: none new
+	}
+	return k.peekChild()
 }
 
 // passHeld returns copies of the pidfds of the processes this keeper
