@@ -146,8 +146,11 @@ func (x expiry) removeRequest(name string) (bool, error) {
 	switch {
 	case err == nil || errors.Is(err, unix.ENOENT):
 		return true, nil
-	case errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST):
-		return false, nil // its owner's to empty first
+	case errors.Is(err, unix.ENOTEMPTY) || errors.Is(err, unix.EEXIST) || errors.Is(err, unix.EBUSY):
+		// Its owner's to empty (or to unmount: a member may mount a FUSE
+		// file system on a directory of theirs) first; not an error of
+		// the sweep, which they would make fail at every round.
+		return false, nil
 	}
 	return false, &os.PathError{Op: "remove", Path: x.dir + "/" + name, Err: err}
 }
