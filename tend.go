@@ -55,7 +55,7 @@ type Client struct {
 	// once it has the history's files, before it reads them: where a
 	// rotation once made it skip a file's events.
 	historyOpened func()
-	waiter  // how it waits for files to change
+	waiter        // how it waits for files to change
 }
 
 // Options configure a Client.
