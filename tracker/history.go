@@ -67,8 +67,9 @@ type Event struct {
 	// as it is then. A cut moves every offset in the file, and only the
 	// record says by how much: a record rebuilt from the history takes
 	// its bases from here (see Rebuild), where it would otherwise shift
-	// every absolute offset by all that was cut. Cuts are rare (one per
-	// eighth of the cap written), so the history grows by little.
+	// every absolute offset by all that was cut. A live run's record is
+	// saved for its cuts at most every 10 s (the cut file holds those
+	// made since), so the history grows by a line per 10 s at most.
 	Output *Output `json:"output,omitempty"`
 }
 

@@ -141,19 +141,60 @@ func (w *watcher) writeSwitches(r *run) {
 func (w *watcher) capOutput(r *run) {
 	w.writeSwitches(r)
 	limit := outputLimit(r.st)
-	changed, cuts := false, ""
 	for _, name := range []string{"stdout", "stderr"} {
 		if c, ok := w.capStream(r.st, name, limit); ok {
-			changed = true
+			r.cutsUnsaved = true
 			if c != "" {
-				cuts = c // a cut file written later holds the earlier one's cuts
+				r.cutsText = c // a cut file written later holds the earlier one's cuts
 			}
 		}
 	}
-	if changed {
-		w.saveCuts(r.st, cuts)
+	if r.cutsUnsaved {
+		w.saveCutsSoon(r)
 	}
 }
+
+// saveCutsSoon saves r's record for the cuts made since it was last
+// saved for them, at most every cutsSavedEvery while r lives, and at once
+// once it has ended (its end's save follows). Each save is a line in the
+// history, which every user of a shared root keeps: a run that writes
+// fast with a small cap is cut at every check of its size, every
+// capCheckDelay, and saving each cut would add ten lines a second for as
+// long as it writes. Meanwhile its cut file holds every cut not yet
+// recorded, which readers and the next watcher apply to the record's
+// bases (tracker.Layout), as they do for a watcher that died between a
+// cut and its record.
+func (w *watcher) saveCutsSoon(r *run) {
+	live := w.runs[r.st.ID] == r || w.jobs.byID[r.st.ID] != nil && w.jobs.byID[r.st.ID].run == r
+	if wait := cutsSavedEvery - time.Since(r.cutsSaved); live && wait > 0 {
+		if r.cutsSave == nil {
+			r.cutsSave = w.after(wait, func() {
+				r.cutsSave = nil
+				if r.cutsUnsaved && (w.runs[r.st.ID] == r || w.jobs.byID[r.st.ID] != nil && w.jobs.byID[r.st.ID].run == r) {
+					w.saveRunCuts(r)
+				}
+			})
+		}
+		return
+	}
+	w.saveRunCuts(r)
+}
+
+// saveRunCuts saves r's record for the cuts made since it was last saved
+// for them (see saveCuts).
+func (w *watcher) saveRunCuts(r *run) {
+	if r.cutsSave != nil {
+		r.cutsSave.Stop()
+		r.cutsSave = nil
+	}
+	text := r.cutsText
+	r.cutsSaved, r.cutsUnsaved, r.cutsText = time.Now(), false, ""
+	w.saveCuts(r.st, text)
+}
+
+// cutsSavedEvery is how often at most a live run's record is saved for
+// the cuts of its output.
+const cutsSavedEvery = 10 * time.Second
 
 // capStream drops the oldest bytes of st's stream name beyond limit. It
 // punches a hole over them, which moves no offset; where the file system

@@ -68,6 +68,14 @@ type run struct {
 	progressRefused bool
 
 	capPending, progressPending bool // a check of its output or progress is scheduled
+	// cutsSaved is when the cuts of its output were last saved in its
+	// record, cutsSave the save due once cutsSavedEvery has passed, and
+	// cutsUnsaved whether cuts were made since, cutsText what its cut
+	// file holds then ("" if none was written) (see saveCutsSoon).
+	cutsSaved   time.Time
+	cutsSave    *time.Timer
+	cutsUnsaved bool
+	cutsText    string
 
 	// writingTo is the stream the run wrote to last, as inotify reported;
 	// switches are the changes of stream not yet written to its order
