@@ -19,10 +19,46 @@ import (
 // file whether the cut was made (see Layout): the bytes to be cut were
 // first punched out as a hole, so the file starts with that hole until it
 // is cut.
+//
+// A Cut of 0 Bytes is a mark: the cuts of its stream before it were all
+// made, and the stream's base is its Base. The watcher writes it before
+// it punches the hole of the next cut (see MarkMade): until that cut is
+// listed, the file then starts with a hole again, which would otherwise
+// say that the last cut listed was not made.
 type Cut struct {
 	Stream string // "stdout" or "stderr"
 	Base   int64  // the stream's base in the record when the cut began
-	Bytes  int64  // how many bytes are cut from the file's start
+	Bytes  int64  // how many bytes are cut from the file's start; 0: a mark
+}
+
+// WithCut returns cuts with c (a cut or a mark) added after them, and
+// without the marks of c's stream: a cut from the base a mark names says
+// as much as the mark, and a later mark says more.
+func WithCut(cuts []Cut, c Cut) []Cut {
+	kept := make([]Cut, 0, len(cuts)+1)
+	for _, k := range cuts {
+		if k.Stream != c.Stream || k.Bytes > 0 {
+			kept = append(kept, k)
+		}
+	}
+	return append(kept, c)
+}
+
+// MarkMade returns cuts with a mark added for stream, whose base is now
+// base, if the last cut of stream they list ends there and is not yet
+// followed by a cut or a mark: without it, that cut is made only by the
+// file's word, a hole at its start no longer there, and the next cut's
+// hole would unsay it. It reports whether it added the mark.
+func MarkMade(cuts []Cut, stream string, base int64) ([]Cut, bool) {
+	if _, ok := cutFrom(cuts, stream, base); ok {
+		return cuts, false // a cut or a mark from there says it
+	}
+	for _, c := range cuts {
+		if c.Stream == stream && c.Bytes > 0 && c.Base+c.Bytes == base {
+			return WithCut(cuts, Cut{Stream: stream, Base: base}), true
+		}
+	}
+	return cuts, false
 }
 
 // String is c's line in runs/ID/cut.
@@ -101,7 +137,7 @@ func (s *Store) ReadCuts(id string) ([]Cut, error) {
 			c.Base, err1 = strconv.ParseInt(f[1], 10, 64)
 			c.Bytes, err2 = strconv.ParseInt(f[2], 10, 64)
 		}
-		if len(f) != 3 || c.Stream != "stdout" && c.Stream != "stderr" || err1 != nil || err2 != nil || c.Base < 0 || c.Bytes <= 0 {
+		if len(f) != 3 || c.Stream != "stdout" && c.Stream != "stderr" || err1 != nil || err2 != nil || c.Base < 0 || c.Bytes < 0 {
 			return nil, fmt.Errorf("%s:%d: want \"STREAM BASE BYTES\", not %q", path, i+1, line)
 		}
 		cuts = append(cuts, c)
@@ -117,6 +153,10 @@ func (s *Store) ReadCuts(id string) ([]Cut, error) {
 // base has been made if f no longer starts with the hole punched for it,
 // and a hole at f's start is dropped bytes (they read as zeros), recorded
 // or not.
+//
+// The cuts must have been read before the record (as they are written
+// after the file's hole is punched, and removed only once a record says
+// them): see Store.ReadOutput.
 func (st *State) Layout(stream string, f *os.File, cuts []Cut) (base, dropped int64) {
 	s := st.stream(stream)
 	base, dropped = s.Base, s.Dropped
@@ -124,12 +164,14 @@ func (st *State) Layout(stream string, f *os.File, cuts []Cut) (base, dropped in
 		return base, dropped
 	}
 	hole := LeadingHole(f)
-	// A cut under way from base was made if a later one began from the
-	// base after it (one begins only once the last was made), or else if
-	// the file no longer starts with its hole.
+	// A cut under way from base was made if a later one, or a mark, began
+	// from the base after it (one begins only once the last was made), or
+	// else if the file no longer starts with its hole. A mark from base
+	// says that base is where the stream stands: a hole at the file's
+	// start is then the next cut's, punched before it is listed.
 	for {
 		c, ok := cutFrom(cuts, stream, base)
-		if !ok {
+		if !ok || c.Bytes == 0 {
 			break
 		}
 		if _, later := cutFrom(cuts, stream, base+c.Bytes); !later && hole >= c.Bytes {
@@ -140,7 +182,8 @@ func (st *State) Layout(stream string, f *os.File, cuts []Cut) (base, dropped in
 	return base, max(dropped, base+hole)
 }
 
-// cutFrom returns the cut of stream in cuts that began from base.
+// cutFrom returns the cut (or mark) of stream in cuts that began from
+// base.
 func cutFrom(cuts []Cut, stream string, base int64) (Cut, bool) {
 	for _, c := range cuts {
 		if c.Stream == stream && c.Base == base {

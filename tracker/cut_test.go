@@ -35,6 +35,12 @@ func TestLayout(t *testing.T) {
 		{"two cuts, both made", rec(B, B), 0, []Cut{{"stdout", B, C1}, {"stdout", B + C1, C2}}, B + C1 + C2, B + C1 + C2},
 		{"a cut of the other stream", rec(B, B), 0, []Cut{{"stderr", B, C1}}, B, B},
 		{"a cut recorded already", rec(B+C1, B+C1), 0, []Cut{{"stdout", B, C1}}, B + C1, B + C1},
+		// A hole as large as the last cut's, at the start of a file cut
+		// since: the next cut's, punched before it is listed.
+		{"cut made, marked, the next punched", rec(B, B), C1, []Cut{{"stdout", B, C1}, {"stdout", B + C1, 0}}, B + C1, B + C1 + C1},
+		{"two cuts made, marked", rec(B, B), 0, []Cut{{"stdout", B, C1}, {"stdout", B + C1, C2}, {"stdout", B + C1 + C2, 0}}, B + C1 + C2, B + C1 + C2},
+		{"a mark recorded already", rec(B+C1, B+C1), C2, []Cut{{"stdout", B, C1}, {"stdout", B + C1, 0}}, B + C1, B + C1 + C2},
+		{"the other stream's mark", rec(B, B), C1, []Cut{{"stdout", B, C1}, {"stderr", B + C1, 0}}, B, B + C1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -92,11 +98,43 @@ func TestReadCuts(t *testing.T) {
 	if err := s.RemoveCuts("x", text); err != nil || s.HasCuts("x") {
 		t.Fatalf("RemoveCuts: %v, the file is there: %v", err, s.HasCuts("x"))
 	}
-	for _, bad := range []string{"stdout 1\n", "stdin 0 4096\n", "stdout 0 0\n", "stdout -1 4096\n", "stdout x 4096\n"} {
+	for _, bad := range []string{"stdout 1\n", "stdin 0 4096\n", "stdout 0 -1\n", "stdout -1 4096\n", "stdout x 4096\n"} {
 		os.WriteFile(s.Run("x").Cut(), []byte(bad), 0o644)
 		if _, err := s.ReadCuts("x"); err == nil || !strings.Contains(err.Error(), s.Run("x").Cut()+":1:") {
 			t.Errorf("ReadCuts of %q: err = %v, want one naming the file and line", bad, err)
 		}
+	}
+}
+
+// TestMarkMade: a mark is added where the last cut of a stream listed
+// ends at its base, and only there; adding a cut takes its stream's mark.
+func TestMarkMade(t *testing.T) {
+	const B, C = 40960, 8192
+	cut, mark := Cut{"stdout", B, C}, Cut{"stdout", B + C, 0}
+	tests := []struct {
+		name   string
+		cuts   []Cut
+		base   int64
+		want   []Cut
+		marked bool
+	}{
+		{"no cut file", nil, B, nil, false},
+		{"the last cut ends at the base", []Cut{cut}, B + C, []Cut{cut, mark}, true},
+		{"marked already", []Cut{cut, mark}, B + C, []Cut{cut, mark}, false},
+		{"a cut not made", []Cut{cut}, B, []Cut{cut}, false},
+		{"the other stream's cut", []Cut{{"stderr", B, C}}, B + C, []Cut{{"stderr", B, C}}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, marked := MarkMade(tt.cuts, "stdout", tt.base)
+			if !slices.Equal(got, tt.want) || marked != tt.marked {
+				t.Fatalf("MarkMade = %v, %v; want %v, %v", got, marked, tt.want, tt.marked)
+			}
+		})
+	}
+	next := Cut{"stdout", B + C, 4096}
+	if got := WithCut([]Cut{cut, {"stderr", 0, 0}, mark}, next); !slices.Equal(got, []Cut{cut, {"stderr", 0, 0}, next}) {
+		t.Fatalf("WithCut = %v, want the stdout mark gone, the stderr one kept", got)
 	}
 }
 

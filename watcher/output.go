@@ -142,11 +142,12 @@ func (w *watcher) capOutput(r *run) {
 	w.writeSwitches(r)
 	limit := outputLimit(r.st)
 	for _, name := range []string{"stdout", "stderr"} {
-		if c, ok := w.capStream(r.st, name, limit); ok {
+		c, ok := w.capStream(r.st, name, limit)
+		if c != "" {
+			r.cutsText = c // a cut file written later holds the earlier one's cuts
+		}
+		if ok {
 			r.cutsUnsaved = true
-			if c != "" {
-				r.cutsText = c // a cut file written later holds the earlier one's cuts
-			}
 		}
 	}
 	if r.cutsUnsaved {
@@ -199,8 +200,9 @@ const cutsSavedEvery = 10 * time.Second
 // capStream drops the oldest bytes of st's stream name beyond limit. It
 // punches a hole over them, which moves no offset; where the file system
 // can cut a file's start (FALLOC_FL_COLLAPSE_RANGE) it then cuts the file,
-// which moves every offset (see cutStart), and returns what the run's cut
-// file holds then. It reports whether it dropped anything.
+// which moves every offset (see cutStart). It returns what the run's cut
+// file holds then if it wrote it ("" if not), and reports whether it
+// dropped anything.
 func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts string, ok bool) {
 	// Checked with a stat first: at the end of every run, and every 100 ms
 	// of a run that writes, the file is almost never over its limit. An
@@ -231,22 +233,58 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 		if uncapped {
 			st.Output = nil // nothing was cut: the record, saved or not, says so
 		}
-		return "", false
+		return cuts, false
 	}
 	f, err := w.openOutput(st, name)
 	if err != nil {
 		return failed(err)
 	}
 	defer f.Close()
+	if s.Base == s.Dropped {
+		// The hole is punched at the file's start, where it says that the
+		// last cut listed was not made.
+		if cuts, err = w.markMade(st, name); err != nil {
+			return failed(err)
+		}
+	}
 	if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, s.Dropped-s.Base, n); err != nil {
 		return failed(err)
 	}
 	w.crash("cut-punched")
 	if s.Base == s.Dropped {
-		return w.cutStart(st, name, f, n), true
+		if c := w.cutStart(st, name, f, n); c != "" {
+			cuts = c
+		}
+		return cuts, true
 	}
 	s.Dropped += n
-	return "", true
+	return cuts, true
+}
+
+// markMade writes a mark to run st's cut file if the last cut of its
+// stream name that the file lists was made, and nothing after it says
+// so (see tracker.MarkMade), and returns what the file holds then ("" if
+// it did not write it). It is written before the next cut's hole is
+// punched at the file's start: until that cut is listed (cutStart), the
+// hole would otherwise tell readers, and the next watcher, that the last
+// cut was not made, and place every byte of the file by its size. With
+// its record saved for its cuts only every cutsSavedEvery, a run that
+// writes fast is cut again and again with the last cut unrecorded.
+func (w *watcher) markMade(st *tracker.State, name string) (string, error) {
+	cuts, err := w.store.ReadCuts(st.ID)
+	if err != nil {
+		return "", err
+	}
+	cuts, marked := tracker.MarkMade(cuts, name, outputStream(st, name).Base)
+	if !marked {
+		return "", nil
+	}
+	text, err := w.store.WriteCuts(st.ID, st.OwnerUID, cuts)
+	if err != nil {
+		w.noteFlushFailure(err)
+		return "", fmt.Errorf("marking its last cut made: %w", err)
+	}
+	return text, nil
 }
 
 // cutStart cuts the first n bytes of f, st's stream name, which are a
@@ -271,7 +309,7 @@ func (w *watcher) cutStart(st *tracker.State, name string, f *os.File, n int64) 
 	cuts, err := w.store.ReadCuts(st.ID)
 	var text string
 	if err == nil {
-		text, err = w.store.WriteCuts(st.ID, st.OwnerUID, append(cuts, tracker.Cut{Stream: name, Base: s.Base, Bytes: n}))
+		text, err = w.store.WriteCuts(st.ID, st.OwnerUID, tracker.WithCut(cuts, tracker.Cut{Stream: name, Base: s.Base, Bytes: n}))
 	}
 	if err != nil {
 		w.log.Printf("run %s: cutting %s: %v (its dropped bytes stay a hole)", st.ID, name, err)

@@ -107,6 +107,9 @@ type Config struct {
 	// claims it: a test replaces the file there, as a writer may at that
 	// moment. Nil calls nothing.
 	claiming func(name string)
+	// atStep, for the tests of cuts, is called at each step a watcher
+	// may crash at (see crash), before it would. Nil calls nothing.
+	atStep func(step string)
 }
 
 // DefaultSettle is the default of Config.Settle.
@@ -1159,6 +1162,9 @@ func (w *watcher) giveUpGone(st *tracker.State) bool {
 // ROOT/.crashed-STEP says one has): tests use it to kill a watcher between
 // two writes that must survive it in either order.
 func (w *watcher) crash(step string) {
+	if w.cfg.atStep != nil {
+		w.cfg.atStep(step)
+	}
 	if !slices.Contains(w.cfg.CrashAt, step) {
 		return
 	}
