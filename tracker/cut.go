@@ -154,9 +154,9 @@ func (s *Store) ReadCuts(id string) ([]Cut, error) {
 // and a hole at f's start is dropped bytes (they read as zeros), recorded
 // or not.
 //
-// The cuts must have been read before the record (as they are written
-// after the file's hole is punched, and removed only once a record says
-// them): see Store.ReadOutput.
+// A reader whose layout must be right reads the cuts before the record,
+// as the cut file is removed only once a record says its cuts, and again
+// after: see Store.ReadOutput.
 func (st *State) Layout(stream string, f *os.File, cuts []Cut) (base, dropped int64) {
 	s := st.stream(stream)
 	base, dropped = s.Base, s.Dropped

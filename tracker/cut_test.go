@@ -1,6 +1,7 @@
 package tracker
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -191,5 +192,72 @@ func TestRebuildKeepsTheBases(t *testing.T) {
 				t.Fatalf("rebuilt, then Layout = base %d, dropped %d; want %d, %d", base, dropped, tt.wantBase, tt.wantDropped)
 			}
 		})
+	}
+}
+
+// TestReadOutputWhileCutAndSaved: a read by offset that a cut, and the
+// save that records it, overtake returns the bytes at that offset. The
+// re-check after the read once read the record and then the cut file: a
+// record read before the save and a cut file read after the save removed
+// it say neither that the cut was made, and the bytes read before at the
+// old base passed for right.
+func TestReadOutputWhileCutAndSaved(t *testing.T) {
+	const lineLen, C = 16, 16384
+	s, _ := newStore(t)
+	if err := s.MakeRunDir("r"); err != nil {
+		t.Fatal(err)
+	}
+	rec := &State{ID: "r", State: Running, Rev: 1, OwnerUID: os.Getuid(), Output: &Output{Limit: 65536}}
+	if err := s.Write(rec); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Create(s.Run("r").Stream("stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for off := 0; off < 80<<10; off += lineLen {
+		fmt.Fprintf(f, "%0*d\n", lineLen-1, off)
+	}
+	// The watcher's cut and its save, as capStream and saveCuts make
+	// them: each step once, at the reader's steps named.
+	at := map[string]func(){
+		"laid out": func() {
+			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, C); err != nil {
+				t.Skipf("the file system cannot punch holes: %v", err)
+			}
+			if _, err := s.WriteCuts("r", os.Getuid(), []Cut{{"stdout", 0, C}}); err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_COLLAPSE_RANGE, 0, C); err != nil {
+				t.Skipf("the file system cannot cut a file's start: %v", err)
+			}
+		},
+		"record read": func() {
+			saved := *rec
+			saved.Rev, saved.Output = 2, &Output{Limit: 65536, Stdout: Stream{Base: C, Dropped: C}}
+			if err := s.Write(&saved); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Remove(s.Run("r").Cut()); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	s.readStep = func(step string) {
+		if do := at[step]; do != nil {
+			delete(at, step)
+			do()
+		}
+	}
+	sl, err := s.ReadOutput(rec, "stdout", C, lineLen)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprintf("%0*d\n", lineLen-1, C); sl.Offset != C || string(sl.Data) != want {
+		t.Fatalf("read %q at offset %d, want %q at %d", sl.Data, sl.Offset, want, C)
+	}
+	if len(at) != 0 {
+		t.Fatalf("steps never reached: %v", at)
 	}
 }

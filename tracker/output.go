@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/tendhq/tend/tracker/durable"
 )
@@ -39,29 +40,78 @@ func (s *Store) ReadOutput(st *State, stream string, off, max int64) (Slice, err
 		return Slice{}, err
 	}
 	defer f.Close()
+	// The layout before the read may be behind (st may be old, the cut
+	// file read after a save removed it), never ahead: it counts only
+	// cuts made. The one after it is where the stream stood at some
+	// moment after the read (see layoutNow). Offsets only grow, so if the
+	// two agree, the stream stood there all through the read.
 	cuts, err := s.ReadCuts(st.ID)
 	if err != nil {
 		return Slice{}, err
 	}
-	for range 3 {
-		base, dropped := st.Layout(stream, f, cuts)
+	base, dropped := st.Layout(stream, f, cuts)
+	for range maxReads {
+		s.step("laid out")
 		sl, err := readAt(f, off, max, base, dropped)
 		if err != nil {
 			return sl, err
+		}
+		again, b, d, err := s.layoutNow(st, stream, f)
+		if err != nil {
+			return Slice{}, err
+		}
+		if b == base && d == dropped {
+			return sl, nil
+		}
+		st, base, dropped = again, b, d // cut while reading: read again at the new base
+	}
+	return Slice{}, fmt.Errorf("run %s: %s kept being cut while read", st.ID, stream)
+}
+
+// maxReads bounds ReadOutput's reads of a file cut while it reads it: a
+// fast writer with a small cap is cut ten times a second.
+const maxReads = 10
+
+// layoutNow returns run st's record as it is now (st if it is gone), and
+// where its stream stands in f (see Layout) at some moment while it
+// looked. Read once each, the record, the cut file and f's hole could be
+// of different moments that together say where the stream never stood:
+// the record read before a save and the cut file after the save removed
+// it say neither the cuts it recorded; a cut file read just after a cut
+// was made, and f's hole just after the next one's hole was punched, say
+// that cut was not made. So the cut file is read before the record (it
+// is removed only once a record says its cuts), and again after f's
+// hole: the watcher changes it between punching a hole and cutting it,
+// and again before it punches the next (see MarkMade), so while it reads
+// the same f changed at most by one step it tells.
+func (s *Store) layoutNow(st *State, stream string, f *os.File) (*State, int64, int64, error) {
+	for range maxReads {
+		cuts, err := s.ReadCuts(st.ID)
+		if err != nil {
+			return nil, 0, 0, err
 		}
 		again, err := s.Read(st.ID)
 		if err != nil && !errors.Is(err, ErrEdited) {
 			again = st // the record is gone: it was right if the file was not cut since
 		}
-		if cuts, err = s.ReadCuts(st.ID); err != nil {
-			return Slice{}, err
+		s.step("record read")
+		base, dropped := again.Layout(stream, f, cuts)
+		after, err := s.ReadCuts(st.ID)
+		if err != nil {
+			return nil, 0, 0, err
 		}
-		if b, d := again.Layout(stream, f, cuts); b == base && d == dropped {
-			return sl, nil
+		if slices.Equal(cuts, after) {
+			return again, base, dropped, nil
 		}
-		st = again // cut while reading: read again at the new base
 	}
-	return Slice{}, fmt.Errorf("run %s: %s kept being cut while read", st.ID, stream)
+	return nil, 0, 0, fmt.Errorf("run %s: %s kept being cut while read", st.ID, stream)
+}
+
+// step calls the test's hook at ReadOutput's step named.
+func (s *Store) step(name string) {
+	if s.readStep != nil {
+		s.readStep(name)
+	}
 }
 
 func (st *State) stream(stream string) Stream {

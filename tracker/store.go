@@ -35,6 +35,10 @@ type Store struct {
 	mu                   sync.Mutex
 	dirsMade, dirsSynced uint64
 
+	// readStep, for the tests of reads of output being cut, is called at
+	// each step of ReadOutput named (see readStep); nil calls nothing.
+	readStep func(step string)
+
 	// key seals the records written, and is checked on those read: set
 	// in the watcher's Store (SetKey), nil in readers', which cannot
 	// read it.
