@@ -32,12 +32,14 @@ type Cut struct {
 }
 
 // WithCut returns cuts with c (a cut or a mark) added after them, and
-// without the marks of c's stream: a cut from the base a mark names says
-// as much as the mark, and a later mark says more.
+// without the marks of c's stream, nor its cut from c's base: a cut from
+// the base a mark names says as much as the mark, and a later mark says
+// more; a cut listed from where the stream still stands was not made (a
+// watcher that took over cuts again).
 func WithCut(cuts []Cut, c Cut) []Cut {
 	kept := make([]Cut, 0, len(cuts)+1)
 	for _, k := range cuts {
-		if k.Stream != c.Stream || k.Bytes > 0 {
+		if k.Stream != c.Stream || k.Bytes > 0 && k.Base != c.Base {
 			kept = append(kept, k)
 		}
 	}

@@ -137,6 +137,9 @@ func TestMarkMade(t *testing.T) {
 	if got := WithCut([]Cut{cut, {"stderr", 0, 0}, mark}, next); !slices.Equal(got, []Cut{cut, {"stderr", 0, 0}, next}) {
 		t.Fatalf("WithCut = %v, want the stdout mark gone, the stderr one kept", got)
 	}
+	if got := WithCut([]Cut{cut, next}, Cut{"stdout", B + C, 8192}); !slices.Equal(got, []Cut{cut, {"stdout", B + C, 8192}}) {
+		t.Fatalf("WithCut = %v, want the cut from the same base replaced", got)
+	}
 }
 
 // TestRebuildKeepsTheBases: a record rebuilt from the history (its own

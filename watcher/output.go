@@ -405,6 +405,14 @@ func (w *watcher) settleCut(st *tracker.State, name string, cuts []tracker.Cut) 
 	}
 	s := outputStream(st, name)
 	switch {
+	case base != s.Base && dropped > base && s.Base == s.Dropped:
+		// Its cuts were unrecorded when the watcher died punching the
+		// next cut's hole, as a fast writer's often are (their record is
+		// saved every cutsSavedEvery): cut that hole too, or the file
+		// keeps it, and every later cut is a hole punched after it.
+		w.log.Printf("recover: run %s: %s was cut by %d bytes, and %d more dropped, which was not recorded: recording it, and cutting them", st.ID, name, base-s.Base, dropped-base)
+		s.Base, s.Dropped = base, base
+		return w.cutStart(st, name, f, dropped-base), true
 	case base != s.Base:
 		w.log.Printf("recover: run %s: %s was cut by %d bytes, which was not recorded: recording it", st.ID, name, base-s.Base)
 		s.Base, s.Dropped = base, dropped
