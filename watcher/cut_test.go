@@ -5,6 +5,7 @@ import (
 	"io"
 	"log"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/tendhq/tend/tracker"
@@ -59,7 +60,7 @@ func (c *cutRun) cut(size int64) {
 			c.t.Fatal(err)
 		}
 	}
-	if _, ok := c.w.capStream(c.st, "stdout", cutLimit); !ok {
+	if _, ok, _ := c.w.capStream(c.st, "stdout", cutLimit); !ok {
 		c.t.Fatalf("nothing cut at %d bytes", size)
 	}
 }
@@ -155,6 +156,36 @@ func TestCutsSettledAtEveryStep(t *testing.T) {
 				t.Fatalf("settled, the file starts with a hole of %d bytes (record %+v)", hole, rec.Output)
 			}
 		})
+	}
+}
+
+// TestCutUnmarked: where the mark a cut needs cannot be written, nothing
+// is punched (the hole would unsay the cut before), and the caller is
+// told to save the run's record first. The run's directory is made
+// immutable, as a full disk or a spoiled directory fails the write.
+func TestCutUnmarked(t *testing.T) {
+	c := newCutRun(t, nil)
+	c.cut(cutSizes[0])
+	dir := c.store.RunDir("r")
+	if out, err := exec.Command("chattr", "+i", dir).CombinedOutput(); err != nil {
+		t.Skipf("chattr +i: %v: %s", err, out)
+	}
+	defer exec.Command("chattr", "-i", dir).Run()
+	for ; c.written < cutSizes[1]; c.written += lineLen {
+		fmt.Fprintf(c.out, "%0*d\n", lineLen-1, c.written)
+	}
+	cuts, ok, unmarked := c.w.capStream(c.st, "stdout", cutLimit)
+	if ok || !unmarked || cuts != "" {
+		t.Fatalf("capStream = %q, %v, %v; want nothing cut, unmarked", cuts, ok, unmarked)
+	}
+	c.check("unmarked", uncutRecord())
+	f, err := os.Open(c.store.Run("r").Stream("stdout"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if hole := tracker.LeadingHole(f); hole != 0 {
+		t.Fatalf("a hole of %d bytes was punched with the cut before unmarked", hole)
 	}
 }
 

@@ -142,11 +142,14 @@ func (w *watcher) capOutput(r *run) {
 	w.writeSwitches(r)
 	limit := outputLimit(r.st)
 	for _, name := range []string{"stdout", "stderr"} {
-		c, ok := w.capStream(r.st, name, limit)
+		c, ok, unmarked := w.capStream(r.st, name, limit)
 		if c != "" {
 			r.cutsText = c // a cut file written later holds the earlier one's cuts
 		}
-		if ok {
+		// Unmarked, its cuts need their save to be cut again: at most
+		// every cutsSavedEvery too, or a mark that keeps failing would
+		// flood the history as the cuts did.
+		if ok || unmarked {
 			r.cutsUnsaved = true
 		}
 	}
@@ -202,15 +205,17 @@ const cutsSavedEvery = 10 * time.Second
 // can cut a file's start (FALLOC_FL_COLLAPSE_RANGE) it then cuts the file,
 // which moves every offset (see cutStart). It returns what the run's cut
 // file holds then if it wrote it ("" if not), and reports whether it
-// dropped anything.
-func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts string, ok bool) {
+// dropped anything. If the mark a cut needs first could not be written
+// (see markMade), it drops nothing and reports unmarked: once the run's
+// record is saved for its cuts, none is needed.
+func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts string, ok, unmarked bool) {
 	// Checked with a stat first: at the end of every run, and every 100 ms
 	// of a run that writes, the file is almost never over its limit. An
 	// lstat: the size of whatever a link points to is not the run's.
 	path := w.store.Run(st.ID).Stream(name)
 	var size unix.Stat_t
 	if err := unix.Lstat(path, &size); err != nil || size.Mode&unix.S_IFMT != unix.S_IFREG {
-		return "", false
+		return "", false, false
 	}
 	// Recorded only once something is cut: a record says "output" when its
 	// output was capped, or its request set the cap.
@@ -226,14 +231,14 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 		if uncapped {
 			st.Output = nil
 		}
-		return "", false
+		return "", false, false
 	}
-	failed := func(err error) (string, bool) {
+	failed := func(err error) (string, bool, bool) {
 		w.log.Printf("run %s: capping %s: %v", st.ID, name, err)
 		if uncapped {
 			st.Output = nil // nothing was cut: the record, saved or not, says so
 		}
-		return cuts, false
+		return cuts, false, unmarked
 	}
 	f, err := w.openOutput(st, name)
 	if err != nil {
@@ -244,6 +249,7 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 		// The hole is punched at the file's start, where it says that the
 		// last cut listed was not made.
 		if cuts, err = w.markMade(st, name); err != nil {
+			unmarked = true
 			return failed(err)
 		}
 	}
@@ -255,10 +261,10 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 		if c := w.cutStart(st, name, f, n); c != "" {
 			cuts = c
 		}
-		return cuts, true
+		return cuts, true, false
 	}
 	s.Dropped += n
-	return cuts, true
+	return cuts, true, false
 }
 
 // markMade writes a mark to run st's cut file if the last cut of its
@@ -270,10 +276,14 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 // cut was not made, and place every byte of the file by its size. With
 // its record saved for its cuts only every cutsSavedEvery, a run that
 // writes fast is cut again and again with the last cut unrecorded.
+//
+// A cut file it cannot read (its owner's to spoil) needs no mark: readers
+// refuse it, and cutStart leaves the dropped bytes a hole. Its error is
+// the mark's write's.
 func (w *watcher) markMade(st *tracker.State, name string) (string, error) {
 	cuts, err := w.store.ReadCuts(st.ID)
 	if err != nil {
-		return "", err
+		return "", nil
 	}
 	cuts, marked := tracker.MarkMade(cuts, name, outputStream(st, name).Base)
 	if !marked {
