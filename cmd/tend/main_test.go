@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -844,8 +845,11 @@ func readSlice(ts *testscript.TestScript, id string, off, max int64) logSlice {
 	cmd.Dir = ts.MkAbs(".")
 	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_NO_START=1")
 	out, err := cmd.Output()
+	if ee := (*exec.ExitError)(nil); errors.As(err, &ee) {
+		ts.Fatalf("tend logs --offset %d: %v: %s", off, err, ee.Stderr)
+	}
 	if err != nil {
-		ts.Fatalf("tend logs: %v", err)
+		ts.Fatalf("tend logs --offset %d: %v", off, err)
 	}
 	var sl logSlice
 	ts.Check(json.Unmarshal(out, &sl))
