@@ -268,6 +268,7 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // claimed request found bad after all): src is moved to rejected/ under the
 // request's name.
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
+	markRejected(src)
 	return d.rejectAs(name, reason, func(dst string) error {
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err != nil {
@@ -298,6 +299,10 @@ func writeNew(path string, body []byte, owner int) error {
 	}
 	if owner > 0 {
 		err = unix.Fchown(fd, owner, -1)
+	} else if os.Geteuid() == 0 {
+		// A copy of root's is a request, never a reason: marked as
+		// markRejected marks what it moves.
+		unix.Fsetxattr(fd, markAttr, []byte(rejectedMark), 0)
 	}
 	if err == nil {
 		err = durable.WriteAll(fd, body)
@@ -320,7 +325,6 @@ func writeNew(path string, body []byte, owner int) error {
 // has the next name tried).
 func (d Dir) rejectAs(name, reason string, place func(dst string) error) (string, error) {
 	line := fmt.Sprintf("%s: %s\n", Printable(name), oneLine(reason))
-	markRejected(src)
 	if err := os.Mkdir(d.Rejected(), 0o755); err == nil {
 		// Made again (an operator cleared it): its name is durable
 		// before what it will hold.

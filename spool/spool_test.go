@@ -418,6 +418,16 @@ func TestRejectCopyLeavesTheRequest(t *testing.T) {
 	if b, err := os.ReadFile(p); err != nil || string(b) != `{"comand": "x"}` {
 		t.Errorf("spool/q.start = %q, %v; want it left there", b, err)
 	}
+	if os.Geteuid() == 0 { // root's copy is marked a request, never taken for a reason
+		f, err := os.Open(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if !CarriesMark(int(f.Fd())) {
+			t.Errorf("rejected/q.start.1, root's, carries no mark: fsck could take it for a reason")
+		}
+	}
 }
 
 // A name as long as a file name may be cannot carry ".error": the
