@@ -129,17 +129,17 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 					break
 				}
 			}
-			outcome, detail, err := c.dir.ReadOutcome(n)
+			outcome, detail, read, err := c.dir.ReadOutcomeFile(n)
 			if err != nil {
 				break
 			}
 			if n.Verb == spool.VerbStart {
 				var mine bool
 				if outcome, detail, mine = c.startAnswer(n, reqs[done].ino, outcome, detail); !mine {
-					var st unix.Stat_t
-					if unix.Stat(c.dir.OutcomePath(n), &st) == nil {
-						stale[n] = st.Ino // another's: wait for the next answer
-					}
+					// Another's: wait for the next answer. The one read, not
+					// the name's now, which may be this client's already:
+					// taken for another's, it was waited past for ever.
+					stale[n] = read
 					break
 				}
 			}

@@ -576,13 +576,22 @@ func (d Dir) WriteSelectOutcome(n Name, b []byte) error {
 // ReadOutcome returns the outcome and detail of request n, or an error
 // satisfying errors.Is(err, os.ErrNotExist) if it has none yet.
 func (d Dir) ReadOutcome(n Name) (outcome, detail string, err error) {
-	b, _, err := durable.ReadRegular(d.OutcomePath(n), 4096)
+	outcome, detail, _, err = d.ReadOutcomeFile(n)
+	return outcome, detail, err
+}
+
+// ReadOutcomeFile is ReadOutcome, and returns the inode of the answer it
+// read. An answer is replaced atomically, so a client that must tell one
+// answer from the next (another's, then its own) knows the one it read
+// by it: a stat of the name after the read may find the next one already.
+func (d Dir) ReadOutcomeFile(n Name) (outcome, detail string, ino uint64, err error) {
+	b, st, err := durable.ReadRegular(d.OutcomePath(n), 4096)
 	if err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
 	line := strings.TrimSpace(string(b))
 	outcome, detail, _ = strings.Cut(line, ": ")
-	return outcome, detail, nil
+	return outcome, detail, st.Ino, nil
 }
 
 // Submit writes a request the way every client should: under a hidden

@@ -525,6 +525,36 @@ func TestSubmitAndOutcome(t *testing.T) {
 	}
 }
 
+// TestReadOutcomeFileNamesTheAnswerRead: each answer to a name is a new
+// file, and the inode ReadOutcomeFile returns is of the one it read, so
+// that a client told the next one apart from it (another's accepted,
+// then its own rejected) is never told its own is the one it read.
+func TestReadOutcomeFileNamesTheAnswerRead(t *testing.T) {
+	d := newDir(t)
+	n := Name{ID: "r", Verb: VerbStart}
+	if err := d.WriteOutcome(n, Accepted, ""); err != nil {
+		t.Fatal(err)
+	}
+	o1, _, ino1, err := d.ReadOutcomeFile(n)
+	if err != nil || o1 != Accepted {
+		t.Fatalf("ReadOutcomeFile = %q, %v", o1, err)
+	}
+	if err := d.WriteOutcome(n, Rejected, "run r already exists"); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(d.OutcomePath(n), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Ino == ino1 {
+		t.Fatalf("the second answer has the first's inode %d: a client could not tell them apart", ino1)
+	}
+	o2, _, ino2, err := d.ReadOutcomeFile(n)
+	if err != nil || o2 != Rejected || ino2 != st.Ino {
+		t.Fatalf("ReadOutcomeFile = %q, ino %d, %v; want rejected, ino %d", o2, ino2, err, st.Ino)
+	}
+}
+
 func TestParseServiceFields(t *testing.T) {
 	tests := []struct {
 		body, wantErr string
