@@ -21,9 +21,16 @@ type Control struct {
 	// outcome is a conflict (ErrConflict).
 	IfRev int64
 	// Grace, for Cancel and Restart, replaces the run's own time between
-	// SIGTERM and SIGKILL for this stop (0: the run's own).
+	// SIGTERM and SIGKILL for this stop: 0 keeps the run's own, NoGrace
+	// sends SIGKILL right after SIGTERM, and any other negative is
+	// refused (a deadline's time left, computed too late, is no grace).
 	Grace time.Duration
 }
+
+// NoGrace, as a Control's Grace, stops a run with no grace: SIGKILL
+// right after SIGTERM (a request's "grace": "0s"), where a Grace of 0
+// keeps the run's own. It is -1 exactly: other negatives are errors.
+const NoGrace time.Duration = -1
 
 // Cancel cancels run id: SIGTERM to its process group, then SIGKILL after
 // the grace. It returns once the run has ended (or the watcher refused),
@@ -245,7 +252,14 @@ func (c *Client) body(verb string, opts Control, fields map[string]any) ([]byte,
 		if verb != spool.VerbCancel && verb != spool.VerbRestart {
 			return nil, invalidf("%s: a grace is for cancel and restart", verb)
 		}
-		body["grace"] = spool.Duration(opts.Grace)
+		grace := opts.Grace
+		switch {
+		case grace == NoGrace:
+			grace = 0 // "0s": none
+		case grace < 0:
+			return nil, invalidf("%s: grace %s is negative (NoGrace stops with none)", verb, grace)
+		}
+		body["grace"] = spool.Duration(grace)
 	}
 	b, err := json.Marshal(body)
 	if err != nil {

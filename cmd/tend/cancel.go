@@ -12,12 +12,12 @@ import (
 )
 
 type cancelCmd struct {
-	IDs     []string      `arg:"" optional:"" name:"id" help:"The runs to cancel (several: with one request)."`
-	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
-	Session *string       `help:"Act as this session: only its runs may be canceled (default: $TEND_SESSION)."`
-	All     bool          `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with an empty --session (--session=), else of every session (an operator's)."`
-	IfRev   int64         `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7); with one run."`
-	JSON    bool          `help:"Print the outcome as a JSON line, one a run with several or --all (docs/schema/outcome.schema.json)."`
+	IDs     []string       `arg:"" optional:"" name:"id" help:"The runs to cancel (several: with one request)."`
+	Grace   *time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace; 0: SIGKILL at once)."`
+	Session *string        `help:"Act as this session: only its runs may be canceled (default: $TEND_SESSION)."`
+	All     bool           `help:"Cancel every active run: of --session (or $TEND_SESSION) if one is named, of no session with an empty --session (--session=), else of every session (an operator's)."`
+	IfRev   int64          `help:"Cancel only if the run's record is still at this revision (else: conflict, exit 7); with one run."`
+	JSON    bool           `help:"Print the outcome as a JSON line, one a run with several or --all (docs/schema/outcome.schema.json)."`
 }
 
 func (c *cancelCmd) Help() string {
@@ -69,12 +69,16 @@ func (c *cancelCmd) Run(e *env) error {
 	if len(ids) > 1 {
 		return c.cancelMany(e, ids)
 	}
+	grace, err := stopGrace("cancel", c.Grace)
+	if err != nil {
+		return err
+	}
 	session, _ := c.session()
 	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	o, err := client.Cancel(e.context(), ids[0], tend.Control{Grace: c.Grace, IfRev: c.IfRev})
+	o, err := client.Cancel(e.context(), ids[0], tend.Control{Grace: grace, IfRev: c.IfRev})
 	if o.Outcome == "" {
 		return err // not answered
 	}
@@ -96,12 +100,16 @@ func (c *cancelCmd) cancelMany(e *env, ids []string) error {
 	if c.IfRev != 0 {
 		return exitf(exitUsage, "cancel: --if-rev is one run's revision: give one ID with it")
 	}
+	grace, err := stopGrace("cancel", c.Grace)
+	if err != nil {
+		return err
+	}
 	session, _ := c.session()
 	client, err := e.client(session)
 	if err != nil {
 		return err
 	}
-	outcomes, err := client.CancelSelected(e.context(), spool.Select{IDs: ids}, tend.Control{Grace: c.Grace})
+	outcomes, err := client.CancelSelected(e.context(), spool.Select{IDs: ids}, tend.Control{Grace: grace})
 	if err != nil {
 		return err
 	}
@@ -158,6 +166,10 @@ func (c *cancelCmd) cancelAll(e *env) error {
 	if c.IfRev != 0 {
 		return exitf(exitUsage, "cancel --all: --if-rev is one run's revision: give one ID with it")
 	}
+	grace, err := stopGrace("cancel", c.Grace)
+	if err != nil {
+		return err
+	}
 	session, scoped := c.session()
 	client, err := e.client(session)
 	if err != nil {
@@ -183,7 +195,7 @@ func (c *cancelCmd) cancelAll(e *env) error {
 			return nil
 		}
 	}
-	outcomes, err := client.CancelSelected(e.context(), sel, tend.Control{Grace: c.Grace})
+	outcomes, err := client.CancelSelected(e.context(), sel, tend.Control{Grace: grace})
 	if err != nil {
 		return err
 	}
@@ -214,4 +226,19 @@ func (c *cancelCmd) noneActive(e *env, session string, scoped bool) {
 		whose = "of session " + session
 	}
 	fmt.Fprintf(e.stderr, "tend: cancel --all: no active run %s: nothing to cancel\n", whose)
+}
+
+// stopGrace is a cancel's or a restart's --grace for the client: not
+// given, the run's own (0); given, that grace, 0 being none at all
+// (tend.NoGrace: SIGKILL right after SIGTERM), as a request's "0s" is.
+func stopGrace(verb string, g *time.Duration) (time.Duration, error) {
+	switch {
+	case g == nil:
+		return 0, nil
+	case *g < 0:
+		return 0, exitf(exitUsage, "%s: --grace %s is negative (0 stops with no grace)", verb, *g)
+	case *g == 0:
+		return tend.NoGrace, nil
+	}
+	return *g, nil
 }

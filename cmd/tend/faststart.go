@@ -98,7 +98,10 @@ func fastStartFlag(s *startCmd, name string, inline bool, next func() (string, b
 	}
 	text := map[string]*string{"--cwd": &s.Cwd, "--session": &s.Session, "--at": &s.At}[name]
 	list := map[string]*[]string{"-e": &s.Env, "--env": &s.Env, "-l": &s.Label, "--label": &s.Label, "--after": &s.After}[name]
-	duration := map[string]*time.Duration{"--timeout": &s.Timeout, "--grace": &s.Grace, "--in": &s.In}[name]
+	if name == "--grace" {
+		s.Grace = new(time.Duration) // set, even to 0: no grace
+	}
+	duration := map[string]*time.Duration{"--timeout": &s.Timeout, "--grace": s.Grace, "--in": &s.In}[name]
 	if text == nil && list == nil && duration == nil {
 		return false
 	}

@@ -102,7 +102,7 @@ func (c *signalCmd) signalMany(e *env, ids []string, sig string) error {
 
 type restartCmd struct {
 	controlArgs
-	Grace time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace)."`
+	Grace *time.Duration `help:"Time between SIGTERM and SIGKILL (default: the run's own grace; 0: SIGKILL at once)."`
 }
 
 func (c *restartCmd) Help() string {
@@ -113,8 +113,12 @@ restarted starts at once. Example:
 }
 
 func (c *restartCmd) Run(e *env) error {
+	grace, err := stopGrace("restart", c.Grace)
+	if err != nil {
+		return err
+	}
 	return c.send(e, "restart", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
-		o.Grace = c.Grace
+		o.Grace = grace
 		return cl.Restart(e.context(), c.ID, o)
 	})
 }

@@ -17,17 +17,17 @@ import (
 )
 
 type startCmd struct {
-	ID      *string       `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
-	JSON    bool          `help:"Print the run's record once it is taken, not just its ID (docs/schema/record.schema.json)."`
-	Cwd     string        `help:"Working directory (default: the current one)." placeholder:"DIR"`
-	Env     []string      `short:"e" sep:"none" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
-	Timeout time.Duration `help:"Stop the run (SIGTERM, then SIGKILL after the grace) if it runs longer than this."`
-	Grace   time.Duration `help:"Time between SIGTERM and SIGKILL when the run is stopped (default 10s)."`
-	Session string        `help:"The session the run belongs to." env:"TEND_SESSION"`
-	Label   []string      `short:"l" sep:"none" help:"Attach a label (repeatable)." placeholder:"K=V"`
-	After   []string      `sep:"none" help:"Start only once run ID has completed (ID:ended: however it ended; ID:ready: once it runs and is ready); repeatable. Canceled if that can no longer happen." placeholder:"ID[:COND]"`
-	At      string        `help:"Start no earlier than this time: HH:MM[:SS] (today, or tomorrow if past) or RFC 3339." placeholder:"TIME" xor:"when"`
-	In      time.Duration `help:"Start no earlier than this long after the request is taken." placeholder:"DURATION" xor:"when"`
+	ID      *string        `help:"The run's ID (default: made from the command, e.g. make-3f9a1c)."`
+	JSON    bool           `help:"Print the run's record once it is taken, not just its ID (docs/schema/record.schema.json)."`
+	Cwd     string         `help:"Working directory (default: the current one)." placeholder:"DIR"`
+	Env     []string       `short:"e" sep:"none" help:"Set a variable in the run's environment, on top of this shell's (repeatable)." placeholder:"K=V"`
+	Timeout time.Duration  `help:"Stop the run (SIGTERM, then SIGKILL after the grace) if it runs longer than this."`
+	Grace   *time.Duration `help:"Time between SIGTERM and SIGKILL when the run is stopped (default 10s; 0: SIGKILL at once)."`
+	Session string         `help:"The session the run belongs to." env:"TEND_SESSION"`
+	Label   []string       `short:"l" sep:"none" help:"Attach a label (repeatable)." placeholder:"K=V"`
+	After   []string       `sep:"none" help:"Start only once run ID has completed (ID:ended: however it ended; ID:ready: once it runs and is ready); repeatable. Canceled if that can no longer happen." placeholder:"ID[:COND]"`
+	At      string         `help:"Start no earlier than this time: HH:MM[:SS] (today, or tomorrow if past) or RFC 3339." placeholder:"TIME" xor:"when"`
+	In      time.Duration  `help:"Start no earlier than this long after the request is taken." placeholder:"DURATION" xor:"when"`
 
 	Restart           string        `help:"Restart policy: never, on-failure or always." placeholder:"POLICY" group:"Services"`
 	RestartLimit      int           `help:"At most this many restarts within --restart-window." default:"5" group:"Services"`
@@ -169,8 +169,11 @@ func (c *startCmd) request(args []string, warn io.Writer) (tend.Request, error) 
 	} else {
 		req.Argv = args
 	}
-	if c.Grace > 0 {
-		g := spool.Duration(c.Grace)
+	if c.Grace != nil { // 0 too: no grace, where left out is the default
+		if *c.Grace < 0 {
+			return tend.Request{}, fmt.Errorf("--grace %s is negative (0 stops with no grace)", *c.Grace)
+		}
+		g := spool.Duration(*c.Grace)
 		req.Grace = &g
 	}
 	cwd := c.Cwd

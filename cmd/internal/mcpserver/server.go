@@ -796,13 +796,13 @@ func (d duration) read(name string) (spool.Duration, error) {
 // stopGrace reads d as a cancel's or a restart's grace, as the client
 // takes it: none is 0, the run's own grace. A grace given as 0 means
 // SIGKILL at once, as a start's grace of 0 does, not the run's own (the
-// client's 0): it is the least grace the client can send, 1ns.
+// client's 0): the client's NoGrace.
 func (d duration) stopGrace() (time.Duration, error) {
 	g, err := d.read("grace")
 	if err != nil || !d.sent() || g != 0 {
 		return g.D(), err
 	}
-	return time.Nanosecond, nil
+	return tend.NoGrace, nil
 }
 
 // durationJSON reads a duration given as JSON (a string or a number of
