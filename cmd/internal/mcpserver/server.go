@@ -234,13 +234,13 @@ type cancelIn struct {
 }
 
 type cancelAllIn struct {
-	All    bool              `json:"all,omitempty" jsonschema:"every active run of this session (of every session if the server has none); or give labels"`
+	All    bool              `json:"all,omitempty" jsonschema:"every active run of this session (refused if the server has none); or give labels"`
 	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the runs with every one of these labels"`
 	Grace  duration          `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: each run's own; 0: SIGKILL at once)"`
 }
 
 type deleteAllIn struct {
-	All    bool              `json:"all,omitempty" jsonschema:"every ended run of this session (of every session if the server has none); or give labels"`
+	All    bool              `json:"all,omitempty" jsonschema:"every ended run of this session (refused if the server has none); or give labels"`
 	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the ended runs with every one of these labels"`
 }
 
@@ -280,14 +280,14 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record (an error, with the record, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", t.start)
 	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
 	add(s, schemas, "show", "One run's record, of any session (a session scopes writes, not reads): state, exit code, reason, times, usage.", t.show)
-	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; every run the server's user may act on if it has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
+	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
 	add(s, schemas, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
 	add(s, schemas, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", t.restart)
 	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its record either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
 	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
-	add(s, schemas, "delete_all", "Delete, to clean up, every ended run of this session (all: true; every ended run the server's user may act on if it has no session), or the ended ones with the given labels: their records, output and outcomes. Runs still active are left alone (cancel_all them first); returns each deleted run's outcome.", t.deleteAll)
+	add(s, schemas, "delete_all", "Delete, to clean up, every ended run of this session (all: true; refused if the server has no session), or the ended ones with the given labels: their records, output and outcomes. Runs still active are left alone (cancel_all them first); returns each deleted run's outcome.", t.deleteAll)
 	return schemas
 }
 
@@ -621,6 +621,11 @@ func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolRes
 	if !in.All && len(in.Labels) == 0 {
 		return toolError(`cancel_all: name the runs: "all": true, or "labels"`), nil, nil
 	}
+	if in.All {
+		if msg := t.allUnscoped("cancel_all"); msg != "" {
+			return toolError(msg), nil, nil
+		}
+	}
 	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 		// No run has such a label (start refuses it): selecting by it
 		// would cancel nothing, and say nothing of the mistake.
@@ -637,6 +642,18 @@ func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolRes
 		runs = []tend.Outcome{}
 	}
 	return nil, &outcomesOut{Runs: runs}, nil
+}
+
+// allUnscoped says why tool may not take "all": true, or "" if it may.
+// A server with no session would act on every run of its user: the
+// runs a person started by hand, and other agents', where an agent asks
+// to be rid of its own.
+func (t *tools) allUnscoped(tool string) string {
+	if t.client.Session() != "" {
+		return ""
+	}
+	return tool + `: the server has no session, so "all" would be every run of this user, not only this agent's: ` +
+		`set TEND_SESSION in the server's environment (tend's README, "For agents"), or name the runs by "labels"`
 }
 
 // wait waits like tend wait, but at most its timeout: an agent's call must
@@ -700,6 +717,11 @@ func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend
 func (t *tools) deleteAll(ctx context.Context, in deleteAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
 	if !in.All && len(in.Labels) == 0 {
 		return toolError(`delete_all: name the runs: "all": true, or "labels"`), nil, nil
+	}
+	if in.All {
+		if msg := t.allUnscoped("delete_all"); msg != "" {
+			return toolError(msg), nil, nil
+		}
 	}
 	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 		if err := spool.CheckLabelKey(k); err != nil {
