@@ -177,11 +177,8 @@ func RecentEvents(root string, ids map[string]bool) (map[string][]Event, error) 
 // scanTail adds to recent the events of the runs ids names in the last n
 // bytes of the history file at path (less the line n cuts).
 func scanTail(path string, n int64, ids map[string]bool, recent map[string][]Event) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	f, err := openIfThere(path)
+	if f == nil {
 		return err
 	}
 	defer f.Close()

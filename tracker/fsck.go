@@ -194,11 +194,8 @@ func runDirNames(root string) map[string]bool {
 // valid only during the call. A missing file has none. An error of each
 // stops it, and is returned.
 func eachLine(path string, each func(n int, raw []byte) error) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	f, err := openIfThere(path)
+	if f == nil {
 		return err
 	}
 	defer f.Close()

@@ -651,15 +651,23 @@ func ReadHistory(path string) ([]Event, error) {
 	return events, err
 }
 
+// openIfThere opens the file at path to read, or returns nil and no
+// error if there is none: a history file not made yet, or rotated away
+// meanwhile, holds no events.
+func openIfThere(path string) (*os.File, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	return f, err
+}
+
 // ScanHistoryFile passes the events of the history file at path to each,
 // a line at a time, keeping none, failing closed as ReadHistory does. An
 // error of each stops it, and is returned.
 func ScanHistoryFile(path string, each func(Event) error) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
+	f, err := openIfThere(path)
+	if f == nil {
 		return err
 	}
 	defer f.Close()
