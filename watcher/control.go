@@ -732,12 +732,25 @@ func (w *watcher) collectGarbage() {
 // answers: tend gc, beside it, could remove an answer it had just
 // written again, for a start of the same ID that its client waits for.
 func (w *watcher) sweepRunlessOutcomes(cutoff time.Time) {
-	w.sweepRunlessIn(w.spool.Outcomes(), cutoff, true)
+	sweepAnswers(w.spool.Outcomes(), cutoff, true, w.runless)
 }
 
-// sweepRunlessIn is sweepRunlessOutcomes in dir and, with users, in the
-// directories of users' answers there.
-func (w *watcher) sweepRunlessIn(dir string, cutoff time.Time, users bool) {
+// runless reports whether an answer named name, of no tag, answers a
+// request of a run that is not there: neither live, queued, nor in runs/.
+func (w *watcher) runless(name string) bool {
+	n, err := spool.ParseName(name)
+	if err != nil || n.Tag != "" || w.runs[n.ID] != nil || w.queued(n.ID) != nil {
+		return false
+	}
+	_, err = os.Lstat(w.store.RunDir(n.ID))
+	return errors.Is(err, fs.ErrNotExist) // a run's (or cannot tell): its deletion removes it
+}
+
+// sweepAnswers removes the answers in dir (and, with users, in the
+// directories of users' answers there, outcomes/<uid>/: see
+// spool.Dir.OutcomesOf, which the watcher alone writes) written before
+// cutoff whose names may go says may go. Only regular files are answers.
+func sweepAnswers(dir string, cutoff time.Time, users bool, mayGo func(name string) bool) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return
@@ -745,19 +758,12 @@ func (w *watcher) sweepRunlessIn(dir string, cutoff time.Time, users bool) {
 	for _, e := range ents {
 		if users && e.IsDir() {
 			if uid, err := strconv.Atoi(e.Name()); err == nil && uid > 0 {
-				w.sweepRunlessIn(filepath.Join(dir, e.Name()), cutoff, false)
+				sweepAnswers(filepath.Join(dir, e.Name()), cutoff, false, mayGo)
 			}
 			continue
 		}
-		n, err := spool.ParseName(e.Name())
-		if err != nil || n.Tag != "" || !e.Type().IsRegular() {
+		if !e.Type().IsRegular() || !mayGo(e.Name()) {
 			continue
-		}
-		if w.runs[n.ID] != nil || w.queued(n.ID) != nil {
-			continue
-		}
-		if _, err := os.Lstat(w.store.RunDir(n.ID)); !errors.Is(err, fs.ErrNotExist) {
-			continue // a run's (or cannot tell): its deletion removes it
 		}
 		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
 			os.Remove(filepath.Join(dir, e.Name()))
@@ -774,33 +780,15 @@ const keepTaggedOutcomes = time.Hour
 // outcomes/ is the watcher's) or that died before it did leaves them, and
 // their names are used once.
 func (w *watcher) sweepTaggedOutcomes(cutoff time.Time) {
-	sweepTaggedIn(w.spool.Outcomes(), cutoff, true)
+	sweepAnswers(w.spool.Outcomes(), cutoff, true, tagged)
 }
 
-// sweepTaggedIn sweeps the tagged answers in dir, and with users, in
-// the directories of users' answers there (outcomes/<uid>/: see
-// spool.Dir.OutcomesOf), which the watcher alone writes.
-func sweepTaggedIn(dir string, cutoff time.Time, users bool) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return
+// tagged reports whether an answer named name answers a tagged request,
+// or a selector (tagged too, read by its client alone).
+func tagged(name string) bool {
+	if _, ok := spool.ParseSelectorName(name); ok {
+		return true
 	}
-	for _, e := range ents {
-		if users && e.IsDir() {
-			if uid, err := strconv.Atoi(e.Name()); err == nil && uid > 0 {
-				sweepTaggedIn(filepath.Join(dir, e.Name()), cutoff, false)
-			}
-			continue
-		}
-		n, err := spool.ParseName(e.Name())
-		if sel, ok := spool.ParseSelectorName(e.Name()); ok {
-			n, err = sel, nil // a selector's answer, tagged too, read by its client alone
-		}
-		if err != nil || n.Tag == "" {
-			continue
-		}
-		if fi, err := e.Info(); err == nil && fi.ModTime().Before(cutoff) {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
+	n, err := spool.ParseName(name)
+	return err == nil && n.Tag != ""
 }
