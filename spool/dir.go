@@ -320,6 +320,24 @@ func writeNew(path string, body []byte, owner int) error {
 	return nil
 }
 
+// RemoveCopy removes from rejected/ a copy RejectCopy made at dst, and
+// then its reason, as their expiry does (a crash in between leaves a
+// reason without its request, which fsck says nothing reads, never a
+// request without its reason). It is for a copy another supersedes: a
+// queued run's bad versions are copied one at a time.
+func (d Dir) RemoveCopy(dst string) error {
+	if filepath.Dir(dst) != d.Rejected() {
+		return fmt.Errorf("%s: not in %s", dst, d.Rejected())
+	}
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	if err := os.Remove(dst + ".error"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // rejectAs is Reject with place, which puts the request at dst in
 // rejected/ (never over a file there: an error wrapping unix.EEXIST
 // has the next name tried).

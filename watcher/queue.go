@@ -47,6 +47,9 @@ type queuedRun struct {
 	// version it holds for is known by its reason then).
 	held bool
 	bad  string
+	// copied is the copy in rejected/ of the last bad version of its
+	// request (see holdQueued), which the next one's replaces.
+	copied string
 }
 
 // addQueued puts q at the end of the queue.
@@ -176,7 +179,8 @@ const heldPrefix = "held: its request "
 // holdQueued takes a version of queued run q's request, named n and read
 // as f, that its owner wrote and that does not parse or is refused
 // (problem): a typo saved from an editor must not cost the run. A copy
-// of it is set aside in rejected/ with its reason, and it is answered
+// of it is set aside in rejected/ with its reason (in place of the copy
+// of the run's bad version before, if this watcher made it), and it is answered
 // rejected; but it stays in the spool, for its writer to mend, and the
 // run stays queued, held, in its place: it starts from no version that
 // is not good (startQueued refuses it), and the next good version is an
@@ -197,6 +201,15 @@ func (w *watcher) holdQueued(q *queuedRun, n spool.Name, f spool.File, problem s
 		w.takeLater(name, "setting a copy aside in rejected/", err)
 		return
 	}
+	if q.copied != "" {
+		// One copy a run: each save of a bad version, a byte changed in a
+		// file of up to a MiB, would have root write and sync another MiB
+		// in rejected/, kept for keep_finished_for, every settle period.
+		if err := w.spool.RemoveCopy(q.copied); err != nil {
+			w.log.Printf("run %s: removing the copy of its last bad version: %v", q.st.ID, err)
+		}
+	}
+	q.copied = dst
 	w.forget(name)
 	delete(w.faulted, name)
 	q.stopGone() // back, if it was removed: bad, but there
