@@ -115,13 +115,21 @@ func (s *Store) RemoveCuts(id, what string) error {
 	return err
 }
 
-// ReadCuts returns run id's cuts under way, if any. A line it cannot
-// parse is an error that names the file: offsets are not guessed.
-func (s *Store) ReadCuts(id string) ([]Cut, error) {
+// ReadCuts returns run id's cuts under way, if any: owner's run, whose
+// cut file it reads only if tracker.CheckRunFile allows it (the watcher
+// reads it as root, and writes its cuts back into a file of the owner's:
+// the owner may have put there a file they may not read). A line it
+// cannot parse is an error that names the file: offsets are not guessed.
+func (s *Store) ReadCuts(id string, owner int) ([]Cut, error) {
 	path := s.Run(id).Cut()
-	b, _, err := durable.ReadRegular(path, maxCuts)
+	b, fi, err := durable.ReadRegular(path, maxCuts)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
+	}
+	if err == nil {
+		if err = CheckRunFile(&fi, owner); err != nil {
+			err = fmt.Errorf("%s: not read: %w", path, err)
+		}
 	}
 	if err != nil {
 		return nil, err

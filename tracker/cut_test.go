@@ -82,7 +82,7 @@ func TestReadCuts(t *testing.T) {
 	if err := s.MakeRunDir("x"); err != nil {
 		t.Fatal(err)
 	}
-	if cuts, err := s.ReadCuts("x"); err != nil || cuts != nil {
+	if cuts, err := s.ReadCuts("x", 0); err != nil || cuts != nil {
 		t.Fatalf("no cut file: ReadCuts = %v, %v", cuts, err)
 	}
 	want := []Cut{{"stdout", 0, 4096}, {"stderr", 8192, 4096}}
@@ -90,7 +90,7 @@ func TestReadCuts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, err := s.ReadCuts("x"); err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
+	if got, err := s.ReadCuts("x", 0); err != nil || len(got) != 2 || got[0] != want[0] || got[1] != want[1] {
 		t.Fatalf("ReadCuts = %v, %v; want %v", got, err, want)
 	}
 	if err := s.RemoveCuts("x", "another\n"); err != nil || !s.HasCuts("x") {
@@ -99,9 +99,25 @@ func TestReadCuts(t *testing.T) {
 	if err := s.RemoveCuts("x", text); err != nil || s.HasCuts("x") {
 		t.Fatalf("RemoveCuts: %v, the file is there: %v", err, s.HasCuts("x"))
 	}
+	// A cut file that is not the run's own is not read: the watcher
+	// writes what it reads back into a file its owner reads.
+	cut := s.Run("x").Cut()
+	os.WriteFile(cut, []byte("stdout 0 4096\n"), 0o644)
+	if err := os.Link(cut, cut+".other"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.ReadCuts("x", 0); err == nil || !strings.Contains(err.Error(), cut+": not read: it has 2 links") {
+		t.Errorf("ReadCuts of a cut file with 2 links = %v, %v; want an error that says so", got, err)
+	}
+	os.Remove(cut + ".other")
+	if os.Geteuid() == 0 {
+		if got, err := s.ReadCuts("x", 4242); err == nil || !strings.Contains(err.Error(), "not by the run's owner (uid 4242)") {
+			t.Errorf("ReadCuts, as root, of a cut file not of the run's owner = %v, %v; want an error that says so", got, err)
+		}
+	}
 	for _, bad := range []string{"stdout 1\n", "stdin 0 4096\n", "stdout 0 -1\n", "stdout -1 4096\n", "stdout x 4096\n"} {
 		os.WriteFile(s.Run("x").Cut(), []byte(bad), 0o644)
-		if _, err := s.ReadCuts("x"); err == nil || !strings.Contains(err.Error(), s.Run("x").Cut()+":1:") {
+		if _, err := s.ReadCuts("x", 0); err == nil || !strings.Contains(err.Error(), s.Run("x").Cut()+":1:") {
 			t.Errorf("ReadCuts of %q: err = %v, want one naming the file and line", bad, err)
 		}
 	}

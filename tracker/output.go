@@ -45,7 +45,7 @@ func (s *Store) ReadOutput(st *State, stream string, off, max int64) (Slice, err
 	// cuts made. The one after it is where the stream stood at some
 	// moment after the read (see layoutNow). Offsets only grow, so if the
 	// two agree, the stream stood there all through the read.
-	cuts, err := s.ReadCuts(st.ID)
+	cuts, err := s.ReadCuts(st.ID, st.OwnerUID)
 	if err != nil {
 		return Slice{}, err
 	}
@@ -86,7 +86,7 @@ const maxReads = 10
 // the same f changed at most by one step it tells.
 func (s *Store) layoutNow(st *State, stream string, f *os.File) (*State, int64, int64, error) {
 	for range maxReads {
-		cuts, err := s.ReadCuts(st.ID)
+		cuts, err := s.ReadCuts(st.ID, st.OwnerUID)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -96,7 +96,7 @@ func (s *Store) layoutNow(st *State, stream string, f *os.File) (*State, int64, 
 		}
 		s.step("record read")
 		base, dropped := again.Layout(stream, f, cuts)
-		after, err := s.ReadCuts(st.ID)
+		after, err := s.ReadCuts(st.ID, st.OwnerUID)
 		if err != nil {
 			return nil, 0, 0, err
 		}
@@ -160,7 +160,7 @@ func (s *Store) OutputSize(st *State, stream string) int64 {
 		return st.stream(stream).Base
 	}
 	defer f.Close()
-	cuts, _ := s.ReadCuts(st.ID) // unreadable: the record's base, as ReadOutput refuses to read
+	cuts, _ := s.ReadCuts(st.ID, st.OwnerUID) // unreadable: the record's base, as ReadOutput refuses to read
 	base, _ := st.Layout(stream, f, cuts)
 	fi, err := f.Stat()
 	if err != nil {

@@ -136,7 +136,7 @@ func TestCutsSettledAtEveryStep(t *testing.T) {
 			}()
 			next := &watcher{cfg: Config{Root: c.w.cfg.Root}, store: c.store, log: log.New(io.Discard, "", 0)}
 			rec := uncutRecord()
-			cuts, err := c.store.ReadCuts("r")
+			cuts, err := c.store.ReadCuts("r", rec.OwnerUID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -281,7 +281,7 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 // refuse it, and cutStart leaves the dropped bytes a hole. Its error is
 // the mark's write's.
 func (w *watcher) markMade(st *tracker.State, name string) (string, error) {
-	cuts, err := w.store.ReadCuts(st.ID)
+	cuts, err := w.store.ReadCuts(st.ID, st.OwnerUID)
 	if err != nil {
 		return "", nil
 	}
@@ -316,7 +316,7 @@ func (w *watcher) cutStart(st *tracker.State, name string, f *os.File, n int64) 
 		return "" // the file system does not show the hole: a cut would be undecidable
 	}
 	// Cuts not yet recorded stay in the file until they are.
-	cuts, err := w.store.ReadCuts(st.ID)
+	cuts, err := w.store.ReadCuts(st.ID, st.OwnerUID)
 	var text string
 	if err == nil {
 		text, err = w.store.WriteCuts(st.ID, st.OwnerUID, tracker.WithCut(cuts, tracker.Cut{Stream: name, Base: s.Base, Bytes: n}))
@@ -374,7 +374,7 @@ func outputChange(st *tracker.State) tracker.Event {
 // at a file's start is recorded as dropped bytes, and the file cut. It
 // reports whether it saved st.
 func (w *watcher) settleCuts(st *tracker.State) bool {
-	cuts, err := w.store.ReadCuts(st.ID)
+	cuts, err := w.store.ReadCuts(st.ID, st.OwnerUID)
 	if err != nil {
 		w.log.Printf("recover: run %s: %v (its offsets are left as recorded)", st.ID, err)
 		return false
