@@ -3,6 +3,7 @@ package tracker
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -90,6 +91,23 @@ func (s *Store) WriteCuts(id string, owner int, cuts []Cut) (string, error) {
 	return text, durable.Replace(s.Run(id).Cut(), []byte(text), RunPerm(owner), record)
 }
 
+// MaxOffset bounds the offsets a cut file may name (8 PiB): more than
+// any run writes, the highest integer a reader holding JSON numbers as
+// float64 keeps exact (as MaxRev), and far from an int64's end. The file
+// is its run's owner's, and a watcher that takes over saves its cuts to
+// the record and the history: a cut to near 2^63 put that base there,
+// and the next cut wrapped it negative.
+const MaxOffset = 1 << 53
+
+// AddOffsets returns a+b, or math.MaxInt64 where that overflows: an
+// output file may be sparse, of exabytes, at no cost to its owner.
+func AddOffsets(a, b int64) int64 {
+	if b > math.MaxInt64-a {
+		return math.MaxInt64
+	}
+	return a + b
+}
+
 // maxCuts bounds a cut file read: it holds a line or two, and is its
 // run's owner's, who may make it anything.
 const maxCuts = 64 << 10
@@ -150,6 +168,9 @@ func (s *Store) ReadCuts(id string, owner int) ([]Cut, error) {
 		if len(f) != 3 || c.Stream != "stdout" && c.Stream != "stderr" || err1 != nil || err2 != nil || c.Base < 0 || c.Bytes < 0 {
 			return nil, fmt.Errorf("%s:%d: want \"STREAM BASE BYTES\", not %q", path, i+1, line)
 		}
+		if c.Base > MaxOffset || c.Bytes > MaxOffset-c.Base {
+			return nil, fmt.Errorf("%s:%d: %q: a cut past offset %d, more than any run writes", path, i+1, line, int64(MaxOffset))
+		}
 		cuts = append(cuts, c)
 	}
 	return cuts, nil
@@ -189,7 +210,7 @@ func (st *State) Layout(stream string, f *os.File, cuts []Cut) (base, dropped in
 		}
 		base += c.Bytes
 	}
-	return base, max(dropped, base+hole)
+	return base, max(dropped, AddOffsets(base, hole))
 }
 
 // cutFrom returns the cut (or mark) of stream in cuts that began from

@@ -115,7 +115,8 @@ func TestReadCuts(t *testing.T) {
 			t.Errorf("ReadCuts, as root, of a cut file not of the run's owner = %v, %v; want an error that says so", got, err)
 		}
 	}
-	for _, bad := range []string{"stdout 1\n", "stdin 0 4096\n", "stdout 0 -1\n", "stdout -1 4096\n", "stdout x 4096\n"} {
+	for _, bad := range []string{"stdout 1\n", "stdin 0 4096\n", "stdout 0 -1\n", "stdout -1 4096\n", "stdout x 4096\n",
+		"stdout 0 9007199254740993\n", "stdout 9007199254740992 1\n", "stdout 9223372036854775000 0\n"} {
 		os.WriteFile(s.Run("x").Cut(), []byte(bad), 0o644)
 		if _, err := s.ReadCuts("x", 0); err == nil || !strings.Contains(err.Error(), s.Run("x").Cut()+":1:") {
 			t.Errorf("ReadCuts of %q: err = %v, want one naming the file and line", bad, err)

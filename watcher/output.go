@@ -224,7 +224,8 @@ func (w *watcher) capStream(st *tracker.State, name string, limit int64) (cuts s
 		st.Output = &tracker.Output{Limit: limit}
 	}
 	s := outputStream(st, name)
-	total := s.Base + size.Size
+	// Summed without overflow: a sparse file may be of exabytes.
+	total := tracker.AddOffsets(s.Base, size.Size)
 	const block = 4096 // what both operations need their range aligned to
 	n := (total - limit - s.Dropped) / block * block
 	if total-s.Dropped <= limit+limit/8 || n <= 0 {
