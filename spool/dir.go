@@ -320,14 +320,29 @@ func writeNew(path string, body []byte, owner int) error {
 	return nil
 }
 
-// RemoveCopy removes from rejected/ a copy RejectCopy made at dst, and
-// then its reason, as their expiry does (a crash in between leaves a
-// reason without its request, which fsck says nothing reads, never a
-// request without its reason). It is for a copy another supersedes: a
-// queued run's bad versions are copied one at a time.
-func (d Dir) RemoveCopy(dst string) error {
+// RemoveCopy removes from rejected/ a copy RejectCopy made at dst, given
+// to owner, and then its reason, as their expiry does (a crash in between
+// leaves a reason without its request, which fsck says nothing reads,
+// never a request without its reason). It is for a copy another
+// supersedes: a queued run's bad versions are copied one at a time. A
+// file there now that is not owner's regular file is not that copy (it
+// expired, and another rejection took its name), and is left.
+func (d Dir) RemoveCopy(dst string, owner int) error {
 	if filepath.Dir(dst) != d.Rejected() {
 		return fmt.Errorf("%s: not in %s", dst, d.Rejected())
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dst, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return &os.PathError{Op: "lstat", Path: dst, Err: err}
+	}
+	if owner <= 0 {
+		owner = os.Geteuid() // as writeNew leaves it
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != owner {
+		return nil
 	}
 	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return err

@@ -430,6 +430,44 @@ func TestRejectCopyLeavesTheRequest(t *testing.T) {
 	}
 }
 
+// RemoveCopy removes a copy and then its reason; a file of another
+// user's that took the name since (the copy expired) is left, as is a
+// path outside rejected/.
+func TestRemoveCopy(t *testing.T) {
+	d := newDir(t)
+	dst, err := d.RejectCopy("q.start", []byte("bad"), os.Geteuid(), "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveCopy(dst, os.Geteuid()); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dst, dst + ".error"} {
+		if _, err := os.Lstat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after RemoveCopy: %v; want it gone", p, err)
+		}
+	}
+	if err := d.RemoveCopy(dst, os.Geteuid()); err != nil {
+		t.Errorf("RemoveCopy of a copy gone: %v", err)
+	}
+	if err := d.RemoveCopy(filepath.Join(d.Spool(), "q.start"), os.Geteuid()); err == nil {
+		t.Errorf("RemoveCopy outside rejected/: no error")
+	}
+	if os.Geteuid() != 0 {
+		return
+	}
+	other, err := d.RejectCopy("q.start", []byte("bad"), 4242, "bad")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.RemoveCopy(other, os.Geteuid()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(other); err != nil {
+		t.Errorf("another user's file in rejected/ under the copy's name: %v; want it left", err)
+	}
+}
+
 // A name as long as a file name may be cannot carry ".error": the
 // rejected copy is shortened, and its reason still names it whole.
 func TestRejectShortensLongNames(t *testing.T) {

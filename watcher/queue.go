@@ -205,7 +205,7 @@ func (w *watcher) holdQueued(q *queuedRun, n spool.Name, f spool.File, problem s
 		// One copy a run: each save of a bad version, a byte changed in a
 		// file of up to a MiB, would have root write and sync another MiB
 		// in rejected/, kept for keep_finished_for, every settle period.
-		if err := w.spool.RemoveCopy(q.copied); err != nil {
+		if err := w.spool.RemoveCopy(q.copied, q.st.OwnerUID); err != nil {
 			w.log.Printf("run %s: removing the copy of its last bad version: %v", q.st.ID, err)
 		}
 	}
