@@ -374,6 +374,17 @@ func (w *watcher) startQueuedRuns() {
 // startQueued claims queued run q's request as it is now and starts it.
 // It reports false if the request cannot be taken now (a writer has it
 // open, or it does not parse yet); the run stays queued.
+// checkVersion checks req, a version of a queued run's request not taken
+// before, as a new request is checked when it is taken: its own rules,
+// and, where it would run on a cluster (the root's settings may send it
+// there), what a run there cannot have (a health check, a ready file).
+func (w *watcher) checkVersion(req spool.Start) error {
+	if err := req.CheckNew(); err != nil {
+		return err
+	}
+	return checkJob(req, w.slurmFor(req))
+}
+
 func (w *watcher) startQueued(q *queuedRun) bool {
 	if q.held {
 		return false // its next good version is taken as an edit first (holdQueued)
@@ -385,7 +396,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	}
 	req, err := spool.ParseStart(f.Body)
 	if err == nil && q.st.RequestSum != spool.BodySum(f.Body) {
-		err = req.CheckNew() // a version not taken yet: examine holds the run for one refused
+		err = w.checkVersion(req) // a version not taken yet: examine holds the run for one refused
 	}
 	if err != nil || !f.Settled || !sameWaits(req, q.req) {
 		return false // a version whose waits changed is taken as an edit first
@@ -411,7 +422,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 		}
 		req, err = spool.ParseStart(claimed.Body)
 		if err == nil && q.st.RequestSum != spool.BodySum(claimed.Body) {
-			err = req.CheckNew() // a version not taken before
+			err = w.checkVersion(req) // a version not taken before
 		}
 		if err != nil || !sameWaits(req, q.req) {
 			// Edited at that very moment into a bad version (its owner's:

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/watcher"
 )
@@ -125,11 +126,20 @@ func heldThenMended(t *testing.T, root, held string) {
 // a queued run's request, with the spool and the request's name. It
 // returns a client and the root.
 func queuedSwapping(t *testing.T, claiming func(spoolDir, name string)) (*tend.Client, string) {
+	return queuedSwappingWith(t, nil, claiming)
+}
+
+// queuedSwappingWith is queuedSwapping, with settings (if not nil)
+// changing the watcher's configuration first.
+func queuedSwappingWith(t *testing.T, settings func(*watcher.Config), claiming func(spoolDir, name string)) (*tend.Client, string) {
 	var mu sync.Mutex
 	var root string
 	c := inProcessWith(t, func(cfg watcher.Config) error {
 		cfg.Settings.MaxRunning = 1
 		cfg.Settings.Users = []int{otherUID}
+		if settings != nil {
+			settings(&cfg)
+		}
 		mu.Lock()
 		root = cfg.Root
 		mu.Unlock()
@@ -153,5 +163,46 @@ func swapIn(t *testing.T, path, body string, uid int) {
 	}
 	if err != nil {
 		t.Errorf("swapping %s: %v", path, err)
+	}
+}
+
+// A queued run's version taken as it starts, which the root's settings
+// send to a cluster where a run cannot have a ready file, is refused as
+// it would be when taken (it holds the run), never started on the
+// cluster unchecked. (The request's own rules alone passed it.)
+func TestQueuedVersionRefusedOnACluster(t *testing.T) {
+	var swapped atomic.Bool
+	c, root := queuedSwappingWith(t, func(cfg *watcher.Config) {
+		cfg.Settings.Slurm.Default = &spool.Slurm{} // every run not local goes to Slurm
+	}, func(spoolDir, name string) {
+		if name == "q.start" && !swapped.Swap(true) {
+			swapIn(t, filepath.Join(spoolDir, name), `{"command": "echo swapped", "ready_file": true}`, 0)
+		}
+	})
+	ctx := deadline(t)
+	if _, err := c.Start(ctx, "blocker", tend.Request{Shell: "exec sleep 1000", Local: true}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := c.Start(ctx, "q", tend.Request{Shell: "echo original", Local: true}); err != nil || st.State != tracker.Queued {
+		t.Fatalf("run q: %+v, %v; want it queued behind blocker", st, err)
+	}
+	if _, err := c.Cancel(ctx, "blocker", tend.Control{}); err != nil {
+		t.Fatal(err)
+	}
+	store := tracker.NewStore(root)
+	for {
+		st, err := store.Read("q")
+		if err == nil && st.State == tracker.Queued && strings.HasPrefix(st.Reason, "held: ") {
+			break
+		}
+		if err == nil && st.State != tracker.Queued || ctx.Err() != nil {
+			t.Fatalf("run q is not held by the version a cluster refuses (%v): %+v", err, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	swapIn(t, filepath.Join(root, "spool", "q.start"), `{"command": "echo mended", "slurm": false}`, 0)
+	st := ended(t, c, "q")
+	if st.State != tracker.Completed || !strings.Contains(strings.Join(st.Command, " "), "mended") {
+		t.Fatalf("run q ended %s running %q, want the mended version completed", st.State, st.Command)
 	}
 }
