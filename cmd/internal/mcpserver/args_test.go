@@ -35,6 +35,8 @@ func TestFitArgs(t *testing.T) {
 		{"logs", `{"id": "x", "offset": 1.5}`, `offset: 1.5 (a number): want an integer`, true},
 		{"logs", `{"id": "x", "offset": 1.0}`, `{"id": "x", "offset": 1.0}`, false},
 		{"logs", `{"id": "x", "offset": null, "stream": null}`, `{"id":"x"}`, false},
+		{"logs", `{"id": "x", "max_bytes": null}`, `{"id": "x", "max_bytes": null}`, false}, // its schema takes null (a nil pointer: 65536)
+		{"logs", `{"id": "x", "max_bytes": "0"}`, `max_bytes: "0" (a string): want an integer, as a JSON number (not in quotes)`, true},
 		{"wait", `{"id": "x", "timeout_seconds": "5"}`, `timeout_seconds: "5" (a string): want a number, as a JSON number (not in quotes)`, true},
 		{"wait", `{"id": "x", "timeout_seconds": null}`, `{"id": "x", "timeout_seconds": null}`, false}, // its schema takes null (a nil pointer: 30 s)
 		{"start", `{"command": null}`, `command: null: want a string`, true},

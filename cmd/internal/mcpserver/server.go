@@ -198,10 +198,13 @@ type idIn struct {
 }
 
 type logsIn struct {
-	ID       string `json:"id" jsonschema:"the run's ID"`
-	Stream   string `json:"stream,omitempty" jsonschema:"stdout (default), stderr, or both (lines in the order written)"`
-	Offset   int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: stdout's, and stderr's too unless stderr_offset is given)"`
-	MaxBytes int64  `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes (default 65536, at most 4194304); not with both"`
+	ID     string `json:"id" jsonschema:"the run's ID"`
+	Stream string `json:"stream,omitempty" jsonschema:"stdout (default), stderr, or both (lines in the order written)"`
+	Offset int64  `json:"offset,omitempty" jsonschema:"absolute byte offset to read from: the next of the last read (both: stdout's, and stderr's too unless stderr_offset is given)"`
+	// MaxBytes is a pointer: 0 is refused, not taken for the default,
+	// as a timeout_seconds of 0 is not (an agent that sends 0 means
+	// something by it, and reading nothing is not it).
+	MaxBytes *int64 `json:"max_bytes,omitempty" jsonschema:"read at most this many bytes: 1 to 4194304 (left out: 65536; 0 is refused, as it would read nothing); not with both"`
 	// StderrOffset lets a read of both go on where the last one stopped,
 	// which is in general not at the same offset of the two streams.
 	StderrOffset *int64 `json:"stderr_offset,omitempty" jsonschema:"with stream both: stderr's offset to read from (the next_stderr of the last read)"`
@@ -520,8 +523,11 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 	if in.StderrOffset != nil && *in.StderrOffset < 0 {
 		return toolError(fmt.Sprintf("logs: stderr_offset %d is negative: offsets count bytes from 0 (the next_stderr of the last read)", *in.StderrOffset)), nil, nil
 	}
-	if in.MaxBytes < 0 || in.MaxBytes > maxLogBytes {
-		return toolError(fmt.Sprintf("logs: max_bytes %d: want 0 to %d", in.MaxBytes, maxLogBytes)), nil, nil
+	max := int64(65536)
+	if in.MaxBytes != nil {
+		if max = *in.MaxBytes; max < 1 || max > maxLogBytes {
+			return toolError(fmt.Sprintf("logs: max_bytes %d: want 1 to %d (leave it out for 65536)", max, maxLogBytes)), nil, nil
+		}
 	}
 	switch in.Stream {
 	case "", tend.Stdout, tend.Stderr:
@@ -529,7 +535,7 @@ func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logs
 			return toolError("logs: stderr_offset is for stream both: to read stderr alone, give its offset as offset"), nil, nil
 		}
 		stream := cmp(in.Stream, tend.Stdout)
-		sl, err := t.client.ReadLog(ctx, in.ID, stream, in.Offset, cmp(in.MaxBytes, 65536))
+		sl, err := t.client.ReadLog(ctx, in.ID, stream, in.Offset, max)
 		if err != nil {
 			return errorResult("logs", err), nil, nil
 		}
@@ -561,7 +567,7 @@ func partialRune(s string) int {
 
 // logsBoth reads both streams' lines from offset and stderr_offset.
 func (t *tools) logsBoth(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
-	if in.MaxBytes != 0 {
+	if in.MaxBytes != nil {
 		return toolError("logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"), nil, nil
 	}
 	from := tend.PlaceAt(in.Offset)

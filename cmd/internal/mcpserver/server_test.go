@@ -105,3 +105,28 @@ func TestRefusalText(t *testing.T) {
 		t.Errorf("text %q, want %q", text, want)
 	}
 }
+
+// TestLogsMaxBytes: a max_bytes of 0 reads nothing, so it is refused
+// naming the argument, not taken for the default as left out is.
+func TestLogsMaxBytes(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	tests := []struct {
+		in   logsIn
+		want string
+	}{
+		{logsIn{ID: "x", MaxBytes: n(0)}, "logs: max_bytes 0: want 1 to 4194304 (leave it out for 65536)"},
+		{logsIn{ID: "x", MaxBytes: n(-1)}, "logs: max_bytes -1: want 1 to 4194304 (leave it out for 65536)"},
+		{logsIn{ID: "x", MaxBytes: n(maxLogBytes + 1)}, "logs: max_bytes 4194305: want 1 to 4194304 (leave it out for 65536)"},
+		{logsIn{ID: "x", Stream: "both", MaxBytes: n(10)}, "logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"},
+	}
+	for _, tt := range tests {
+		res, _, _ := (&tools{}).logs(context.Background(), tt.in)
+		if res == nil || !res.IsError {
+			t.Errorf("%+v: not refused", tt.in)
+			continue
+		}
+		if text := res.Content[0].(*mcp.TextContent).Text; text != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.in, text, tt.want)
+		}
+	}
+}
