@@ -49,6 +49,10 @@ func TestFitArgs(t *testing.T) {
 		{"start", `{"command": "x", "slurm": {"bogus": 1}}`, `slurm: unknown argument "bogus": the arguments are partition, cpus, memory, gpus, nodes, time, account, qos, constraint, args`, true},
 		{"cancel_all", `{"all": "true"}`, `all: "true" (a string): want a boolean`, true},
 		{"cancel_all", `{"all": null}`, `{}`, false}, // and then "name the runs", not every run
+		{"pause", `{}`, `missing argument id (a string)`, true},
+		{"resume", `{"id": 1}`, `id: 1 (a number): want a string`, true},
+		{"cancel", `{"ids": "a"}`, `ids: "a" (a string): want an array of strings`, true},
+		{"cancel", `{"ids": ["a", null]}`, `ids[1]: null: want a string`, true},
 		{"signal", `{"id": "x", "signal": 9}`, `signal: 9 (a number): want a string`, true},
 		{"show", `{"id": "x"`, `{"id": "x"`, false}, // no JSON: the SDK's to refuse
 	}

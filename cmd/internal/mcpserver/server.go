@@ -1,6 +1,6 @@
 // Package mcpserver serves tend's control surface to agents as Model
 // Context Protocol tools over stdin and stdout: start, ls, show, logs (by
-// offset), cancel, cancel_all, restart, wait, signal, delete, delete_all, each answering typed
+// offset), cancel, cancel_all, restart, wait, signal, pause, resume, delete, delete_all, each answering typed
 // JSON with an output schema. The tools are a client of the spool like any
 // other (package tend), in the session of the server's TEND_SESSION.
 //
@@ -232,7 +232,8 @@ type logsOut struct {
 const maxLogBytes = 4 << 20
 
 type cancelIn struct {
-	ID    string   `json:"id" jsonschema:"the run's ID"`
+	ID    string   `json:"id,omitempty" jsonschema:"the run's ID; or give ids"`
+	IDs   []string `json:"ids,omitempty" jsonschema:"the runs' IDs, canceled with one request, each answered with its outcome; or give id"`
 	Grace duration `json:"grace,omitempty" jsonschema:"time between SIGTERM and SIGKILL: a Go duration such as \"30s\", or a number of seconds (default: the run's own; 0: SIGKILL at once)"`
 }
 
@@ -245,6 +246,16 @@ type cancelAllIn struct {
 type deleteAllIn struct {
 	All    bool              `json:"all,omitempty" jsonschema:"every ended run of this session (refused if the server has none); or give labels"`
 	Labels map[string]string `json:"labels,omitempty" jsonschema:"only the ended runs with every one of these labels"`
+}
+
+// cancelOut is a cancel's result: with id, the run's outcome; with ids,
+// each run's, in runs.
+type cancelOut struct {
+	ID      string         `json:"id,omitempty" jsonschema:"with id: the run's ID"`
+	Verb    string         `json:"verb,omitempty"`
+	Outcome string         `json:"outcome,omitempty"`
+	Detail  string         `json:"detail,omitempty"`
+	Runs    []tend.Outcome `json:"runs,omitempty" jsonschema:"with ids: each run's outcome, by ID"`
 }
 
 type outcomesOut struct {
@@ -274,7 +285,7 @@ type signalIn struct {
 }
 
 // toolNames are the names addTools gives its tools.
-var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "restart", "wait", "signal", "delete", "delete_all"}
+var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", "restart", "wait", "signal", "pause", "resume", "delete", "delete_all"}
 
 // addTools adds t's tools to s, each with the output schema of its result,
 // and returns their input schemas, by name.
@@ -285,10 +296,12 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, "show", "One run's record, of any session (a session scopes writes, not reads): state, exit code, reason, times, usage.", t.show)
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
-	add(s, schemas, "cancel", "Cancel a run of this session: SIGTERM to its process group, SIGKILL after the grace; returns the outcome once it has ended.", t.cancel)
+	add(s, schemas, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; a refused one says why in its outcome).", t.cancel)
 	add(s, schemas, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", t.restart)
 	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its record either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
+	add(s, schemas, "pause", "Pause a live run of this session: SIGSTOP to its process group; its timeout stops counting until it is resumed.", t.pause)
+	add(s, schemas, "resume", "Resume a paused run of this session: SIGCONT to its process group.", t.resume)
 	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
 	add(s, schemas, "delete_all", "Delete, to clean up, every ended run of this session (all: true; refused if the server has no session), or the ended ones with the given labels: their records, output and outcomes. Runs still active are left alone (cancel_all them first); returns each deleted run's outcome.", t.deleteAll)
 	return schemas
@@ -611,12 +624,57 @@ func invalidUTF8(s string) int64 {
 	return n
 }
 
-func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *cancelOut, error) {
 	grace, err := in.Grace.stopGrace()
 	if err != nil {
 		return toolError("cancel: " + err.Error()), nil, nil
 	}
-	return outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace}))
+	ids, err := cancelIDs(in)
+	if err != nil {
+		return toolError("cancel: " + err.Error()), nil, nil
+	}
+	if ids == nil {
+		res, o, err := outcomeResult("cancel")(t.client.Cancel(ctx, in.ID, tend.Control{Grace: grace}))
+		if o == nil {
+			return res, nil, err
+		}
+		return res, &cancelOut{ID: o.ID, Verb: o.Verb, Outcome: o.Outcome, Detail: o.Detail}, err
+	}
+	// One selector request: the watcher answers every run in one file,
+	// and an agent's list costs one request, not one a run.
+	runs, err := t.client.CancelSelected(ctx, spool.Select{IDs: ids}, tend.Control{Grace: grace})
+	if err != nil {
+		return errorResult("cancel", err), nil, nil
+	}
+	if runs == nil {
+		runs = []tend.Outcome{}
+	}
+	return nil, &cancelOut{Runs: runs}, nil
+}
+
+// cancelIDs returns the IDs of a cancel of ids, each checked and once, or
+// nil for a cancel of id; exactly one of the two must be given.
+func cancelIDs(in cancelIn) ([]string, error) {
+	switch {
+	case in.ID != "" && in.IDs != nil:
+		return nil, errors.New("give id or ids, not both")
+	case in.ID != "":
+		return nil, nil
+	case in.IDs == nil:
+		return nil, errors.New("name the runs: id, or ids")
+	case len(in.IDs) == 0:
+		return nil, errors.New("ids is empty: name at least one run")
+	}
+	var ids []string
+	for i, id := range in.IDs {
+		if err := tend.CheckID(id); err != nil {
+			return nil, fmt.Errorf("ids[%d]: %v", i, err)
+		}
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids, nil
 }
 
 func (t *tools) cancelAll(ctx context.Context, in cancelAllIn) (*mcp.CallToolResult, *outcomesOut, error) {
@@ -707,6 +765,14 @@ func (t *tools) restart(ctx context.Context, in restartIn) (*mcp.CallToolResult,
 
 func (t *tools) signal(ctx context.Context, in signalIn) (*mcp.CallToolResult, *tend.Outcome, error) {
 	return outcomeResult("signal")(t.client.Signal(ctx, in.ID, in.Signal, tend.Control{}))
+}
+
+func (t *tools) pause(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	return outcomeResult("pause")(t.client.Pause(ctx, in.ID, tend.Control{}))
+}
+
+func (t *tools) resume(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Outcome, error) {
+	return outcomeResult("resume")(t.client.Resume(ctx, in.ID, tend.Control{}))
 }
 
 func (t *tools) delete(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Outcome, error) {

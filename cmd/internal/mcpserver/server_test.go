@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -81,7 +82,8 @@ func TestErrorText(t *testing.T) {
 func TestResultDocs(t *testing.T) {
 	for name, s := range map[string]*jsonschema.Schema{
 		"logs":       describeResult(schemaOf[logsOut]()),
-		"cancel":     describeResult(schemaOf[tend.Outcome]()),
+		"cancel":     describeResult(schemaOf[cancelOut]()),
+		"cancel ids": describeResult(schemaOf[cancelOut]()).Properties["runs"].Items,
 		"cancel_all": describeResult(schemaOf[outcomesOut]()).Properties["runs"].Items,
 	} {
 		for prop, p := range s.Properties {
@@ -127,6 +129,35 @@ func TestLogsMaxBytes(t *testing.T) {
 		}
 		if text := res.Content[0].(*mcp.TextContent).Text; text != tt.want {
 			t.Errorf("%+v: %q, want %q", tt.in, text, tt.want)
+		}
+	}
+}
+
+// TestCancelIDs: a cancel names its runs by id or ids, not both nor
+// neither; ids are checked, and each is canceled once.
+func TestCancelIDs(t *testing.T) {
+	tests := []struct {
+		in   cancelIn
+		want []string
+		err  string
+	}{
+		{cancelIn{ID: "a"}, nil, ""},
+		{cancelIn{IDs: []string{"a", "b", "a"}}, []string{"a", "b"}, ""},
+		{cancelIn{}, nil, "name the runs: id, or ids"},
+		{cancelIn{ID: "a", IDs: []string{"b"}}, nil, "give id or ids, not both"},
+		{cancelIn{IDs: []string{}}, nil, "ids is empty: name at least one run"},
+		{cancelIn{IDs: []string{"a", ""}}, nil, "ids[1]: "},
+		{cancelIn{IDs: []string{"../x"}}, nil, "ids[0]: "},
+	}
+	for _, tt := range tests {
+		got, err := cancelIDs(tt.in)
+		switch {
+		case tt.err == "" && err != nil:
+			t.Errorf("%+v: %v", tt.in, err)
+		case tt.err != "" && (err == nil || !strings.HasPrefix(err.Error(), tt.err)):
+			t.Errorf("%+v: error %v, want %q", tt.in, err, tt.err)
+		case !slices.Equal(got, tt.want):
+			t.Errorf("%+v: %q, want %q", tt.in, got, tt.want)
 		}
 	}
 }
