@@ -25,9 +25,9 @@ func TestFitArgs(t *testing.T) {
 		{"delete", `{"id": null}`, `id: null: want a string`, true},
 		{"cancel", `{"id": 5}`, `id: 5 (a number): want a string`, true},
 		{"show", `{"id": ["x"]}`, `id: ["x"] (an array): want a string`, true},
-		{"show", `"x"`, `the arguments are "x" (a string): want an object of named arguments (id)`, true},
-		{"show", `[1]`, `the arguments are [1] (an array): want an object of named arguments (id)`, true},
-		{"ls", `{"bogus": 1}`, `unknown argument "bogus": the arguments are all, state, label`, true},
+		{"show", `"x"`, `the arguments are "x" (a string): want an object of named arguments (id, full)`, true},
+		{"show", `[1]`, `the arguments are [1] (an array): want an object of named arguments (id, full)`, true},
+		{"ls", `{"bogus": 1}`, `unknown argument "bogus": the arguments are all, state, label, full`, true},
 		{"ls", `{"label": "a=b"}`, `label: "a=b" (a string): want an array of strings`, true},
 		{"ls", `{"label": [5]}`, `label[0]: 5 (a number): want a string`, true},
 		{"ls", `{"state": null, "label": null}`, `{"state": null, "label": null}`, false}, // their schema takes null
@@ -53,6 +53,7 @@ func TestFitArgs(t *testing.T) {
 		{"resume", `{"id": 1}`, `id: 1 (a number): want a string`, true},
 		{"cancel", `{"ids": "a"}`, `ids: "a" (a string): want an array of strings`, true},
 		{"cancel", `{"ids": ["a", null]}`, `ids[1]: null: want a string`, true},
+		{"show", `{"id": "x", "full": "yes"}`, `full: "yes" (a string): want a boolean`, true},
 		{"signal", `{"id": "x", "signal": 9}`, `signal: 9 (a number): want a string`, true},
 		{"show", `{"id": "x"`, `{"id": "x"`, false}, // no JSON: the SDK's to refuse
 	}

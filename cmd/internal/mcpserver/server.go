@@ -187,10 +187,16 @@ type lsIn struct {
 	All   bool     `json:"all,omitempty" jsonschema:"include runs that ended more than a day ago"`
 	State []string `json:"state,omitempty" jsonschema:"only runs in these states: queued, starting, running, paused, backoff, stopping, completed, failed, canceled, timed_out"`
 	Label []string `json:"label,omitempty" jsonschema:"only runs with every one of these K=V labels"`
+	Full  bool     `json:"full,omitempty" jsonschema:"each run's whole record (seal, sum, process identity, service settings, ...), not its view"`
 }
 
 type lsOut struct {
-	Runs []tend.Listed `json:"runs" jsonschema:"the runs, oldest first"`
+	Runs []shownRun `json:"runs" jsonschema:"the runs, oldest first"`
+}
+
+type showIn struct {
+	ID   string `json:"id" jsonschema:"the run's ID"`
+	Full bool   `json:"full,omitempty" jsonschema:"the whole record (seal, sum, process identity, service settings, ...), not its view"`
 }
 
 type idIn struct {
@@ -268,10 +274,11 @@ type waitIn struct {
 	Until   string   `json:"until,omitempty" jsonschema:"ended (the default): until the run has ended; ready: until it is running and ready (its health check passed, or it created its ready file; without either, once it runs), or has ended"`
 }
 
+// waitOut is the run's view with ended (ready is the view's): show
+// answers its whole record.
 type waitOut struct {
 	Ended bool `json:"ended" jsonschema:"whether the run has ended; if not (and not ready, with until ready), the wait timed out and the run goes on"`
-	Ready bool `json:"ready" jsonschema:"whether the run is running and ready (see until); false once it has ended"`
-	*tend.Record
+	runView
 }
 
 type restartIn struct {
@@ -291,14 +298,14 @@ var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", 
 // and returns their input schemas, by name.
 func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	schemas := map[string]*jsonschema.Schema{}
-	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its record (an error, with the record, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", t.start)
-	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live.", t.ls)
-	add(s, schemas, "show", "One run's record, of any session (a session scopes writes, not reads): state, exit code, reason, times, usage.", t.show)
+	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its view (an error, with the view, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", t.start)
+	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness), or with full its whole record.", t.ls)
+	add(s, schemas, "show", "One run, of any session (a session scopes writes, not reads): its view (state, exit code, reason, times, labels, notes, readiness, position, usage), or with full its whole record.", t.show)
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
 	add(s, schemas, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; a refused one says why in its outcome).", t.cancel)
 	add(s, schemas, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", t.restart)
-	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its record either way, with ended and ready.", t.wait)
+	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its view either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
 	add(s, schemas, "pause", "Pause a live run of this session: SIGSTOP to its process group; its timeout stops counting until it is resumed.", t.pause)
 	add(s, schemas, "resume", "Resume a paused run of this session: SIGCONT to its process group.", t.resume)
@@ -382,17 +389,19 @@ func schemaOf[T any]() *jsonschema.Schema {
 	if rt.Kind() == reflect.Pointer {
 		rt = rt.Elem()
 	}
-	s, err := jsonschema.ForType(rt, &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
+	opts := &jsonschema.ForOptions{TypeSchemas: map[reflect.Type]*jsonschema.Schema{
 		reflect.TypeFor[spool.Duration](): {Type: "string", Description: "a Go duration, such as 1m30s"},
 		reflect.TypeFor[duration]():       {Types: []string{"string", "number"}},
-	}})
+	}}
+	opts.TypeSchemas[reflect.TypeFor[shownRun]()] = viewSchema(opts)
+	s, err := jsonschema.ForType(rt, opts)
 	if err != nil {
 		panic(fmt.Sprintf("schema of %v: %v", rt, err))
 	}
 	return s
 }
 
-func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *tend.Record, error) {
+func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *runView, error) {
 	req := tend.Request{Shell: in.Command, Labels: in.Labels}
 	var err error
 	if req.Timeout, err = in.Timeout.read("timeout"); err != nil {
@@ -466,9 +475,11 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *te
 	if st.State == tracker.Failed && st.PID == 0 {
 		// It never ran (a working directory that is not there): an error,
 		// as for tend start, not a record an agent takes for a run.
-		return toolError(fmt.Sprintf("start: run %s could not start: %s", st.ID, st.Reason)), st, nil
+		v := viewOf(tend.Listed{Record: st})
+		return toolError(fmt.Sprintf("start: run %s could not start: %s", st.ID, st.Reason)), &v, nil
 	}
-	return nil, st, nil
+	v := viewOf(tend.Listed{Record: st})
+	return nil, &v, nil
 }
 
 // read returns h as the spool takes it, with the spool's defaults.
@@ -511,13 +522,18 @@ func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, e
 	if err != nil && !errors.As(err, &bad) {
 		return errorResult("ls", err), nil, nil
 	}
-	if runs == nil {
-		runs = []tend.Listed{}
+	out := &lsOut{Runs: make([]shownRun, 0, len(runs))}
+	for _, l := range runs {
+		r, err := shown(l, in.Full)
+		if err != nil {
+			return errorResult("ls", fmt.Errorf("run %s: %w", l.ID, err)), nil, nil
+		}
+		out.Runs = append(out.Runs, r)
 	}
-	return nil, &lsOut{Runs: runs}, nil
+	return nil, out, nil
 }
 
-func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.Record, error) {
+func (t *tools) show(ctx context.Context, in showIn) (*mcp.CallToolResult, *shownRun, error) {
 	st, err := t.client.Show(ctx, in.ID)
 	if err == nil {
 		err = t.client.Verify(st) // an agent acts on what it is shown
@@ -525,7 +541,12 @@ func (t *tools) show(ctx context.Context, in idIn) (*mcp.CallToolResult, *tend.R
 	if err != nil {
 		return errorResult("show", err), nil, nil
 	}
-	return nil, st, nil
+	// As ls shows it: position if queued, usage if live.
+	r, err := shown(t.client.Describe(st)[0], in.Full)
+	if err != nil {
+		return errorResult("show", fmt.Errorf("run %s: %w", st.ID, err)), nil, nil
+	}
+	return nil, &r, nil
 }
 
 func (t *tools) logs(ctx context.Context, in logsIn) (*mcp.CallToolResult, *logsOut, error) {
@@ -752,7 +773,7 @@ func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *wait
 	if err != nil {
 		return errorResult("wait", err), nil, nil
 	}
-	return nil, &waitOut{Ended: tend.Ended(st), Ready: tend.Ready(st), Record: st}, nil
+	return nil, &waitOut{Ended: tend.Ended(st), runView: viewOf(tend.Listed{Record: st})}, nil
 }
 
 func (t *tools) restart(ctx context.Context, in restartIn) (*mcp.CallToolResult, *tend.Outcome, error) {

@@ -2,14 +2,17 @@ package mcpserver
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tendhq/tend"
+	"github.com/tendhq/tend/tracker"
 )
 
 func TestInvalidUTF8(t *testing.T) {
@@ -84,6 +87,8 @@ func TestResultDocs(t *testing.T) {
 		"logs":       describeResult(schemaOf[logsOut]()),
 		"cancel":     describeResult(schemaOf[cancelOut]()),
 		"cancel ids": describeResult(schemaOf[cancelOut]()).Properties["runs"].Items,
+		"show":       describeResult(schemaOf[shownRun]()),
+		"wait":       describeResult(schemaOf[waitOut]()),
 		"cancel_all": describeResult(schemaOf[outcomesOut]()).Properties["runs"].Items,
 	} {
 		for prop, p := range s.Properties {
@@ -108,27 +113,60 @@ func TestRefusalText(t *testing.T) {
 	}
 }
 
-// TestLogsMaxBytes: a max_bytes of 0 reads nothing, so it is refused
-// naming the argument, not taken for the default as left out is.
-func TestLogsMaxBytes(t *testing.T) {
-	n := func(v int64) *int64 { return &v }
+// TestShown: a run's view keeps what an agent acts on and drops tend's
+// bookkeeping; full is the whole record, with ready; the output schema
+// of show and ls admits both.
+func TestShown(t *testing.T) {
+	code := 3
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rec := &tend.Record{ID: "srv", State: tracker.Running, Session: "a", Command: []string{"/bin/sh", "-c", "serve"},
+		PID: 42, PGID: 42, ProcStart: 123, Boot: "b00t", RequestSum: "rs", Seal: "seal", Sum: "sum", CreatedAt: now, StartedAt: &now,
+		Labels: map[string]string{"k": "v"}, Notes: []tracker.Note{{Time: now, Text: "hi"}}, ExitCode: &code, Attempt: 2,
+		HealthStatus: &tracker.HealthStatus{Status: "healthy", Checks: []tracker.HealthCheck{}}, ReadyAt: &now,
+		Output: &tracker.Output{Limit: 10, Stdout: tracker.Stream{Dropped: 5, Base: 5}}, After: []string{"x"}}
+	queued := &tend.Record{ID: "q", State: tracker.Queued, After: []string{"srv:ready"}, CreatedAt: now, Sum: "sum"}
+	schema, err := describeResult(schemaOf[shownRun]()).Resolve(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	tests := []struct {
-		in   logsIn
-		want string
+		l          tend.Listed
+		full       bool
+		want, drop []string // members (as "name": or "name":value) the JSON has, and has not
 	}{
-		{logsIn{ID: "x", MaxBytes: n(0)}, "logs: max_bytes 0: want 1 to 4194304 (leave it out for 65536)"},
-		{logsIn{ID: "x", MaxBytes: n(-1)}, "logs: max_bytes -1: want 1 to 4194304 (leave it out for 65536)"},
-		{logsIn{ID: "x", MaxBytes: n(maxLogBytes + 1)}, "logs: max_bytes 4194305: want 1 to 4194304 (leave it out for 65536)"},
-		{logsIn{ID: "x", Stream: "both", MaxBytes: n(10)}, "logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"},
+		{tend.Listed{Record: rec}, false,
+			[]string{`"id":"srv"`, `"session":"a"`, `"state":"running"`, `"pid":42`, `"exit_code":3`, `"labels":{"k":"v"}`, `"notes":`,
+				`"attempt":2`, `"health_state":"healthy"`, `"ready":true`, `"dropped":{"stdout":5,"stderr":0}`, `"started_at":`},
+			[]string{`"seal"`, `"sum"`, `"boot"`, `"proc_start"`, `"request_sum"`, `"pgid"`, `"base"`, `"after"`, `"rev"`, `"health_status"`}},
+		{tend.Listed{Record: queued, Position: 2}, false,
+			[]string{`"after":["srv:ready"]`, `"position":2`, `"ready":false`}, []string{`"sum"`, `"pid"`}},
+		{tend.Listed{Record: rec}, true,
+			[]string{`"seal":"seal"`, `"sum":"sum"`, `"boot":"b00t"`, `"proc_start":123`, `"ready":true`, `"health_status":`},
+			[]string{`"health_state"`}},
 	}
 	for _, tt := range tests {
-		res, _, _ := (&tools{}).logs(context.Background(), tt.in)
-		if res == nil || !res.IsError {
-			t.Errorf("%+v: not refused", tt.in)
-			continue
+		r, err := shown(tt.l, tt.full)
+		if err != nil {
+			t.Fatal(err)
 		}
-		if text := res.Content[0].(*mcp.TextContent).Text; text != tt.want {
-			t.Errorf("%+v: %q, want %q", tt.in, text, tt.want)
+		b, err := json.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, w := range tt.want {
+			if !strings.Contains(string(b), w) {
+				t.Errorf("%s full %v: %s has no %s", tt.l.ID, tt.full, b, w)
+			}
+		}
+		for _, d := range tt.drop {
+			if strings.Contains(string(b), d) {
+				t.Errorf("%s full %v: %s has %s", tt.l.ID, tt.full, b, d)
+			}
+		}
+		var v any
+		json.Unmarshal(b, &v)
+		if err := schema.Validate(v); err != nil {
+			t.Errorf("%s full %v: the output schema refuses it: %v", tt.l.ID, tt.full, err)
 		}
 	}
 }
@@ -158,6 +196,31 @@ func TestCancelIDs(t *testing.T) {
 			t.Errorf("%+v: error %v, want %q", tt.in, err, tt.err)
 		case !slices.Equal(got, tt.want):
 			t.Errorf("%+v: %q, want %q", tt.in, got, tt.want)
+		}
+	}
+}
+
+// TestLogsMaxBytes: a max_bytes of 0 reads nothing, so it is refused
+// naming the argument, not taken for the default as left out is.
+func TestLogsMaxBytes(t *testing.T) {
+	n := func(v int64) *int64 { return &v }
+	tests := []struct {
+		in   logsIn
+		want string
+	}{
+		{logsIn{ID: "x", MaxBytes: n(0)}, "logs: max_bytes 0: want 1 to 4194304 (leave it out for 65536)"},
+		{logsIn{ID: "x", MaxBytes: n(-1)}, "logs: max_bytes -1: want 1 to 4194304 (leave it out for 65536)"},
+		{logsIn{ID: "x", MaxBytes: n(maxLogBytes + 1)}, "logs: max_bytes 4194305: want 1 to 4194304 (leave it out for 65536)"},
+		{logsIn{ID: "x", Stream: "both", MaxBytes: n(10)}, "logs: max_bytes reads one stream: read stdout and stderr each, or leave it out"},
+	}
+	for _, tt := range tests {
+		res, _, _ := (&tools{}).logs(context.Background(), tt.in)
+		if res == nil || !res.IsError {
+			t.Errorf("%+v: not refused", tt.in)
+			continue
+		}
+		if text := res.Content[0].(*mcp.TextContent).Text; text != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.in, text, tt.want)
 		}
 	}
 }
