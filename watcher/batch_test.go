@@ -269,6 +269,40 @@ func stateOf(st *tracker.State) tracker.StateName {
 	return st.State
 }
 
+// A queued run that ends in the batch it was queued in (its dependency
+// ended there) has its request moved into its directory before the
+// flush, where the flush's keep finds no file in the spool: its content
+// is synced from its new name, as a claim's is, before the answer
+// accepted, which follows the flush. (The power-loss trial found such a
+// run's request empty after a cut.)
+func TestKeepRequestSyncsWhatKeepMissed(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.spool.Spool(), "q.start"), []byte("echo hi"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := w.spool.Read("q.start")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(w.store.RunDir("q"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	q := &queuedRun{st: &tracker.State{ID: "q", State: tracker.Queued, OwnerUID: os.Geteuid()}}
+	w.batched(func() {
+		w.keep(f)
+		w.keepRequest(q)
+		if len(w.unsyncedClaims) != 1 {
+			t.Errorf("%d claimed requests wait to be synced with the flush; want q's, which keep will not find in the spool", len(w.unsyncedClaims))
+		}
+	})
+	if b, err := os.ReadFile(w.store.Run("q").Request()); err != nil || string(b) != "echo hi" {
+		t.Errorf("runs/q/request = %q, %v; want the request", b, err)
+	}
+}
+
 // A queued run's request is synced before its answer: inside a batch
 // with the batch's records, outside one (a request examined again on a
 // timer) at once, since the answer follows at once.

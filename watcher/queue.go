@@ -504,12 +504,17 @@ func (w *watcher) keepRequest(q *queuedRun) {
 		w.leaveToExamine(n.String())
 		return
 	}
-	_, err = w.spool.Claim(f, w.store.Run(n.ID).Request())
+	claimed, err := w.spool.Claim(f, w.store.Run(n.ID).Request())
 	w.movedOut(n.ID, err) // its directory synced before the spool
 	if err != nil {
 		w.log.Printf("run %s: keeping its request: %v", n.ID, err)
 		return
 	}
+	// Its content synced with the flush, as a claim's is: the sync that
+	// enqueue asked for (keep) finds no file in the spool when the run
+	// ends in the batch it was queued in, and its answer, accepted, goes
+	// after that flush.
+	w.keepClaimed(w.store.Run(n.ID).Request(), claimed)
 	w.forget(n.String())
 }
 
