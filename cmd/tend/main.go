@@ -241,7 +241,7 @@ func parse(args []string, stdout, stderr io.Writer) (c *cli, do func(*env) error
 		fmt.Fprintln(stderr, `Or run "tend help <command>".`)
 		return nil, nil, exitUsage
 	}
-	ctx, err := parser.Parse(args)
+	ctx, err := parser.Parse(flagsFirst(parser.Model, args))
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
 		for _, hint := range []string{killSpelling(args), idsTogether(args, err)} {
