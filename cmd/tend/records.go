@@ -139,8 +139,8 @@ func deleteRuns(e *env, ids []string, session string, ifRev int64) error {
 }
 
 type gcCmd struct {
-	OlderThan time.Duration `help:"Delete finished runs that ended longer ago than this (default: config.json's keep_finished_for, else 168h)."`
-	Keep      int           `help:"Keep at most this many finished runs, the newest (0: none; default: config.json's keep_finished, else 1000)." default:"-1"`
+	OlderThan time.Duration `help:"Delete finished runs that ended longer ago than this (0: every one; default: config.json's keep_finished_for, else 168h)." default:"-1ns" placeholder:"DURATION"`
+	Keep      int           `help:"Keep at most this many finished runs, the newest (0: none; default: config.json's keep_finished, else 1000)." default:"-1" placeholder:"N"`
 	Session   string        `help:"Only this session's runs." env:"TEND_SESSION"`
 	DryRun    bool          `help:"Print what would be deleted, and delete nothing."`
 	JSON      bool          `help:"Print each outcome as a JSON line (docs/schema/outcome.schema.json); with --dry-run, {id, verb: delete, outcome: would_delete}."`
@@ -161,16 +161,18 @@ func (c *gcCmd) Run(e *env) error {
 	if err != nil {
 		return err
 	}
-	if c.OlderThan > 0 {
+	// In config.json keep_finished_for and keep_finished 0 keep every run;
+	// --older-than 0 and --keep 0 keep none, as their words say: an
+	// operator who clears a root asks for that. (--older-than 0 used to
+	// be taken as not given, and deleted only what was a week old.)
+	if c.OlderThan >= 0 {
 		limits.KeepFinishedFor = c.OlderThan
 	}
-	// In config.json keep_finished 0 keeps every run; --keep 0 keeps none,
-	// as its words say: an operator who clears a root asks for that.
-	keepNone := c.Keep == 0
+	keepNone := c.Keep == 0 || c.OlderThan == 0
 	if c.Keep >= 0 {
 		limits.KeepFinished = c.Keep
 	}
-	rejErr := c.expireRejected(e, limits.KeepFinishedFor)
+	rejErr := c.expireRejected(e, limits.KeepFinishedFor, c.OlderThan == 0)
 	runs, errs := tracker.NewStore(e.root).ListBrief() // Expired reads states and end times only
 	for _, err := range errs {
 		fmt.Fprintln(e.stderr, "tend:", err)
@@ -185,7 +187,11 @@ func (c *gcCmd) Run(e *env) error {
 	e.json = c.JSON
 	if len(ids) == 0 && !e.json {
 		// Said on stderr: stdout lists the runs, and there are none.
-		fmt.Fprintf(e.stderr, "tend: no finished run is beyond the retention (%s)\n", retentionText(limits, keepNone))
+		if c.OlderThan == 0 {
+			fmt.Fprintln(e.stderr, "tend: no run has finished")
+		} else {
+			fmt.Fprintf(e.stderr, "tend: no finished run is beyond the retention (%s)\n", retentionText(limits, keepNone))
+		}
 	}
 	if c.DryRun || len(ids) == 0 {
 		for _, id := range ids {
@@ -207,12 +213,13 @@ func (c *gcCmd) Run(e *env) error {
 // keep ago, each with its reason (tracker.ExpireRejected), and says how
 // many on stderr (stdout lists the runs). It does nothing with --session
 // (a refused request's session is in a body that may not parse), with a
-// keep of 0 (keep_finished_for 0 keeps everything), or for a member of a
-// shared root: rejected/ is the watcher's user's, and the watcher's own
-// retention removes them. An error is said at once and returned, to fail
-// the command once the runs are done with.
-func (c *gcCmd) expireRejected(e *env, keep time.Duration) error {
-	if c.Session != "" || keep <= 0 {
+// keep of 0 (keep_finished_for 0 keeps everything) unless all (--older-than
+// 0: every one), or for a member of a shared root: rejected/ is the
+// watcher's user's, and the watcher's own retention removes them. An error
+// is said at once and returned, to fail the command once the runs are
+// done with.
+func (c *gcCmd) expireRejected(e *env, keep time.Duration, all bool) error {
+	if c.Session != "" || (keep <= 0 && !all) {
 		return nil
 	}
 	var root unix.Stat_t
