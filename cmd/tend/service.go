@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tendhq/tend"
@@ -51,11 +52,13 @@ or refused). Examples:
 }
 
 func (c *signalCmd) Run(e *env) error {
-	// One positional, then a cumulative one: "tend signal ID --json SIG"
-	// parses as it did before several runs were taken (a flag ends a
-	// cumulative positional in kong: --json between two runs does not).
+	// One positional, then a cumulative one: at least a run and a signal
+	// (flagsFirst lets flags come among them).
 	ids := append([]string{c.ID}, c.Rest[:len(c.Rest)-1]...)
 	sig := c.Rest[len(c.Rest)-1]
+	if err := signalLast(ids, sig); err != nil {
+		return err
+	}
 	if len(ids) == 1 {
 		one := controlArgs{ID: ids[0], Session: c.Session, IfRev: c.IfRev, JSON: c.JSON}
 		return one.send(e, "signal", func(cl *tend.Client, o tend.Control) (tend.Outcome, error) {
@@ -67,6 +70,21 @@ func (c *signalCmd) Run(e *env) error {
 		})
 	}
 	return c.signalMany(e, ids, sig)
+}
+
+// signalLast returns a usage error that says where the signal goes when
+// it was named first, as kill(1) names it ("tend signal HUP web"): else
+// the last run is refused as an unknown signal, which does not say what
+// was wrong with the command line.
+func signalLast(ids []string, sig string) error {
+	if _, err := spool.SignalNamed(sig); err == nil {
+		return nil
+	}
+	if _, err := spool.SignalNamed(ids[0]); err != nil {
+		return nil
+	}
+	want := append(slices.Clone(ids[1:]), sig, ids[0])
+	return exitf(exitUsage, "signal: the signal comes last, after the runs: tend signal %s", strings.Join(want, " "))
 }
 
 // signalMany signals runs ids with one selector request, prints one line
