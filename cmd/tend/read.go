@@ -129,6 +129,7 @@ func (c *lsCmd) Run(e *env) error {
 	if runs == nil {
 		runs = []tend.Listed{}
 	}
+	defer diskNote(e)
 	if c.JSON {
 		return writeJSON(e.stdout, runs)
 	}
@@ -148,6 +149,17 @@ func (c *lsCmd) Run(e *env) error {
 		return exitf(exitFailed, "%d run record%s could not be read", len(bad), runtext.Plural(len(bad)))
 	}
 	return nil
+}
+
+// diskNote says on stderr, after a listing or a record, that the root's
+// file system is full or read-only, as tend status does: the watcher
+// then holds the records it cannot write, and a run shown running may
+// have ended long ago. Only tend status said so: ls and show showed such
+// a run running, with nothing to explain why it never ended.
+func diskNote(e *env) {
+	if msg := runtext.DiskProblem(e.root); msg != "" {
+		fmt.Fprintf(e.stderr, "tend: what is shown may be behind: %s\n", msg)
+	}
 }
 
 // printRuns prints ls's table: a SESSION column only if a run has one,
@@ -207,6 +219,7 @@ func (c *showCmd) Run(e *env) error {
 	st, err := client.Show(e.context(), c.ID)
 	if err == nil {
 		err = client.Verify(st)
+		defer diskNote(e)
 	}
 	if errors.Is(err, tracker.ErrUnsealed) {
 		// Shown, for the operator to see what is there, and said first:
