@@ -188,7 +188,8 @@ func (c *gcCmd) Run(e *env) error {
 	if len(ids) == 0 && !e.json {
 		// Said on stderr: stdout lists the runs, and there are none.
 		if c.OlderThan == 0 {
-			fmt.Fprintln(e.stderr, "tend: no run has finished")
+			// Of those this user may read: not "no run has finished".
+			fmt.Fprintln(e.stderr, "tend: no finished run to delete")
 		} else {
 			fmt.Fprintf(e.stderr, "tend: no finished run is beyond the retention (%s)\n", retentionText(limits, keepNone))
 		}
