@@ -66,6 +66,12 @@ rc=0; tend_wait a || rc=$?
 tend_control a label 'k=v' >/dev/null || fail "label a"
 [ "$(tend_field a labels)" = '{"k":"v"}' ] || fail "run a: labels '$(tend_field a labels)'"
 [ "$(tend_field a id)" = a ] || fail "run a: id '$(tend_field a id)'"
+# A string comes as its text, JSON's escapes undone (a held run's reason
+# quotes its request); one of a character beyond ASCII stays.
+mkdir -p "$work/fake/runs/x"
+printf '{\n  "reason": "(\\"grace\\": \\"5 s\\") a \\u0026\\u0026 b\\\\u0026\\tc \\u2028"\n}\n' > "$work/fake/runs/x/state.json"
+want=$(printf '("grace": "5 s") a && b\\u0026\tc \\u2028')
+[ "$(TEND_ROOT=$work/fake tend_field x reason)" = "$want" ] || fail "tend_field x reason: '$(TEND_ROOT=$work/fake tend_field x reason)', want '$want'"
 [ "$(cat "$root/runs/a/stdout")" = hi ] || fail "run a: stdout"
 
 # 2. Cancel: the run and its background child end; cancel again is safe,

@@ -130,17 +130,46 @@ tend_outcome() {
 }
 
 # tend_field ID FIELD: print a top-level field of run ID's state.json: a
-# string without its quotes, a number as it is, an array or an object as
-# compact JSON on one line (["/bin/sh","-c","make"], {"k":"v","z":"w"}).
+# string as its text, without its quotes or JSON's escapes (a reason says
+# "timeout", not \"timeout\"; a command's && is not \u0026\u0026),
+# but for a \u escape of a character beyond ASCII (\u2028, \u2029 and
+# \ufffd, for bytes that were not UTF-8: Go writes every other one as
+# it is), which stays as it is; a number as it is; an array or an object
+# as compact JSON on one line (["/bin/sh","-c","make"], {"k":"v","z":"w"}).
 # state.json has each top-level field at two spaces' indent, and a
 # composite one's closing bracket too, so awk is enough.
 tend_field() {
 	awk -v key="  \"$2\": " '
+	function unjson(s,   out, i, c, n, h) {
+		out = ""
+		while ((i = index(s, "\\")) > 0) {
+			out = out substr(s, 1, i - 1)
+			c = substr(s, i + 1, 1)
+			s = substr(s, i + 2)
+			if (c == "n") c = "\n"
+			else if (c == "t") c = "\t"
+			else if (c == "r") c = "\r"
+			else if (c == "b") c = "\b"
+			else if (c == "f") c = "\f"
+			else if (c == "u") {
+				n = 0
+				for (i = 1; i <= 4; i++) {
+					h = index("0123456789abcdef", tolower(substr(s, i, 1)))
+					if (h == 0) { n = -1; break }
+					n = n * 16 + h - 1
+				}
+				if (n < 1 || n > 127) c = "\\u"
+				else { c = sprintf("%c", n); s = substr(s, 5) }
+			}
+			out = out c
+		}
+		return out s
+	}
 	index($0, key) == 1 {
 		v = substr($0, length(key) + 1)
 		if (v == "[" || v == "{") { out = v; deep = 1; next }
 		sub(/,$/, "", v)
-		if (v ~ /^".*"$/) v = substr(v, 2, length(v) - 2)
+		if (v ~ /^".*"$/) v = unjson(substr(v, 2, length(v) - 2))
 		print v
 		exit
 	}
