@@ -151,7 +151,8 @@ func (c *gcCmd) Help() string {
 beyond the newest --keep. It also removes the requests in rejected/ refused
 longer ago than --older-than (keep_finished_for), each with its reason, and
 says how many on stderr (not with --session: a refused request may name
-none). The watcher applies the same retention by itself every 10 minutes.
+none; nor for a member of a shared root: rejected/ is the watcher's user's,
+whose own retention removes them). The watcher applies the same retention by itself every 10 minutes.
 Example:
   tend gc --older-than 24h`
 }
@@ -237,7 +238,11 @@ func (c *gcCmd) expireRejected(e *env, keep time.Duration, all bool) error {
 		if n == 1 {
 			what = "1 rejected request"
 		}
-		fmt.Fprintf(e.stderr, "tend: %s %s with its reason, refused over %s ago\n", verb, what, shortDuration(keep))
+		when := "refused over " + shortDuration(keep) + " ago"
+		if keep <= 0 {
+			when = "every one there" // --older-than 0: not "refused over 0s ago"
+		}
+		fmt.Fprintf(e.stderr, "tend: %s %s with its reason, %s\n", verb, what, when)
 	}
 	if err != nil {
 		fmt.Fprintln(e.stderr, "tend:", err)
