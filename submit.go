@@ -174,9 +174,11 @@ type lateCheck struct {
 }
 
 // check tells c's Late, once, that the answer to n is late because the
-// watcher's disk failed a flush in this boot: a watcher answers only
-// what is on disk, and waits as long as it cannot write there. It looks
-// once a second from lateAfter on.
+// watcher's disk failed a flush in this boot (a watcher answers only
+// what is on disk, and waits as long as it cannot write there), or
+// because the root's file system is full (a watcher that cannot append
+// to the history holds its answers). It looks once a second from
+// lateAfter on.
 func (l *lateCheck) check(c *Client, n spool.Name) {
 	now := time.Now()
 	if c.late == nil || l.said || now.Before(l.due) {
@@ -191,7 +193,30 @@ func (l *lateCheck) check(c *Client, n spool.Name) {
 		l.said = true
 		c.late(fmt.Sprintf("no answer to %s.%s yet: the watcher's disk failed a flush (%s); the watcher answers once what it writes is on disk, and this waits for it (see tend status)",
 			n.ID, n.Verb, failure))
+		return
 	}
+	var fs unix.Statfs_t
+	if unix.Statfs(c.root, &fs) == nil {
+		if full := fullText(fs); full != "" {
+			l.said = true
+			c.late(fmt.Sprintf("no answer to %s.%s yet: the root's file system is %s; while the watcher cannot append to the history it holds every answer, and this waits for it (see tend status)",
+				n.ID, n.Verb, full))
+		}
+	}
+}
+
+// fullText says how a file system, as statfs(2) found it, is full (out
+// of space, as tend status counts it: under 1 MiB free; or of inodes), or
+// returns "". A watcher that cannot append a change to the history holds
+// every answer, and a client that waited in silence looked hung.
+func fullText(fs unix.Statfs_t) string {
+	switch free := int64(fs.Bavail) * fs.Bsize; {
+	case free < 1<<20:
+		return fmt.Sprintf("full (%d bytes free)", free)
+	case fs.Files > 0 && fs.Ffree < 100:
+		return fmt.Sprintf("out of inodes (%d free)", fs.Ffree)
+	}
+	return ""
 }
 
 // startAnswer tells whether outcome (with detail), read for start request

@@ -71,7 +71,9 @@ type Options struct {
 	// Late, if set, is told once a call, with a line for its user, when
 	// an answer is late for a reason the client can see: the watcher's
 	// disk failed a flush in this boot, and the watcher holds answers
-	// until what it writes is on disk. The call goes on waiting.
+	// until what it writes is on disk; or the root's file system is full,
+	// and the watcher holds answers until it can append to the history.
+	// The call goes on waiting.
 	Late func(notice string)
 }
 
