@@ -244,10 +244,8 @@ func parse(args []string, stdout, stderr io.Writer) (c *cli, do func(*env) error
 	ctx, err := parser.Parse(flagsFirst(parser.Model, args))
 	if err != nil {
 		fmt.Fprintln(stderr, "tend:", err)
-		for _, hint := range []string{killSpelling(args), idsTogether(args, err)} {
-			if hint != "" {
-				fmt.Fprintln(stderr, "tend:", hint)
-			}
+		if hint := killSpelling(args); hint != "" {
+			fmt.Fprintln(stderr, "tend:", hint)
 		}
 		return nil, nil, exitUsage
 	}
@@ -273,27 +271,6 @@ var durationMapper = kong.MapperFunc(func(ctx *kong.DecodeContext, target reflec
 	target.Set(reflect.ValueOf(d))
 	return nil
 })
-
-// idsTogether returns, for a command that takes several run IDs and that
-// kong refused an argument of, how to write them: kong ends a list of
-// arguments at the first flag ("tend cancel a --grace 1s b": "unexpected
-// argument b"), or "" if args are no such call.
-func idsTogether(args []string, err error) string {
-	if !strings.Contains(err.Error(), "unexpected argument") {
-		return ""
-	}
-	for _, a := range args {
-		switch a {
-		case "cancel", "wait", "rm", "signal":
-			example := "tend " + a + " a b --json"
-			if a == "signal" {
-				example = "tend signal a b HUP --json"
-			}
-			return fmt.Sprintf("%s: write the run IDs together, with flags before or after them all (%s)", a, example)
-		}
-	}
-	return ""
-}
 
 // killSpelling returns, for a tend signal that kong refused, what to write
 // instead of kill's -9 or -TERM, which kong reads as a flag ("unknown
