@@ -269,6 +269,23 @@ func stateOf(st *tracker.State) tracker.StateName {
 	return st.State
 }
 
+// spoolRequest writes body as request name in w's spool and returns it
+// as read.
+func spoolRequest(t *testing.T, w *watcher, name, body string) spool.File {
+	t.Helper()
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(w.spool.Spool(), name), []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := w.spool.Read(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // A queued run that ends in the batch it was queued in (its dependency
 // ended there) has its request moved into its directory before the
 // flush, where the flush's keep finds no file in the spool: its content
@@ -277,16 +294,7 @@ func stateOf(st *tracker.State) tracker.StateName {
 // run's request empty after a cut.)
 func TestKeepRequestSyncsWhatKeepMissed(t *testing.T) {
 	w := batchWatcher(t)
-	if err := w.spool.Make(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(w.spool.Spool(), "q.start"), []byte("echo hi"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := w.spool.Read("q.start")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := spoolRequest(t, w, "q.start", "echo hi")
 	if err := os.Mkdir(w.store.RunDir("q"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -308,16 +316,7 @@ func TestKeepRequestSyncsWhatKeepMissed(t *testing.T) {
 // timer) at once, since the answer follows at once.
 func TestKeepSyncsBeforeTheAnswer(t *testing.T) {
 	w := batchWatcher(t)
-	if err := w.spool.Make(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(w.spool.Spool(), "q.start"), []byte("echo hi"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	f, err := w.spool.Read("q.start")
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := spoolRequest(t, w, "q.start", "echo hi")
 	w.batched(func() {
 		w.keep(f)
 		if len(w.unkept) != 1 {
