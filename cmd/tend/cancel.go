@@ -51,8 +51,12 @@ func (c *cancelCmd) session() (string, bool) {
 
 func (c *cancelCmd) Run(e *env) error {
 	e.json = c.JSON
+	grace, err := stopGrace("cancel", c.Grace)
+	if err != nil {
+		return err
+	}
 	if c.All {
-		return c.cancelAll(e)
+		return c.cancelAll(e, grace)
 	}
 	if len(c.IDs) == 0 {
 		return exitf(exitUsage, "cancel: no run ID given (tend cancel ID..., or tend cancel --all [--session S] for every run (of a session); tend ls lists the runs)")
@@ -67,11 +71,7 @@ func (c *cancelCmd) Run(e *env) error {
 		}
 	}
 	if len(ids) > 1 {
-		return c.cancelMany(e, ids)
-	}
-	grace, err := stopGrace("cancel", c.Grace)
-	if err != nil {
-		return err
+		return c.cancelMany(e, ids, grace)
 	}
 	session, _ := c.session()
 	client, err := e.client(session)
@@ -96,13 +96,9 @@ func (c *cancelCmd) Run(e *env) error {
 // a run in the order given, and exits 0 if every one was canceled or had
 // already finished: what a script that cancels a batch asks is that none
 // of them runs on, and one that ended meanwhile is no failure.
-func (c *cancelCmd) cancelMany(e *env, ids []string) error {
+func (c *cancelCmd) cancelMany(e *env, ids []string, grace time.Duration) error {
 	if c.IfRev != 0 {
 		return exitf(exitUsage, "cancel: --if-rev is one run's revision: give one ID with it")
-	}
-	grace, err := stopGrace("cancel", c.Grace)
-	if err != nil {
-		return err
 	}
 	session, _ := c.session()
 	client, err := e.client(session)
@@ -159,16 +155,12 @@ func printEach(e *env, ids []string, verb string, outcomes []tend.Outcome, ok fu
 // cancelAll cancels every active run of the session named (of none with
 // --session ""), or, if none is named, of every session, side by side, and
 // prints one line per run: ID: outcome. The watcher keeps running.
-func (c *cancelCmd) cancelAll(e *env) error {
+func (c *cancelCmd) cancelAll(e *env, grace time.Duration) error {
 	if len(c.IDs) > 0 {
 		return exitf(exitUsage, "cancel: give run IDs or --all, not both")
 	}
 	if c.IfRev != 0 {
 		return exitf(exitUsage, "cancel --all: --if-rev is one run's revision: give one ID with it")
-	}
-	grace, err := stopGrace("cancel", c.Grace)
-	if err != nil {
-		return err
 	}
 	session, scoped := c.session()
 	client, err := e.client(session)
