@@ -310,7 +310,7 @@ func (c *Client) FollowLog(ctx context.Context, id, stream string, offset int64,
 	}
 	var final *Record
 	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
-		cur, err := c.store.Read(id)
+		cur, err := c.read(id)
 		if err != nil {
 			return false, err
 		}
@@ -353,7 +353,7 @@ func (c *Client) FollowLines(ctx context.Context, id string, from LogPlace, emit
 	it := c.store.Interleave(id, from.pair())
 	var final *Record
 	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
-		cur, err := c.store.Read(id)
+		cur, err := c.read(id)
 		if err != nil {
 			return false, err
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/durable"
 	"github.com/tendhq/tend/tracker/layout"
+	"golang.org/x/sys/unix"
 )
 
 // Start submits a request to start run id ("" for an ID made from the
@@ -128,17 +129,36 @@ func MakeID(argv []string) string {
 }
 
 // Show returns run id's record. A run with none is an error wrapping
-// ErrNotFound, which says if its start request waits in the spool. Its
+// ErrNotFound, which says if its start request waits in the spool; one
+// of another user's, in a shared root, an error wrapping ErrRefused. Its
 // seal is not checked: see Verify.
 func (c *Client) Show(ctx context.Context, id string) (*Record, error) {
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
-	st, err := c.store.Read(id)
+	st, err := c.read(id)
 	if errors.Is(err, tracker.ErrNotFound) {
 		return nil, c.notFound(id)
 	}
 	return st, err
+}
+
+// read reads run id's record. One this client's user may not read, in a
+// run directory of another user's (a shared root), is an error wrapping
+// ErrRefused that says so, as a control request about it is answered
+// not_permitted: "permission denied" alone read as a fault of the root.
+// It names the owner's uid, as that answer does, which anyone who may
+// list runs/ sees, and nothing of the run.
+func (c *Client) read(id string) (*Record, error) {
+	st, err := c.store.Read(id)
+	if err == nil || !errors.Is(err, os.ErrPermission) {
+		return st, err
+	}
+	var fi unix.Stat_t
+	if unix.Lstat(c.store.RunDir(id), &fi) != nil || int(fi.Uid) == os.Geteuid() {
+		return nil, err
+	}
+	return nil, errorf(ErrRefused, "run %s is another user's (not_permitted): it belongs to uid %d, not to uid %d, and only its owner and root may read its record and output", id, fi.Uid, os.Geteuid())
 }
 
 // Verify returns an error wrapping tracker.ErrUnsealed if record st is

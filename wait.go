@@ -222,9 +222,15 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	if err := CheckID(id); err != nil {
 		return nil, err
 	}
-	first, ferr := c.store.Read(id)
+	first, ferr := c.read(id)
+	if errors.Is(ferr, ErrRefused) {
+		first, ferr = c.awaitHandOver(ctx, id)
+	}
 	if ferr == nil && until(first) {
 		return first, c.seen(id) // no watcher needed, so none is started
+	}
+	if errors.Is(ferr, ErrRefused) {
+		return nil, ferr // another user's: never readable, however long
 	}
 	var st *Record // as last read: returned if ctx ends first
 	if ferr == nil {
@@ -251,7 +257,7 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		return nil, c.notFound(id)
 	}
 	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
-		read, err := c.store.Read(id)
+		read, err := c.read(id)
 		if errors.Is(err, tracker.ErrNotFound) && st == nil && ferr != nil {
 			if _, derr := os.Stat(c.store.RunDir(id)); derr == nil {
 				return false, nil // claimed, its first state not written yet
@@ -280,6 +286,31 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 		err = c.seen(id)
 	}
 	return st, err
+}
+
+// handOverWait is how long a wait gives a run directory that root owns,
+// and this client's user may not read, to become theirs: the watcher
+// makes every run's directory as root, and hands a member's over just
+// before its run starts (or once it is queued), so a wait on a run whose
+// request a member just dropped may find it root's for a moment. A run
+// of root's own stays root's.
+const handOverWait = 2 * time.Second
+
+// awaitHandOver reads run id's record again until it is readable, or
+// its directory belongs to another user than root, or handOverWait has
+// passed: then the read's error (ErrRefused) is another user's run.
+func (c *Client) awaitHandOver(ctx context.Context, id string) (*Record, error) {
+	for end := time.Now().Add(handOverWait); ; {
+		st, err := c.read(id)
+		var fi unix.Stat_t
+		if !errors.Is(err, ErrRefused) || time.Now().After(end) ||
+			unix.Lstat(c.store.RunDir(id), &fi) != nil || fi.Uid != 0 {
+			return st, err
+		}
+		if err := pause(ctx, 10*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
 }
 
 // unwatchedWait returns, for a wait on run id by a client that starts no
