@@ -378,11 +378,39 @@ func (c *Client) notFound(id string) error {
 				how += " (" + end.Signal + ")"
 			}
 		}
-		return errorf(ErrNotFound, "run %s was deleted at %s (%s)%s: its record is gone; tend history %s shows what it did",
-			id, del.Time.Local().Format(time.RFC3339), del.Reason, how, id)
+		err := &DeletedError{ID: id, Deleted: del, msg: fmt.Sprintf("run %s was deleted at %s (%s)%s: its record is gone; tend history %s shows what it did",
+			id, del.Time.Local().Format(time.RFC3339), del.Reason, how, id)}
+		if end != nil && tracker.Final(end.State) {
+			err.Ended = &Record{ID: id, State: end.State, Session: end.Session, PID: end.PID,
+				ExitCode: end.ExitCode, Signal: end.Signal, Reason: end.Reason, EndedAt: end.EndedAt}
+		}
+		return err
 	}
 	return errorf(ErrNotFound, "no run %q in %s", id, c.root)
 }
+
+// DeletedError is the error for a run that has no record because it was
+// deleted (by tend rm, or by the retention) since it ended: the history
+// still says how it ended, which a wait that comes late exits with (a
+// script's "tend wait build && deploy" must not read "deleted" as either
+// success or a typo). It wraps ErrNotFound.
+type DeletedError struct {
+	// ID is the run's ID.
+	ID string
+	// Deleted is the history's line of the deletion.
+	Deleted tracker.Event
+	// Ended is the run's record as the history's last line before the
+	// deletion says it ended: its state, PID, exit code or signal and
+	// reason, nothing else. It is nil if the history's newest two files
+	// do not have that line.
+	Ended *Record
+	msg   string
+}
+
+func (e *DeletedError) Error() string { return e.msg }
+
+// Unwrap returns ErrNotFound: the run has no record.
+func (e *DeletedError) Unwrap() error { return ErrNotFound }
 
 // lastDeletion returns the event that deleted the last run of id, and
 // that run's last event before it (nil if the history has none), if the

@@ -211,3 +211,37 @@ func TestLastDeletionReadsALineAtATime(t *testing.T) {
 		t.Errorf("lastDeletion allocated %d bytes for %d of history: want a line at a time", got, 3*len(block)+len(block)+2*len(long))
 	}
 }
+
+// TestWaitDeletedSaysHowItEnded: a wait on a run deleted since it ended
+// (its record gone, its directory too) returns a DeletedError that
+// matches ErrNotFound and carries how the history says the run ended,
+// for tend wait to exit with; with no end line in the history, none.
+func TestWaitDeletedSaysHowItEnded(t *testing.T) {
+	root := t.TempDir()
+	hist := `{"time":"2026-11-29T06:00:00Z","id":"x","rev":1,"state":"running","pid":42}` + "\n" +
+		`{"time":"2026-11-29T06:00:01Z","id":"x","rev":2,"state":"failed","pid":42,"signal":"SIGKILL","reason":"killed by SIGKILL"}` + "\n" +
+		`{"time":"2026-11-29T06:00:02Z","id":"x","rev":3,"state":"deleted","reason":"tend rm"}` + "\n" +
+		`{"time":"2026-11-29T06:00:03Z","id":"y","rev":3,"state":"deleted","reason":"tend rm"}` + "\n"
+	if err := os.WriteFile(filepath.Join(root, "history.jsonl"), []byte(hist), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Open(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Wait(context.Background(), "x")
+	var del *DeletedError
+	if !errors.As(err, &del) || !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Wait(x) = %v; want a DeletedError matching ErrNotFound", err)
+	}
+	if e := del.Ended; e == nil || e.State != tracker.Failed || e.Signal != "SIGKILL" || e.PID != 42 || e.ExitCode != nil {
+		t.Fatalf("Wait(x)'s Ended = %+v; want failed by SIGKILL, pid 42", e)
+	}
+	if del.Deleted.Reason != "tend rm" {
+		t.Errorf("Wait(x)'s Deleted = %+v; want tend rm's line", del.Deleted)
+	}
+	_, err = c.Wait(context.Background(), "y")
+	if !errors.As(err, &del) || del.Ended != nil {
+		t.Fatalf("Wait(y) = %v (ended %+v); want a DeletedError with no end: the history has none", err, del)
+	}
+}

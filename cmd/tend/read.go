@@ -679,7 +679,8 @@ never ran, 1 if it was canceled or timed out but exited 0), or 124 if
 side, and exits 0 only if every one completed with exit code 0 (or, with
 --ready, is ready); otherwise with the code of the first run named that
 did not: its own exit code as above, 124 if it had not ended (or was not
-ready) when --timeout came, 3 if it is not found. With --any, the first
+ready) when --timeout came, 3 if it is not found. A run deleted since
+it ended exits as its history says it ended. With --any, the first
 wait to end decides alone, and its run's ID is printed. Examples:
   tend wait build && echo built
   tend wait test-1 test-2 test-3 --timeout 10m
@@ -799,6 +800,12 @@ func (c *waitCmd) verdict(id string, r waited) (int, string) {
 	case errors.Is(r.err, context.DeadlineExceeded):
 		return exitTimedOut, fmt.Sprintf("run %s is still %s after %v; it goes on", id, r.st.State, c.Timeout)
 	case r.err != nil:
+		var del *tend.DeletedError
+		if errors.As(r.err, &del) && del.Ended != nil {
+			// Deleted since it ended: it exits as it ended, as the history
+			// says, and says it is gone.
+			return runExitCode(del.Ended), del.Error()
+		}
 		return exitFor(r.err)
 	case c.Ready && tend.Ready(r.st):
 		return exitOK, ""
