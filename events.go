@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
@@ -17,11 +18,14 @@ import (
 type Event = tracker.Event
 
 // EventFilter selects events for Events: those of one run, of one
-// session, or (the zero EventFilter) all. A client that acts as a session
-// gets only that session's events, as from List.
+// session, since a time, or (the zero EventFilter) all. A client that
+// acts as a session gets only that session's events, as from List.
 type EventFilter struct {
 	ID      string
 	Session string
+	// Since, if not zero, selects the events at or after it (by their
+	// time): the rotated history files written before it are not read.
+	Since time.Time
 }
 
 // Events passes every state change in the root's history that f selects
@@ -40,7 +44,7 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 	}
 	f.Session = lf.Session
 	pass := func(ev Event) error {
-		if f.ID != "" && ev.ID != f.ID || f.Session != "" && ev.Session != f.Session {
+		if f.ID != "" && ev.ID != f.ID || f.Session != "" && ev.Session != f.Session || ev.Time.Before(f.Since) {
 			return nil
 		}
 		return emit(ev)
@@ -48,7 +52,7 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 	// Scanned, not read whole: a history is never deleted, and a root's
 	// may be gigabytes.
 	if !follow {
-		return tracker.ScanHistory(c.root, pass)
+		return tracker.ScanHistorySince(c.root, f.Since, pass)
 	}
 	// The rotated files, then the current one, read to its end and on, by
 	// one reader: no event falls between reading what is there and
@@ -69,8 +73,11 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 	if c.historyOpened != nil {
 		c.historyOpened()
 	}
-	for _, f := range files {
-		if err := tracker.ScanHistoryFrom(f, pass); err != nil {
+	for _, file := range files {
+		if tracker.HistoryFileBefore(c.root, file, f.Since) {
+			continue
+		}
+		if err := tracker.ScanHistoryFrom(file, pass); err != nil {
 			return err
 		}
 	}

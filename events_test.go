@@ -136,3 +136,57 @@ func TestEventsFollowAcrossARotationAtItsStart(t *testing.T) {
 		t.Errorf("events passed: %v, want %v", got, want)
 	}
 }
+
+// TestEventsFollowSince: tend events -f --since passes only the events
+// at or after since, of the history there is and of what is appended,
+// and does not read the rotated files written before it.
+func TestEventsFollowSince(t *testing.T) {
+	root := t.TempDir()
+	since := time.Now().Add(-time.Minute).Truncate(time.Second)
+	line := func(id string, at time.Time) string {
+		return fmt.Sprintf(`{"time":%q,"id":%q,"rev":1,"state":"queued"}`+"\n", at.Format(time.RFC3339Nano), id)
+	}
+	write := func(name string, body string, mtime time.Time) {
+		t.Helper()
+		path := filepath.Join(root, name)
+		if err := os.WriteFile(path, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chtimes(path, mtime, mtime); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Not read: a read fails closed on its torn line.
+	write("history.2.jsonl", line("ancient", since.Add(-48*time.Hour))+"{torn", since.Add(-24*time.Hour))
+	write("history.1.jsonl", line("old1", since.Add(-time.Second))+line("a", since), since.Add(time.Second))
+	write("history.jsonl", line("old0", since.Add(-time.Hour))+line("b", since.Add(time.Second)), time.Now())
+	c, err := Open(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.historyOpened = func() {
+		f, err := os.OpenFile(filepath.Join(root, "history.jsonl"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		f.WriteString(line("old-appended", since.Add(-time.Second)) + line("c", time.Now()))
+	}
+	want := []string{"a", "b", "c"}
+	var got []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err = c.Events(ctx, EventFilter{Since: since}, true, func(ev Event) error {
+		got = append(got, ev.ID)
+		if len(got) >= len(want) {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Events = %v, after %v", err, got)
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("events passed: %v, want %v", got, want)
+	}
+}

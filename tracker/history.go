@@ -620,6 +620,14 @@ func ReadAllHistory(root string) ([]Event, error) {
 // closed at the first bad line, after the events before it), one line at
 // a time, keeping none. An error of each stops it, and is returned.
 func ScanHistory(root string, each func(Event) error) error {
+	return ScanHistorySince(root, time.Time{}, each)
+}
+
+// ScanHistorySince is ScanHistory for the events at or after since (the
+// zero time: every one). It does not read the rotated files that
+// HistoryFileBefore says are older: a follower that wants the last hour
+// need not read a history of years.
+func ScanHistorySince(root string, since time.Time, each func(Event) error) error {
 	lockFD := -1
 	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
 		return err
@@ -631,12 +639,40 @@ func ScanHistory(root string, each func(Event) error) error {
 	}
 	defer CloseAll(files)
 	for _, f := range files {
-		if err := ScanHistoryFrom(f, each); err != nil {
+		if HistoryFileBefore(root, f, since) {
+			continue
+		}
+		err := ScanHistoryFrom(f, func(ev Event) error {
+			if ev.Time.Before(since) {
+				return nil
+			}
+			return each(ev)
+		})
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// HistoryFileBefore reports whether f, a history file of root opened by
+// OpenHistoryFiles, has only events from before t: it is a rotated file,
+// never written again, modified last over historyClockSlack before t. An
+// event's time is read from the clock just before its line is written,
+// so the file's modification time is later, but for a clock set back
+// meanwhile; a file rewritten since (fsck --repair) is only read again.
+func HistoryFileBefore(root string, f *os.File, t time.Time) bool {
+	if t.IsZero() || f.Name() == layout.Root(root).History() {
+		return false
+	}
+	fi, err := f.Stat()
+	return err == nil && fi.ModTime().Before(t.Add(-historyClockSlack))
+}
+
+// historyClockSlack is how far before its file's modification time a
+// history line's time may be, for HistoryFileBefore: the clock may be set
+// back between the two.
+const historyClockSlack = time.Minute
 
 // ReadHistory reads every event in the history file at path. It fails
 // closed: the first line that is torn, not JSON, or not an event makes it
