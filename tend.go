@@ -209,6 +209,18 @@ func CheckState(state string) error {
 // never leaves (completed, failed, canceled, timed_out).
 func Ended(r *Record) bool { return tracker.Final(r.State) }
 
+// Held reports whether the run r records is queued and held by a bad
+// version of its request (docs/protocol.md, "Limits and the queue"): it
+// keeps its place in the queue, but starts only once its owner writes a
+// good version. Its reason says what is wrong.
+func Held(r *Record) bool {
+	return r.State == tracker.Queued && strings.HasPrefix(r.Reason, heldReason)
+}
+
+// heldReason begins the reason of a held run, as the watcher writes it
+// (watcher's heldPrefix) and docs/protocol.md says.
+const heldReason = "held: its request "
+
 // Ready reports whether the run r records is ready: running (or paused,
 // or stopping) and, if it waits for readiness (a health check or a ready
 // file), past it.

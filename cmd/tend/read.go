@@ -31,7 +31,8 @@ type lsCmd struct {
 func (c *lsCmd) Help() string {
 	return `Lists active runs (queued, starting, running, stopping) and those that
 ended in the last 24 hours; --all lists every run. A queued run shows its
-position in the queue. INFO is a live run's health if it is unhealthy,
+position in the queue: "queued #2", or "held #2" if a bad version of its
+request holds it (it starts once its request is good). INFO is a live run's health if it is unhealthy,
 its progress (or how long it has been quiet), CPU and memory, and why a run ended with no exit code (it could
 not start, or its end was lost). Examples:
   tend ls --state failed --since 1h
@@ -172,11 +173,7 @@ func printRuns(e *env, runs []tend.Listed, now time.Time) error {
 	}
 	rows := make([][]cell, 0, len(runs))
 	for _, r := range runs {
-		state := string(r.State)
-		if r.Position > 0 {
-			state = fmt.Sprintf("queued #%d", r.Position)
-		}
-		row := []cell{{text: r.ID}, {text: state, state: string(r.State)}, {text: runtext.Exit(r.Record)},
+		row := []cell{{text: r.ID}, {text: runtext.State(r.Record, r.Position), state: string(r.State)}, {text: runtext.Exit(r.Record)},
 			{text: runtext.Time(r.Record, now)}, {text: infoText(r, e.term)}, {text: runtext.Command(r.Command, 0)}}
 		if sessions {
 			row = slices.Insert(row, 2, cell{text: runtext.OrDash(r.Session)})
@@ -249,7 +246,11 @@ func (c *showCmd) print(e *env, client *tend.Client, st *tracker.State) error {
 		}
 	}
 	row("id", st.ID)
-	row("state", string(st.State))
+	state := string(st.State)
+	if tend.Held(st) {
+		state += ", held until its request is good (see reason)"
+	}
+	row("state", state)
 	if live.Position > 0 {
 		row("position", fmt.Sprintf("%d in the queue", live.Position))
 	}

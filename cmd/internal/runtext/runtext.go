@@ -12,10 +12,26 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"golang.org/x/sys/unix"
 )
+
+// State is a run's state as ls's and top's tables show it: a queued
+// run's place in the queue (position, 0 if not known), "held" for one
+// held by a bad version of its request, which does not start from that
+// place until its request is good.
+func State(st *tracker.State, position int) string {
+	state := string(st.State)
+	if tend.Held(st) {
+		state = "held"
+	}
+	if st.State == tracker.Queued && position > 0 {
+		state += fmt.Sprintf(" #%d", position)
+	}
+	return state
+}
 
 // Bytes is a size as ls and top show it: K, M or G.
 func Bytes(n int64) string {

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/tendhq/tend/tracker"
 )
 
 func TestParseProgress(t *testing.T) {
@@ -106,4 +108,29 @@ func FuzzPrintable(f *testing.F) {
 			t.Errorf("Printable(%q) = %q: a control character, or invalid UTF-8", s, got)
 		}
 	})
+}
+
+// TestState: a queued run shows its place, and "held" in place of
+// "queued" while a bad version of its request holds it; other states
+// show as they are.
+func TestState(t *testing.T) {
+	held := "held: its request does not parse or is refused (x); it waits for a good version"
+	tests := []struct {
+		st       tracker.State
+		position int
+		want     string
+	}{
+		{tracker.State{State: tracker.Queued}, 2, "queued #2"},
+		{tracker.State{State: tracker.Queued}, 0, "queued"},
+		{tracker.State{State: tracker.Queued, Reason: held}, 1, "held #1"},
+		{tracker.State{State: tracker.Queued, Reason: held}, 0, "held"},
+		{tracker.State{State: tracker.Queued, Reason: "waiting for b to complete; held up: x"}, 3, "queued #3"},
+		{tracker.State{State: tracker.Canceled, Reason: held}, 0, "canceled"},
+		{tracker.State{State: tracker.Running}, 0, "running"},
+	}
+	for _, tt := range tests {
+		if got := State(&tt.st, tt.position); got != tt.want {
+			t.Errorf("State(%s, %q, %d) = %q, want %q", tt.st.State, tt.st.Reason, tt.position, got, tt.want)
+		}
+	}
 }

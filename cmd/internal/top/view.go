@@ -344,10 +344,7 @@ func fit(s string, width int, right bool) string {
 }
 
 func stateText(r *topRow) string {
-	if r.Position > 0 {
-		return fmt.Sprintf("queued #%d", r.Position)
-	}
-	return string(r.State)
+	return runtext.State(r.Record, r.Position)
 }
 
 // attemptText is a service's attempt and restarts, "-" for a run that
