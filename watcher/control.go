@@ -727,10 +727,10 @@ func (w *watcher) collectGarbage() {
 // cutoff whose ID names no run: those of start requests that were
 // rejected, and of control requests of runs that never were, or were
 // deleted since. They are kept as long as a finished run's record is
-// (keep_finished_for), and nothing else ever removes them (a run's
-// deletion removes its own). The watcher alone does it, between its
-// answers: tend gc, beside it, could remove an answer it had just
-// written again, for a start of the same ID that its client waits for.
+// (keep_finished_for) (a run's deletion removes its own). The watcher
+// does it between its answers; tend gc does it too, beside it, checking
+// that what it removes is the very answer it judged old, not one the
+// watcher wrote again since (tracker.ExpireOutcomes).
 func (w *watcher) sweepRunlessOutcomes(cutoff time.Time) {
 	sweepAnswers(w.spool.Outcomes(), cutoff, true, w.runless)
 }
@@ -772,8 +772,9 @@ func sweepAnswers(dir string, cutoff time.Time, users bool, mayGo func(name stri
 }
 
 // keepTaggedOutcomes is how long the answer to a tagged request is kept
-// for its client, which removes it once read, where it may.
-const keepTaggedOutcomes = time.Hour
+// for its client, which removes it once read, where it may (tend gc keeps
+// it as long: tracker.ExpireOutcomes).
+const keepTaggedOutcomes = tracker.KeepTaggedAnswers
 
 // sweepTaggedOutcomes removes the answers to tagged requests written
 // before cutoff: a client that may not remove them (in a shared root,
@@ -784,11 +785,6 @@ func (w *watcher) sweepTaggedOutcomes(cutoff time.Time) {
 }
 
 // tagged reports whether an answer named name answers a tagged request,
-// or a selector (tagged too, read by its client alone).
-func tagged(name string) bool {
-	if _, ok := spool.ParseSelectorName(name); ok {
-		return true
-	}
-	n, err := spool.ParseName(name)
-	return err == nil && n.Tag != ""
-}
+// or a selector (tagged too, read by its client alone), as tend gc judges
+// it.
+func tagged(name string) bool { return tracker.TaggedAnswer(name) }

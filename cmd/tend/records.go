@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -152,7 +153,12 @@ beyond the newest --keep. It also removes the requests in rejected/ refused
 longer ago than --older-than (keep_finished_for), each with its reason, and
 says how many on stderr (not with --session: a refused request may name
 none; nor for a member of a shared root: rejected/ is the watcher's user's,
-whose own retention removes them). The watcher applies the same retention by itself every 10 minutes.
+whose own retention removes them). So it does with the old answers in
+outcomes/: those of tagged requests written over an hour ago, and those of
+runs that are not there (rejected starts, not_found, deleted runs' other
+requests) written longer ago than --older-than; never one written in the
+last minute, and never one a watcher beside it has just written again.
+The watcher applies the same retention by itself every 10 minutes.
 Example:
   tend gc --older-than 24h`
 }
@@ -173,7 +179,8 @@ func (c *gcCmd) Run(e *env) error {
 	if c.Keep >= 0 {
 		limits.KeepFinished = c.Keep
 	}
-	rejErr := c.expireRejected(e, limits.KeepFinishedFor, c.OlderThan == 0)
+	rejErr := errors.Join(c.expireRejected(e, limits.KeepFinishedFor, c.OlderThan == 0),
+		c.expireOutcomes(e, limits.KeepFinishedFor, c.OlderThan == 0))
 	runs, errs := tracker.NewStore(e.root).ListBrief() // Expired reads states and end times only
 	for _, err := range errs {
 		fmt.Fprintln(e.stderr, "tend:", err)
@@ -221,11 +228,7 @@ func (c *gcCmd) Run(e *env) error {
 // is said at once and returned, to fail the command once the runs are
 // done with.
 func (c *gcCmd) expireRejected(e *env, keep time.Duration, all bool) error {
-	if c.Session != "" || (keep <= 0 && !all) {
-		return nil
-	}
-	var root unix.Stat_t
-	if euid := os.Geteuid(); unix.Stat(e.root, &root) == nil && int(root.Uid) != euid && euid != 0 {
+	if c.Session != "" || (keep <= 0 && !all) || !watchersFiles(e) {
 		return nil
 	}
 	n, err := tracker.ExpireRejected(e.root, time.Now().Add(-keep), c.DryRun)
@@ -243,6 +246,62 @@ func (c *gcCmd) expireRejected(e *env, keep time.Duration, all bool) error {
 			when = "every one there" // --older-than 0: not "refused over 0s ago"
 		}
 		fmt.Fprintf(e.stderr, "tend: %s %s with its reason, %s\n", verb, what, when)
+	}
+	if err != nil {
+		fmt.Fprintln(e.stderr, "tend:", err)
+		return exitf(exitFailed, "")
+	}
+	return nil
+}
+
+// watchersFiles reports whether this user may clear what the watcher
+// keeps in the root (rejected/, outcomes/): it is root, or the root is
+// its own. In a shared root, a member may not: those are the watcher's
+// user's, whose own retention clears them.
+func watchersFiles(e *env) bool {
+	var root unix.Stat_t
+	euid := os.Geteuid()
+	return euid == 0 || unix.Stat(e.root, &root) == nil && int(root.Uid) == euid
+}
+
+// expireOutcomes removes the old answers in outcomes/, as the watcher's
+// own retention does (tracker.ExpireOutcomes): those of tagged requests
+// written over an hour ago, and those of runs that are not there written
+// longer than keep ago (all: every one; a keep of 0 keeps them), none
+// written in the last minute. It says how many on stderr. It does
+// nothing with --session (an answer names no session), or for a member
+// of a shared root (outcomes/ is the watcher's user's). An error is said
+// at once and returned, as expireRejected's.
+func (c *gcCmd) expireOutcomes(e *env, keep time.Duration, all bool) error {
+	if c.Session != "" || !watchersFiles(e) {
+		return nil
+	}
+	now := time.Now()
+	var runless time.Time
+	switch {
+	case all:
+		runless = now
+	case keep > 0:
+		runless = now.Add(-keep)
+	}
+	n, err := tracker.ExpireOutcomes(e.root, now.Add(-tracker.KeepTaggedAnswers), runless, c.DryRun)
+	if n > 0 {
+		verb := "removed"
+		if c.DryRun {
+			verb = "would remove"
+		}
+		what := fmt.Sprintf("%d answers", n)
+		if n == 1 {
+			what = "1 answer"
+		}
+		of := "of tagged requests written over " + shortDuration(tracker.KeepTaggedAnswers) + " ago"
+		switch {
+		case all:
+			of += ", and of runs that are not there written over a minute ago"
+		case keep > 0:
+			of += ", and of runs that are not there written over " + shortDuration(keep) + " ago"
+		}
+		fmt.Fprintf(e.stderr, "tend: %s %s in outcomes/ (%s)\n", verb, what, of)
 	}
 	if err != nil {
 		fmt.Fprintln(e.stderr, "tend:", err)
