@@ -258,6 +258,9 @@ func (c *Client) WaitFor(ctx context.Context, id string, until func(*Record) boo
 	}
 	err := c.watchUntil(ctx, c.store.RunDir(id), spinEvery, func() (bool, error) {
 		read, err := c.read(id)
+		if errors.Is(err, ErrRefused) && st == nil {
+			read, err = c.awaitHandOver(ctx, id) // made as root's, not handed over yet
+		}
 		if errors.Is(err, tracker.ErrNotFound) && st == nil && ferr != nil {
 			if _, derr := os.Stat(c.store.RunDir(id)); derr == nil {
 				return false, nil // claimed, its first state not written yet
