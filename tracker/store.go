@@ -627,8 +627,17 @@ func CheckRunFile(st *unix.Stat_t, owner int) error {
 // there must be a regular one, with no other name, and owner's where the
 // writer is root: a run's directory may be its owner's, who may put
 // anything in it.
+//
+// What was there is checked before it is opened with flags, not after:
+// an open for writing is itself an act on a device (a tape rewinds, a
+// terminal becomes the opener's) and blocks on a FIFO another holds open
+// for reading. It is first opened O_PATH (which opens nothing, and holds
+// a link as the link itself), checked on that handle, then opened with
+// flags through /proc/self/fd, the same inode whatever the name holds by
+// then. The check is made again on the file opened: its links may have
+// changed in between.
 func OpenRunFile(path string, flags int, owner int) (int, error) {
-	const safe = unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC
+	const safe = unix.O_NOFOLLOW | unix.O_NONBLOCK | unix.O_CLOEXEC | unix.O_NOCTTY
 	fd, err := unix.Open(path, flags|unix.O_CREAT|unix.O_EXCL|safe, 0o644)
 	if err == nil {
 		if p := RunPerm(owner); p.Owner > 0 {
@@ -642,16 +651,33 @@ func OpenRunFile(path string, flags int, owner int) (int, error) {
 	if !errors.Is(err, unix.EEXIST) {
 		return -1, &os.PathError{Op: "create", Path: path, Err: err}
 	}
-	if fd, err = unix.Open(path, flags|safe, 0); err != nil {
+	pfd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
 		return -1, &os.PathError{Op: "open", Path: path, Err: err}
 	}
-	var st unix.Stat_t
-	if err = unix.Fstat(fd, &st); err == nil {
-		err = CheckRunFile(&st, owner)
+	defer unix.Close(pfd)
+	if err := checkRunFD(pfd, owner); err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
 	}
+	// No O_CREAT, O_EXCL or O_TRUNC's effect before the check: flags
+	// apply to the inode checked. O_NOFOLLOW is left out, as the magic
+	// link to that inode is what is followed.
+	fd, err = unix.Open(fmt.Sprintf("/proc/self/fd/%d", pfd), flags&^(unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW)|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
+		return -1, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	if err := checkRunFD(fd, owner); err != nil {
 		unix.Close(fd)
 		return -1, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	return fd, nil
+}
+
+// checkRunFD is CheckRunFile of the file fd has open.
+func checkRunFD(fd, owner int) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return err
+	}
+	return CheckRunFile(&st, owner)
 }
