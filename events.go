@@ -56,30 +56,28 @@ func (c *Client) Events(ctx context.Context, f EventFilter, follow bool, emit fu
 	}
 	// The rotated files, then the current one, read to its end and on, by
 	// one reader: no event falls between reading what is there and
-	// following what comes. Opened first, as one set, and read by their
-	// descriptors: a rotation between finding them and reading them
-	// (which renames every one) skipped a file's events.
-	files, err := tracker.OpenHistoryFiles(c.root)
+	// following what comes. Found first, as one set, and each read by
+	// its inode under whatever name it has then: a rotation between
+	// finding them and reading them (which renames every one) skipped a
+	// file's events.
+	set, err := tracker.FindHistorySet(c.root)
+	if err != nil {
+		return err
+	}
+	cur, err := set.OpenCurrent()
 	if err != nil {
 		return err
 	}
 	h := &historyFollower{path: layout.Root(c.root).History(), emit: pass}
 	defer h.close()
-	if n := len(files); n > 0 && files[n-1].Name() == h.path {
-		h.follow(files[n-1])
-		files = files[:n-1]
+	if cur != nil {
+		h.follow(cur)
 	}
-	defer tracker.CloseAll(files)
 	if c.historyOpened != nil {
 		c.historyOpened()
 	}
-	for _, file := range files {
-		if tracker.HistoryFileBefore(c.root, file, f.Since) {
-			continue
-		}
-		if err := tracker.ScanHistoryFrom(file, pass); err != nil {
-			return err
-		}
+	if err := set.ScanRotatedSince(f.Since, pass); err != nil {
+		return err
 	}
 	return c.watchUntil(ctx, c.root, spinEvery, h.check)
 }

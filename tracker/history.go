@@ -593,15 +593,9 @@ func historyAndPending(root string) []string {
 }
 
 // ReadAllHistory reads every event of root's history, across its rotated
-// files, oldest first. It holds a shared lock, so no rotation happens
-// meanwhile. It fails closed, like ReadHistory.
-//
-// A reader who may not open history.lock (another user of a shared root)
-// reads without it, the files opened first as one set (OpenHistoryFiles):
-// a rotation meanwhile skips no file, nor shows one twice (by their
-// names, a rotation between two files' opens made it read the file that
-// was history.jsonl for history.1.jsonl, and skip the one before); an
-// append under way may show its line torn.
+// files, oldest first, as FindHistorySet found them (a rotation meanwhile
+// skips no file, nor shows one twice), history.jsonl up to where it
+// ended then. It fails closed, like ReadHistory.
 //
 // It holds every event in memory: a reader that needs only some (of one
 // run) scans them with ScanHistory, whose memory does not grow with a
@@ -616,11 +610,19 @@ func ReadAllHistory(root string) ([]Event, error) {
 }
 
 // ScanHistory passes every event of root's history to each, as
-// ReadAllHistory reads them (oldest first, under the shared lock, failing
-// closed at the first bad line, after the events before it), one line at
-// a time, keeping none. An error of each stops it, and is returned.
+// ReadAllHistory reads them (oldest first, failing closed at the first
+// bad line, after the events before it), one line at a time, keeping
+// none. An error of each stops it, and is returned.
+//
+// It holds one file open at a time, and no lock while it reads: a
+// reader that holds the shared history lock while each waits (on a
+// pipe to a pager, say) holds up every append of the watcher's.
 func ScanHistory(root string, each func(Event) error) error {
-	return ScanHistorySince(root, time.Time{}, each)
+	set, err := FindHistorySet(root)
+	if err != nil {
+		return err
+	}
+	return set.Scan(each)
 }
 
 // ScanHistorySince is ScanHistory for the events at or after since (the
@@ -628,35 +630,15 @@ func ScanHistory(root string, each func(Event) error) error {
 // HistoryFileBefore says are older: a follower that wants the last hour
 // need not read a history of years.
 func ScanHistorySince(root string, since time.Time, each func(Event) error) error {
-	lockFD := -1
-	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
-		return err
-	}
-	defer closeLock(&lockFD)
-	files, err := openHistoryFiles(root, lockFD >= 0)
+	set, err := FindHistorySet(root)
 	if err != nil {
 		return err
 	}
-	defer CloseAll(files)
-	for _, f := range files {
-		if HistoryFileBefore(root, f, since) {
-			continue
-		}
-		err := ScanHistoryFrom(f, func(ev Event) error {
-			if ev.Time.Before(since) {
-				return nil
-			}
-			return each(ev)
-		})
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return set.ScanSince(since, each)
 }
 
-// HistoryFileBefore reports whether f, a history file of root opened by
-// OpenHistoryFiles, has only events from before t: it is a rotated file,
+// HistoryFileBefore reports whether f, a history file of root opened
+// from a HistorySet, has only events from before t: it is a rotated file,
 // never written again, modified last over historyClockSlack before t. An
 // event's time is read from the clock just before its line is written,
 // so the file's modification time is later, but for a clock set back
@@ -707,16 +689,15 @@ func ScanHistoryFile(path string, each func(Event) error) error {
 		return err
 	}
 	defer f.Close()
-	return ScanHistoryFrom(f, each)
+	return ScanHistoryFrom(f, path, each)
 }
 
-// ScanHistoryFrom is ScanHistoryFile, of the history file f has open (one
-// of OpenHistoryFiles's), from where it is: whatever name the file has
-// now.
-func ScanHistoryFrom(f *os.File, each func(Event) error) error {
-	name := filepath.Base(f.Name())
+// ScanHistoryFrom is ScanHistoryFile, of the history file r reads, from
+// where it is, its lines named after the file at path.
+func ScanHistoryFrom(r io.Reader, path string, each func(Event) error) error {
+	name := filepath.Base(path)
 	var ofLine error // a line's error, or each's: returned as it is
-	err := eachLineOf(f, func(n int, b []byte) error {
+	err := eachLineOf(r, func(n int, b []byte) error {
 		switch e, err := parseEvent(b); {
 		case b[len(b)-1] != '\n':
 			ofLine = fmt.Errorf("%s:%d: torn line: no newline at the end of the file", name, n)
@@ -733,84 +714,175 @@ func ScanHistoryFrom(f *os.File, each func(Event) error) error {
 	return err
 }
 
-// OpenHistoryFiles opens root's history files (HistoryFiles), oldest
-// first, history.jsonl last if it is there, each named as it was, as one
-// set: no rotation comes between the opens. A rotation renames files,
-// and changes nothing they hold up to their ends then: a reader of the
-// set that reads the rotated files, then history.jsonl to its end and on
-// (a rotation appends nothing more to it), sees every line once, where
-// reading them by name, a rotation after it listed them made it read one
-// file for another and skip the lines of the one before.
+// A HistorySet is root's history files (HistoryFiles) as FindHistorySet
+// found them, all at one moment: each named by its inode, which a
+// rotation does not change, and history.jsonl's size then. A rotation
+// renames files, and changes nothing they hold up to their ends then: a
+// reader of the set that reads the rotated files, then history.jsonl to
+// its end and on (a rotation appends nothing more to it), sees every line
+// once, wherever a rotation moved each file by the time it is read. By
+// their names, a rotation after they were listed made it read one file
+// for another and skip the lines of the one before.
 //
-// It holds the shared history lock while it opens them, where it may
-// (no rotation happens meanwhile); a reader who may not open history.lock
-// (another user of a shared root) finds them again after it opened them,
-// and opens them again if a name now holds another file. The caller
-// closes them.
-func OpenHistoryFiles(root string) ([]*os.File, error) {
+// It holds no file open: a root's rotated files may be more than a
+// process may open at once. Each is opened when its turn comes, found by
+// its inode under whichever name it has then.
+type HistorySet struct {
+	root  string
+	files []historyFile // oldest first; history.jsonl last, if it was there
+}
+
+// A historyFile is one file of a HistorySet.
+type historyFile struct {
+	path     string // its name when the set was found
+	dev, ino uint64
+	size     int64 // its size then
+}
+
+// FindHistorySet finds root's history files as one set: no rotation
+// comes between finding one and the next. It holds the shared history
+// lock while it looks, where it may (no rotation happens meanwhile); a
+// reader who may not open history.lock (another user of a shared root)
+// looks again, until two looks find the same files under the same names.
+func FindHistorySet(root string) (*HistorySet, error) {
 	lockFD := -1
 	if err := lockHistory(root, &lockFD, unix.LOCK_SH); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, os.ErrPermission) {
 		return nil, err
 	}
 	defer closeLock(&lockFD)
-	return openHistoryFiles(root, lockFD >= 0)
-}
-
-// openHistoryFiles is OpenHistoryFiles, the shared lock held if locked.
-func openHistoryFiles(root string, locked bool) ([]*os.File, error) {
 	for range 10 {
-		files, err := openHistorySet(root)
-		if err != nil || locked || sameHistorySet(root, files) {
-			return files, err
-		}
-		CloseAll(files)
-	}
-	return nil, fmt.Errorf("%s: the history rotated each time it was opened", root)
-}
-
-// openHistorySet opens the history files of root that are there, oldest
-// first, regular files only, no link followed.
-func openHistorySet(root string) ([]*os.File, error) {
-	var files []*os.File
-	for _, path := range HistoryFiles(root) {
-		fd, _, err := durable.OpenRegular(path)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // a gap, or no history.jsonl yet
-		}
+		files, err := listHistory(root)
 		if err != nil {
-			CloseAll(files)
 			return nil, err
 		}
-		files = append(files, os.NewFile(uintptr(fd), path))
+		if lockFD >= 0 {
+			return &HistorySet{root: root, files: files}, nil
+		}
+		again, err := listHistory(root)
+		if err != nil {
+			return nil, err
+		}
+		if sameFiles(files, again) {
+			return &HistorySet{root: root, files: files}, nil
+		}
+	}
+	return nil, fmt.Errorf("%s: the history rotated each time it was looked at", root)
+}
+
+// listHistory returns root's history files that are there, oldest
+// first: regular files only, no link followed.
+func listHistory(root string) ([]historyFile, error) {
+	var files []historyFile
+	for _, path := range HistoryFiles(root) {
+		var st unix.Stat_t
+		if err := unix.Lstat(path, &st); errors.Is(err, unix.ENOENT) {
+			continue // a gap, or no history.jsonl yet
+		} else if err != nil {
+			return nil, &os.PathError{Op: "lstat", Path: path, Err: err}
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return nil, fmt.Errorf("%s: %w", path, durable.ErrNotRegular)
+		}
+		files = append(files, historyFile{path: path, dev: st.Dev, ino: st.Ino, size: st.Size})
 	}
 	return files, nil
 }
 
-// sameHistorySet reports whether root's history files are still files,
-// each under the name it was opened by, and no other.
-func sameHistorySet(root string, files []*os.File) bool {
-	i := 0
-	for _, path := range HistoryFiles(root) {
-		var now unix.Stat_t
-		if err := unix.Lstat(path, &now); errors.Is(err, unix.ENOENT) {
-			continue
-		} else if err != nil || i == len(files) || files[i].Name() != path {
-			return false
-		}
-		var held unix.Stat_t
-		if unix.Fstat(int(files[i].Fd()), &held) != nil || held.Dev != now.Dev || held.Ino != now.Ino {
-			return false
-		}
-		i++
-	}
-	return i == len(files)
+// sameFiles reports whether a and b are the same files under the same
+// names, whatever their sizes.
+func sameFiles(a, b []historyFile) bool {
+	return slices.EqualFunc(a, b, func(x, y historyFile) bool {
+		return x.path == y.path && x.dev == y.dev && x.ino == y.ino
+	})
 }
 
-// CloseAll closes files.
-func CloseAll(files []*os.File) {
-	for _, f := range files {
-		f.Close()
+// Scan passes the events of the set's files to each, oldest first, as
+// ScanHistory does: history.jsonl's up to where it ended when the set
+// was found, a line appended after being no part of the set.
+func (s *HistorySet) Scan(each func(Event) error) error { return s.ScanSince(time.Time{}, each) }
+
+// ScanSince is Scan for the events at or after since (the zero time:
+// every one), skipping the rotated files HistoryFileBefore says are
+// older.
+func (s *HistorySet) ScanSince(since time.Time, each func(Event) error) error {
+	pass := each
+	if !since.IsZero() {
+		pass = func(ev Event) error {
+			if ev.Time.Before(since) {
+				return nil
+			}
+			return each(ev)
+		}
 	}
+	for i := range s.files {
+		f, err := s.open(i)
+		if err != nil {
+			return err
+		}
+		if HistoryFileBefore(s.root, f, since) {
+			f.Close()
+			continue
+		}
+		err = ScanHistoryFrom(io.NewSectionReader(f, 0, s.files[i].size), f.Name(), pass)
+		f.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ScanRotated passes the events of the set's rotated files to each,
+// oldest first, as Scan does: all but history.jsonl, which a reader
+// that follows the history reads from OpenCurrent.
+func (s *HistorySet) ScanRotated(each func(Event) error) error {
+	return s.ScanRotatedSince(time.Time{}, each)
+}
+
+// ScanRotatedSince is ScanRotated as ScanSince scans.
+func (s *HistorySet) ScanRotatedSince(since time.Time, each func(Event) error) error {
+	rotated := s.files
+	if n := len(rotated); n > 0 && rotated[n-1].path == layout.Root(s.root).History() {
+		rotated = rotated[:n-1]
+	}
+	return (&HistorySet{root: s.root, files: rotated}).ScanSince(since, each)
+}
+
+// OpenCurrent opens the set's history.jsonl, under whatever name it has
+// now (history.1.jsonl after a rotation), at its start; nil if the set
+// has none (there was no history.jsonl yet). The caller closes it.
+func (s *HistorySet) OpenCurrent() (*os.File, error) {
+	if n := len(s.files); n > 0 && s.files[n-1].path == layout.Root(s.root).History() {
+		return s.open(n - 1)
+	}
+	return nil, nil
+}
+
+// open opens the set's file i, found by its inode: under the name it had
+// if it is still there, else under the one a rotation gave it.
+func (s *HistorySet) open(i int) (*os.File, error) {
+	want := s.files[i]
+	paths := []string{want.path}
+	for range 10 {
+		for _, path := range paths {
+			var st unix.Stat_t
+			if path != want.path && (unix.Lstat(path, &st) != nil || st.Dev != want.dev || st.Ino != want.ino) {
+				continue
+			}
+			fd, st, err := durable.OpenRegular(path)
+			if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, durable.ErrNotRegular) {
+				return nil, err
+			}
+			if err == nil && st.Dev == want.dev && st.Ino == want.ino {
+				return os.NewFile(uintptr(fd), path), nil
+			}
+			if err == nil {
+				unix.Close(fd) // another file: the set's was moved
+			}
+		}
+		paths = HistoryFiles(s.root) // rotated meanwhile: look under every name
+	}
+	return nil, fmt.Errorf("%s: gone while the history was read (removed or compressed by hand?): its events are not read", want.path)
 }
 
 // ScanRunHistoryFile passes to each the events of run id in the history

@@ -77,7 +77,7 @@ func TestScanRunHistoryFile(t *testing.T) {
 }
 
 // TestSameHistorySet: a reader without the history lock finds out that a
-// rotation came while it opened the files, and a set opened after it is
+// rotation came while it looked at the files, and a look after it finds
 // the same again.
 func TestSameHistorySet(t *testing.T) {
 	root := t.TempDir()
@@ -88,19 +88,65 @@ func TestSameHistorySet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	files, err := openHistorySet(root)
+	files, err := listHistory(root)
 	if err != nil || len(files) != 2 {
-		t.Fatalf("opened %d files, %v; want history.1.jsonl and history.jsonl", len(files), err)
+		t.Fatalf("found %d files, %v; want history.1.jsonl and history.jsonl", len(files), err)
 	}
-	defer CloseAll(files)
-	if !sameHistorySet(root, files) {
+	if again, _ := listHistory(root); !sameFiles(files, again) {
 		t.Fatal("a set nothing changed is not the same")
 	}
 	if err := h.Append(Event{ID: "c", Rev: 1, State: Queued, Time: time.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if sameHistorySet(root, files) {
-		t.Fatal("a set opened before a rotation is the same after it")
+	if again, _ := listHistory(root); sameFiles(files, again) {
+		t.Fatal("a set found before a rotation is the same after it")
+	}
+}
+
+// TestScanHistoryHoldsOneFileOpen: a root whose rotated files outnumber
+// what a process may open at once is read whole: a scan holds one file
+// open at a time (it held every one, and failed with EMFILE past the
+// limit), and still reads each once across a rotation.
+func TestScanHistoryHoldsOneFileOpen(t *testing.T) {
+	root := t.TempDir()
+	const rotated = 300
+	line := func(id string) string {
+		return fmt.Sprintf(`{"time":"2026-11-29T06:00:00Z","id":%q,"rev":1,"state":"queued"}`+"\n", id)
+	}
+	for n := 1; n <= rotated; n++ {
+		if err := os.WriteFile(filepath.Join(root, fmt.Sprintf("history.%d.jsonl", n)), []byte(line(fmt.Sprint(rotated-n))), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(root, "history.jsonl"), []byte(line("current")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fds := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(ents)
+	}
+	before := fds()
+	most, n := 0, 0
+	err := ScanHistory(root, func(e Event) error {
+		if want := fmt.Sprint(n); n < rotated && e.ID != want {
+			return fmt.Errorf("event %d is %s's, want %s's", n, e.ID, want)
+		}
+		n++
+		most = max(most, fds()-before)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != rotated+1 {
+		t.Errorf("read %d events, want %d", n, rotated+1)
+	}
+	// The file read, and the ReadDir's own.
+	if most > 3 {
+		t.Errorf("held %d more descriptors while it read %d files: want one file at a time", most, rotated+1)
 	}
 }
 
@@ -143,5 +189,30 @@ func TestScanHistoryAcrossARotation(t *testing.T) {
 	}
 	if fmt.Sprint(got) != "[a b c]" {
 		t.Errorf("events passed: %v, want [a b c]", got)
+	}
+}
+
+// TestScanHistoryHoldsUpNoAppend: a scan whose reader is slow (its events
+// piped to a pager that waits for a key) holds no lock on the history
+// while it reads: it held the shared lock to its end, and every append
+// of the watcher's waited for it.
+func TestScanHistoryHoldsUpNoAppend(t *testing.T) {
+	root := t.TempDir()
+	h := OpenHistory(root)
+	if err := h.Append(Event{ID: "a", Rev: 1, State: Queued, Time: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	err := ScanHistory(root, func(e Event) error {
+		done := make(chan error, 1)
+		go func() { done <- h.Append(Event{ID: "b", Rev: 1, State: Queued, Time: time.Now()}) }()
+		select {
+		case err := <-done:
+			return err
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("an append waited for the scan")
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
