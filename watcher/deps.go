@@ -444,7 +444,8 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 // history returns what the whole history says of deleted runs, for what
 // a run waiting for run id needs to know of it: it is scanned, never held
 // (a root's history is never deleted, and may be gigabytes), and what is
-// kept grows with the runs deleted, not with the lines. It fails closed, as the history does: a bad line
+// kept is of the runs asked about alone: id, and every run a queued run
+// waits for (see waitedFor), not of every run the history names. It fails closed, as the history does: a bad line
 // is an error, logged once, that holds the run up until it is mended,
 // and is kept while the history is the same files (see historyFault),
 // not read again at each turn of the queue.
@@ -456,14 +457,14 @@ func (w *watcher) endedAs(id string) (deletion, bool, error) {
 func (w *watcher) history(id string) (deletionIndex, error) {
 	files := historyFiles(w.cfg.Root)
 	version := historyVersion(w.cfg.Root) // before the read: a line appended meanwhile is read again
-	if version != "" && w.turnHistory.version == version {
+	if _, asked := w.turnHistory.index[id]; asked && version != "" && w.turnHistory.version == version {
 		return w.turnHistory.index, nil
 	}
 	if err := w.unreadHistory.still(files); err != nil {
 		w.retryHistory() // a fault noted anew since the last retry was armed
 		return nil, err
 	}
-	index, err := indexDeletions(w.cfg.Root)
+	index, err := indexDeletions(w.cfg.Root, w.waitedFor(id))
 	w.historyReads++
 	if err != nil {
 		if w.unreadHistory.err == nil || err.Error() != w.unreadHistory.err.Error() {
@@ -481,6 +482,27 @@ func (w *watcher) history(id string) (deletionIndex, error) {
 	return index, nil
 }
 
+// waitedFor returns id and the IDs of the runs that the queued runs, and
+// those recovery has yet to decide, wait for: the runs whose deletions
+// the watcher may ask the history about in this turn.
+func (w *watcher) waitedFor(id string) map[string]bool {
+	ids := map[string]bool{id: true}
+	add := func(st *tracker.State) {
+		for _, name := range st.After {
+			if d, err := spool.ParseDep(name); err == nil {
+				ids[d.ID] = true
+			}
+		}
+	}
+	for _, q := range w.queue {
+		add(q.st)
+	}
+	for _, u := range w.undecided {
+		add(u.st)
+	}
+	return ids
+}
+
 // A readHistory is what the history said of deleted runs as it was read,
 // and the version of its files it was read from (see historyVersion).
 type readHistory struct {
@@ -488,17 +510,18 @@ type readHistory struct {
 	index   deletionIndex
 }
 
-// A deletionIndex holds, for each run ID the history says was deleted,
+// A deletionIndex holds, for each run ID asked about (and only those),
 // what deletionsIn would find in the history for it.
 type deletionIndex map[string]*idDeletions
 
 type idDeletions struct {
 	dels      []deletion
 	usedSince bool
+	last      tracker.StateName // the last state of a run of the ID, while the index is made
 }
 
 // deletions returns what deletionsIn returns for id from the history
-// the index was made of; nothing for an ID never deleted.
+// the index was made of; nothing for an ID not asked about.
 func (idx deletionIndex) deletions(id string) ([]deletion, bool) {
 	if d := idx[id]; d != nil {
 		return d.dels, d.usedSince
@@ -507,29 +530,27 @@ func (idx deletionIndex) deletions(id string) ([]deletion, bool) {
 }
 
 // indexDeletions scans root's history (failing closed, as
-// tracker.ScanHistory does) into a deletionIndex, by deletionsIn's rule.
-// Of a run never deleted it keeps, while it scans, its last state alone.
-func indexDeletions(root string) (deletionIndex, error) {
-	idx := deletionIndex{}
-	last := map[string]tracker.StateName{}
+// tracker.ScanHistory does) into a deletionIndex of the IDs in ids, by
+// deletionsIn's rule. It keeps nothing of the other runs the history
+// names: what it holds grows with the IDs asked about, not with the
+// runs the root ever had.
+func indexDeletions(root string, ids map[string]bool) (deletionIndex, error) {
+	idx := make(deletionIndex, len(ids))
+	for id := range ids {
+		idx[id] = &idDeletions{}
+	}
 	err := tracker.ScanHistory(root, func(e tracker.Event) error {
 		d := idx[e.ID]
-		if e.State != tracker.Deleted {
-			last[e.ID] = internState(e.State)
-			if d != nil {
-				d.usedSince = true
+		switch {
+		case d == nil:
+		case e.State != tracker.Deleted:
+			d.last, d.usedSince = internState(e.State), true
+		default:
+			if d.last != "" {
+				d.dels = append(d.dels, deletion{d.last, e.Time})
 			}
-			return nil
+			d.last, d.usedSince = "", false
 		}
-		if d == nil {
-			d = &idDeletions{}
-			idx[e.ID] = d
-		}
-		if l := last[e.ID]; l != "" {
-			d.dels = append(d.dels, deletion{l, e.Time})
-		}
-		delete(last, e.ID)
-		d.usedSince = false
 		return nil
 	})
 	return idx, err

@@ -109,6 +109,10 @@ func TestHistoryReadOncePerTurn(t *testing.T) {
 		}
 	}
 	w := &watcher{do: make(chan func(), 4), cfg: Config{Root: root}, log: log.New(io.Discard, "", 0), deletedAs: make(map[string]deletion)}
+	// The runs that wait for them, which the index is made for.
+	for _, id := range ids {
+		w.queue = append(w.queue, &queuedRun{st: &tracker.State{ID: "after-" + id, State: tracker.Queued, After: []string{id}}})
+	}
 	for _, id := range ids {
 		if del, ok, err := w.endedAs(id); err != nil || !ok || del.state != tracker.Completed {
 			t.Fatalf("endedAs(%s) = %v, %v, %v; want completed, deleted", id, del, ok, err)
@@ -154,16 +158,13 @@ func TestIndexDeletionsAsDeletionsIn(t *testing.T) {
 			if err := tracker.OpenHistory(root).Append(events...); err != nil {
 				t.Fatal(err)
 			}
-			idx, err := indexDeletions(root)
+			idx, err := indexDeletions(root, map[string]bool{"a": true, "b": true, "none": true})
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, id := range []string{"a", "b", "none"} {
 				wantDels, wantUsed := deletionsIn(events, id)
 				gotDels, gotUsed := idx.deletions(id)
-				if len(wantDels) == 0 {
-					wantUsed = false // unasked: only deletions matter
-				}
 				if len(gotDels) != len(wantDels) || gotUsed != wantUsed {
 					t.Fatalf("%s: index says %v, %v; deletionsIn %v, %v", id, gotDels, gotUsed, wantDels, wantUsed)
 				}
@@ -174,5 +175,40 @@ func TestIndexDeletionsAsDeletionsIn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestIndexDeletionsKeepsOnlyWhatIsAsked: the index the watcher makes of
+// the history holds the runs it is asked about, not every run the
+// history names: it kept the last state of every run never deleted, and
+// the deletions of every run ever deleted, however many and however
+// long ago.
+func TestIndexDeletionsKeepsOnlyWhatIsAsked(t *testing.T) {
+	root := t.TempDir()
+	hist := tracker.OpenHistory(root)
+	at := time.Now()
+	var events []tracker.Event
+	for i := range 1000 {
+		id := fmt.Sprintf("r%d", i)
+		events = append(events, tracker.Event{Time: at, ID: id, Rev: 1, State: tracker.Completed})
+		if i%2 == 0 {
+			events = append(events, tracker.Event{Time: at, ID: id, Rev: 2, State: tracker.Deleted})
+		}
+	}
+	if err := hist.Append(events...); err != nil {
+		t.Fatal(err)
+	}
+	idx, err := indexDeletions(root, map[string]bool{"r10": true, "r11": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx) != 2 {
+		t.Errorf("the index holds %d runs for 2 asked about", len(idx))
+	}
+	if dels, used := idx.deletions("r10"); len(dels) != 1 || dels[0].state != tracker.Completed || used {
+		t.Errorf("r10: %v, used since %v; want its deletion, completed", dels, used)
+	}
+	if dels, _ := idx.deletions("r11"); len(dels) != 0 {
+		t.Errorf("r11, never deleted: %v", dels)
 	}
 }
