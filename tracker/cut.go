@@ -5,9 +5,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
@@ -238,4 +240,90 @@ func LeadingHole(f *os.File) int64 {
 		return 0
 	}
 	return off
+}
+
+// basesFromCuts sets the bases of rebuilt record st, of which no history
+// event said them (a tend before 2026-11-29 put them in the record
+// alone), from the run's cut file where it names them: each of its
+// cuts and marks says its stream's base when it was written, and the
+// lowest of a stream's is the one the record had at the latest (a cut
+// listed is removed from the file only once a record says it). Layout
+// then walks the cuts listed from there, as for any record. A stream the
+// file does not name keeps base 0 (see UnknownBases).
+func (s *Store) basesFromCuts(st *State) {
+	cuts, err := s.ReadCuts(st.ID, st.OwnerUID)
+	if err != nil || len(cuts) == 0 {
+		return // unread (refused), or none: what readers would do too
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		base := int64(-1)
+		for _, c := range cuts {
+			if c.Stream == name && (base < 0 || c.Base < base) {
+				base = c.Base
+			}
+		}
+		if base <= 0 {
+			continue
+		}
+		if st.Output == nil {
+			st.Output = &Output{Limit: spool.DefaultOutputLimit} // the cap its cuts were made by
+		}
+		*st.outputStream(name) = Stream{Base: base, Dropped: base}
+	}
+}
+
+// outputStream returns a pointer to st's stream name in its Output,
+// which is not nil.
+func (st *State) outputStream(name string) *Stream {
+	if name == "stderr" {
+		return &st.Output.Stderr
+	}
+	return &st.Output.Stdout
+}
+
+// UnknownBases returns the streams of run st, rebuilt from events (its
+// history, as Rebuild took it), whose base neither says: none of the
+// events carried the record's output (lines of a tend before
+// 2026-11-29), the cut file names no cut of the stream, and its output
+// file may have had its start cut. A cut leaves the file at least its
+// cap long, and no hole at its start (where bytes are only punched out,
+// the base stays 0 and the hole says what was dropped): a shorter file,
+// or one that starts with a hole, was never cut, and its base of 0 is
+// right. Of the others the base is taken as 0, and an offset read before
+// the rebuild is off by what was cut.
+func (s *Store) UnknownBases(st *State, events []Event) []string {
+	if slices.ContainsFunc(replayed(events), func(e Event) bool { return e.Output != nil }) {
+		return nil
+	}
+	limit := int64(spool.DefaultOutputLimit)
+	if st.Output != nil && st.Output.Limit > 0 {
+		limit = st.Output.Limit
+	}
+	var unknown []string
+	for _, name := range []string{"stdout", "stderr"} {
+		if st.stream(name).Base > 0 {
+			continue // from the cut file
+		}
+		f, err := openOutput(s.Run(st.ID).Stream(name))
+		if err != nil {
+			continue
+		}
+		fi, err := f.Stat()
+		if err == nil && fi.Size() >= limit && LeadingHole(f) == 0 {
+			unknown = append(unknown, name)
+		}
+		f.Close()
+	}
+	return unknown
+}
+
+// UnknownBasesNote says, for a report of run st rebuilt from events,
+// which of its streams' offsets it could not place (see UnknownBases):
+// "" if none.
+func UnknownBasesNote(s *Store, st *State, events []Event) string {
+	unknown := s.UnknownBases(st, events)
+	if len(unknown) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the base of its %s is unknown, taken as 0: its history's lines, of a tend before 2026-11-29, do not carry it; offsets read before the rebuild are off by what was cut)", strings.Join(unknown, " and "))
 }

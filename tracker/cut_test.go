@@ -281,3 +281,74 @@ func TestReadOutputWhileCutAndSaved(t *testing.T) {
 		t.Fatalf("steps never reached: %v", at)
 	}
 }
+
+// TestRebuildBasesOfAnOlderTend: a record rebuilt from the lines of a
+// tend before 2026-11-29, which did not carry the record's output, takes
+// its bases from the run's cut file where it names them (they came back
+// as 0, every offset off by all that was cut); where nothing says them,
+// the report says which stream's base is unknown, and only where its
+// file may have been cut (as long as its cap, with no hole at its start).
+func TestRebuildBasesOfAnOlderTend(t *testing.T) {
+	const L, B, C1 = 65536, 40960, 8192
+	t0 := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	ev := func(rev int64, state StateName) Event {
+		return Event{Time: t0.Add(time.Duration(rev) * time.Second), ID: "r", Rev: rev, State: state}
+	}
+	older := []Event{ev(1, Starting), ev(2, Running), ev(3, Running), ev(4, Running), ev(5, Completed)}
+	tests := []struct {
+		name                  string
+		cuts                  string // the run's cut file
+		size, hole            int64  // its stdout: how long, and the hole at its start
+		wantBase, wantDropped int64
+		unknown               bool
+	}{
+		{"never cut: shorter than its cap", "", L / 2, 0, 0, 0, false},
+		{"holes punched, none cut", "", B + L, B, 0, B, false},
+		{"cut, the cut file gone", "", L, 0, 0, 0, true},
+		{"a cut made, its record lost", "stdout 40960 8192\n", L, 0, B + C1, B + C1, false},
+		{"a cut begun, not made", "stdout 40960 8192\n", C1 + L, C1, B, B + C1, false},
+		{"a cut recorded, and a mark after it", "stdout 32768 8192\nstdout 40960 0\n", L, 0, B, B, false},
+		{"stderr's cut only", "stderr 40960 8192\n", L, 0, 0, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, _ := newStore(t)
+			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(s.Run("r").Request(), []byte(`{"command": "seq 1000000", "output_limit": 65536}`), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if tt.cuts != "" {
+				if err := os.WriteFile(s.Run("r").Cut(), []byte(tt.cuts), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(s.Run("r").Stream("stdout"), []byte(strings.Repeat("x", int(tt.size))), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			f, err := os.OpenFile(s.Run("r").Stream("stdout"), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if tt.hole > 0 {
+				if err := unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 0, tt.hole); err != nil || LeadingHole(f) != tt.hole {
+					t.Skipf("the file system cannot punch a hole, or does not show it: %v", err)
+				}
+			}
+			st := Rebuild(s, "r", older, func(int, string) (uint64, bool) { return 0, false })
+			cuts, err := s.ReadCuts("r", st.OwnerUID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if base, dropped := st.Layout("stdout", f, cuts); base != tt.wantBase || dropped != tt.wantDropped {
+				t.Errorf("rebuilt, then Layout = base %d, dropped %d; want %d, %d", base, dropped, tt.wantBase, tt.wantDropped)
+			}
+			note := UnknownBasesNote(s, st, older)
+			if unknown := strings.Contains(note, "the base of its stdout is unknown"); unknown != tt.unknown {
+				t.Errorf("the report's note %q; want stdout's base unknown: %v", note, tt.unknown)
+			}
+		})
+	}
+}

@@ -645,7 +645,7 @@ func repairRun(s *Store, root, id string, events []Event, identify Identify) ([]
 	if err := s.Write(st); err != nil {
 		return nil, err
 	}
-	return []string{fmt.Sprintf("%s: kept as state.json.bad; rebuilt from the history and request: %s, rev %d%s", path, st.State, st.Rev, unopenedNote(s, events))}, nil
+	return []string{fmt.Sprintf("%s: kept as state.json.bad; rebuilt from the history and request: %s, rev %d%s%s", path, st.State, st.Rev, unopenedNote(s, events), UnknownBasesNote(s, st, events))}, nil
 }
 
 // unopenedNote says, for a report of a record rebuilt from events, how
@@ -711,6 +711,7 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 	if keep := KeptAttempts(st.Restart); len(st.Attempts) > keep {
 		st.Attempts = st.Attempts[len(st.Attempts)-keep:]
 	}
+	basesRecorded := false
 	for _, e := range events { // the labels and notes set since, and the cuts
 		// A sealed change that does not open (the root's key was made
 		// anew) is lost, as a record sealed with that key is: see
@@ -724,8 +725,11 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			// the file's hole, which readers (Layout) and the next
 			// watcher (which finishes it) apply to these bases.
 			o := *e.Output
-			st.Output = &o
+			st.Output, basesRecorded = &o, true
 		}
+	}
+	if !basesRecorded {
+		s.basesFromCuts(st)
 	}
 	switch st.State {
 	case Completed, Failed, Canceled, TimedOut:

@@ -231,7 +231,7 @@ func (w *watcher) rebuildBroken(id string, err error, events []tracker.Event) *t
 		// record sealed with it would be lost.
 		lost = fmt.Sprintf(" (%d label or note changes lost: sealed with a key this root no longer has)", n)
 	}
-	w.log.Printf("recover: %v: rebuilt from the history: %s, rev %d%s", err, st.State, st.Rev, lost)
+	w.log.Printf("recover: %v: rebuilt from the history: %s, rev %d%s%s", err, st.State, st.Rev, lost, tracker.UnknownBasesNote(w.store, st, events))
 	st.Rev-- // Rebuild's rev is the next one, which save gives it
 	// With its output's bases on its event, for a record rebuilt again.
 	w.saveChange(st, outputChange(st), changed)
