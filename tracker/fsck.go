@@ -706,7 +706,17 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			if req.OutputLimit > 0 {
 				st.Output = &Output{Limit: req.OutputLimit} // its cap, until a cut says more
 			}
+			if st.Job != nil && req.Slurm != nil {
+				sl := *req.Slurm
+				st.Slurm = &sl
+			}
 		}
+	}
+	if st.Job != nil && st.Slurm == nil {
+		// On a cluster by config.json's defaults, or by a request not
+		// read: the cluster's own defaults. Those config.json added when
+		// the request was taken are no event's.
+		st.Slurm = &spool.Slurm{}
 	}
 	if keep := KeptAttempts(st.Restart); len(st.Attempts) > keep {
 		st.Attempts = st.Attempts[len(st.Attempts)-keep:]
@@ -751,6 +761,13 @@ func Rebuild(s *Store, id string, events []Event, identify Identify) *State {
 			t := st.Attempts[n-1].EndedAt // when the attempt ended, as its record kept until the next
 			st.EndedAt = &t
 		}
+		return st
+	}
+	if st.Job != nil {
+		// Its job runs on its cluster, not here: the next watcher
+		// follows it there, by its ID (or its tag, if the history has
+		// none), and records how it ends.
+		st.Reason = "record rebuilt from the history; its job is followed again"
 		return st
 	}
 	if start, ok := identify(st.PID, id); ok && st.PID > 0 {

@@ -13,6 +13,28 @@ import (
 // local run's process has its pid (see replayAttempts).
 const Submitting = "being submitted to "
 
+// SubmittedReason is the reason of a run whose attempt's job the engine
+// named took as job id, while it waits there to run: the one line of the
+// history that names the job, which a rebuild reads the job's ID back
+// from (see replayAttempts).
+func SubmittedReason(engine, id string) string {
+	return "submitted to " + engine + " as job " + id
+}
+
+// submittedJob returns the engine and the job ID a reason of
+// SubmittedReason's names.
+func submittedJob(reason string) (engine, id string, ok bool) {
+	rest, ok := strings.CutPrefix(reason, "submitted to ")
+	if !ok {
+		return "", "", false
+	}
+	engine, id, ok = strings.Cut(rest, " as job ")
+	if !ok || engine == "" || id == "" || strings.ContainsAny(engine+id, " ;") {
+		return "", "", false
+	}
+	return engine, id, true
+}
+
 // MaxKeptAttempts bounds the attempts a record keeps, whatever its
 // restart limit (limit+1 are kept, to count those within its window): a
 // record is rewritten at each save, and read whole.
@@ -88,7 +110,10 @@ func nextStart(events []Event) *time.Time {
 // attempt starts at its job's submission (Submitting) after the run's
 // start or a backoff (a job never submitted is submitted again as the
 // same attempt), and its started_at is when the job first ran. It is a
-// restart where a backoff came before.
+// restart where a backoff came before. Its job is the engine its
+// submission named, and the ID and time of the event that says the
+// engine took it (SubmittedReason), which each attempt ended keeps (its
+// tag, and what the engine last said of it, are no event's).
 func replayAttempts(st *State, events []Event) {
 	var (
 		open    bool // the current attempt's start is among the events
@@ -112,6 +137,15 @@ func replayAttempts(st *State, events []Event) {
 		if newProc {
 			pid = e.PID
 			st.StartedAt = timeOf(e)
+			st.Job = nil
+		}
+		if open && e.State == Starting && e.PID == 0 && strings.HasPrefix(e.Reason, Submitting) {
+			// Its job, (re)submitted: the engine is named, its ID
+			// once the engine took it.
+			st.Job = &Job{Engine: strings.TrimPrefix(e.Reason, Submitting)}
+		}
+		if engine, id, ok := submittedJob(e.Reason); ok && open && e.State == Queued && st.Job != nil && engine == st.Job.Engine {
+			st.Job.ID, st.Job.SubmittedAt = id, timeOf(e)
 		}
 		switch {
 		case !open:
@@ -157,6 +191,9 @@ func endedAttempt(st *State, e Event) Attempt {
 		Reason: backoffSuffix.ReplaceAllString(e.Reason, "")}
 	if st.StartedAt != nil {
 		a.StartedAt = *st.StartedAt
+	}
+	if st.Job != nil {
+		a.Job = st.Job.ID
 	}
 	return a
 }

@@ -212,3 +212,73 @@ func TestRebuildKeepsAsManyAttemptsAsARecord(t *testing.T) {
 		t.Errorf("%d attempts kept, the last %+v; want the newest 21 (limit+1)", len(st.Attempts), st.Attempts[len(st.Attempts)-1])
 	}
 }
+
+// A run on a cluster rebuilt from the history is still one: its job (the
+// engine its submission named, the ID and time of the event that says
+// the engine took it; each attempt ended keeps its own), and its request's
+// Slurm settings, or the cluster's defaults. A live one is left live, for
+// the next watcher to follow its job, not recorded lost for want of a
+// process on this host. It came back with neither: a local run, and a
+// live one lost while its job ran on.
+func TestRebuildJob(t *testing.T) {
+	t0 := time.Date(2026, 11, 29, 9, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	ptr := func(s int) *time.Time { t := at(s); return &t }
+	one, zero := 1, 0
+	attempt1 := []Event{
+		{Time: at(0), Rev: 1, State: Starting, Reason: Submitting + "slurm"},
+		{Time: at(1), Rev: 2, State: Queued, Reason: SubmittedReason("slurm", "41")},
+		{Time: at(2), Rev: 3, State: Queued, Reason: "slurm job 41 is pending: Priority"},
+		{Time: at(3), Rev: 4, State: Running},
+		{Time: at(5), Rev: 5, State: Backoff, ExitCode: &one, Reason: "exited 1; attempt 2 starts in 1s"},
+		{Time: at(6), Rev: 6, State: Starting, Reason: Submitting + "slurm"},
+		{Time: at(7), Rev: 7, State: Queued, Reason: SubmittedReason("slurm", "42")},
+		{Time: at(8), Rev: 8, State: Running},
+	}
+	ended := append(append([]Event{}, attempt1...), Event{Time: at(9), Rev: 9, State: Completed, ExitCode: &zero, EndedAt: ptr(9), CreatedAt: ptr(0)})
+	tests := []struct {
+		name      string
+		events    []Event
+		request   string
+		wantState StateName
+		wantJob   *Job
+		wantSlurm *spool.Slurm
+	}{
+		{"ended, its request's settings", ended, `{"command": "true", "slurm": {"partition": "one"}, "restart": {"policy": "on-failure"}}`,
+			Completed, &Job{Engine: "slurm", ID: "42", SubmittedAt: ptr(7)}, &spool.Slurm{Partition: "one"}},
+		{"ended, on a cluster by config.json", ended, `{"command": "true", "restart": {"policy": "on-failure"}}`,
+			Completed, &Job{Engine: "slurm", ID: "42", SubmittedAt: ptr(7)}, &spool.Slurm{}},
+		{"running", attempt1, `{"command": "true", "slurm": {}, "restart": {"policy": "on-failure"}}`,
+			Running, &Job{Engine: "slurm", ID: "42", SubmittedAt: ptr(7)}, &spool.Slurm{}},
+		{"being submitted again", attempt1[:6], `{"command": "true", "slurm": {}, "restart": {"policy": "on-failure"}}`,
+			Starting, &Job{Engine: "slurm"}, &spool.Slurm{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := NewStore(t.TempDir())
+			if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(s.Run("r").Request(), []byte(tt.request), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			events := append([]Event{}, tt.events...)
+			for i := range events {
+				events[i].ID = "r"
+			}
+			st := Rebuild(s, "r", events, func(int, string) (uint64, bool) { return 0, false })
+			if st.State != tt.wantState {
+				t.Errorf("state %s (%s), want %s", st.State, st.Reason, tt.wantState)
+			}
+			if !reflect.DeepEqual(st.Job, tt.wantJob) {
+				t.Errorf("job %+v, want %+v", st.Job, tt.wantJob)
+			}
+			if !reflect.DeepEqual(st.Slurm, tt.wantSlurm) {
+				t.Errorf("slurm %+v, want %+v", st.Slurm, tt.wantSlurm)
+			}
+			if len(st.Attempts) != 1 || st.Attempts[0].Job != "41" {
+				t.Errorf("attempts %+v, want attempt 1's job, 41", st.Attempts)
+			}
+		})
+	}
+}

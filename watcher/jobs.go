@@ -317,7 +317,7 @@ func (w *watcher) submitted(j *job, id string, err error) {
 	now := time.Now()
 	st.Job.ID, st.Job.SubmittedAt = id, &now
 	if st.State == tracker.Starting {
-		st.State, st.Reason = tracker.Queued, fmt.Sprintf("submitted to %s as job %s", w.jobs.engine.Name(), id)
+		st.State, st.Reason = tracker.Queued, tracker.SubmittedReason(w.jobs.engine.Name(), id) // the job's ID, to a rebuild
 	}
 	w.save(st)
 	w.log.Printf("run %s: submitted to %s as job %s (attempt %d)", st.ID, w.jobs.engine.Name(), id, st.Attempt)
@@ -1044,6 +1044,11 @@ func (w *watcher) recoverJob(st *tracker.State) {
 	n := spool.Name{ID: st.ID, Verb: spool.VerbStart, Owner: st.OwnerUID}
 	if fi, err := os.Stat(w.spool.OutcomePath(n)); errors.Is(err, os.ErrNotExist) || err == nil && fi.Size() == 0 {
 		w.outcome(n, spool.Accepted, "")
+	}
+	if st.Job.Tag == "" {
+		// A record rebuilt from the history, which has no tag: the one
+		// its attempt's job was submitted with.
+		st.Job.Tag = cluster.Tag(strings.TrimPrefix(w.mark, "TEND_MARK_"), st.ID, st.Attempt)
 	}
 	j := &job{run: &run{st: st}, resolving: st.Job.ID == ""}
 	if a, err := lookupAccount(st.OwnerUID); err == nil && tracker.RunPerm(st.OwnerUID).Owner > 0 {
