@@ -1046,9 +1046,7 @@ func (w *watcher) recoverJob(st *tracker.State) {
 		w.outcome(n, spool.Accepted, "")
 	}
 	if st.Job.Tag == "" {
-		// A record rebuilt from the history, which has no tag: the one
-		// its attempt's job was submitted with.
-		st.Job.Tag = cluster.Tag(strings.TrimPrefix(w.mark, "TEND_MARK_"), st.ID, st.Attempt)
+		w.rebuiltJob(st)
 	}
 	j := &job{run: &run{st: st}, resolving: st.Job.ID == ""}
 	if a, err := lookupAccount(st.OwnerUID); err == nil && tracker.RunPerm(st.OwnerUID).Owner > 0 {
@@ -1073,6 +1071,24 @@ func (w *watcher) recoverJob(st *tracker.State) {
 		w.termJob(j)
 	}
 	w.pollSoon(0)
+}
+
+// rebuiltJob gives run st, whose record was rebuilt from the history
+// (tracker.Rebuild), what the history does not hold of its job: the tag
+// its attempt's job was submitted with, made again, and its Slurm
+// settings with config.json's defaults, as its request is taken (the
+// rebuilt record has the request's own alone, and a later attempt is
+// submitted with them).
+func (w *watcher) rebuiltJob(st *tracker.State) {
+	st.Job.Tag = cluster.Tag(strings.TrimPrefix(w.mark, "TEND_MARK_"), st.ID, st.Attempt)
+	b, _, err := w.readRequest(st.ID)
+	req, perr := spool.ParseStart(b)
+	if err != nil || perr != nil {
+		return
+	}
+	if slurm := w.slurmFor(req); slurm != nil {
+		st.Slurm = slurm
+	}
 }
 
 // submissionsInFlight reports whether an sbatch that submits a job of
