@@ -144,7 +144,9 @@ func replayAttempts(st *State, events []Event) {
 			// once the engine took it.
 			st.Job = &Job{Engine: strings.TrimPrefix(e.Reason, Submitting)}
 		}
-		if engine, id, ok := submittedJob(e.Reason); ok && open && e.State == Queued && st.Job != nil && engine == st.Job.Engine {
+		// The first such event: a label or note event after it carries
+		// the same reason, later.
+		if engine, id, ok := submittedJob(e.Reason); ok && open && e.State == Queued && st.Job != nil && st.Job.ID == "" && engine == st.Job.Engine {
 			st.Job.ID, st.Job.SubmittedAt = id, timeOf(e)
 		}
 		switch {

@@ -233,9 +233,10 @@ func TestRebuildJob(t *testing.T) {
 		{Time: at(5), Rev: 5, State: Backoff, ExitCode: &one, Reason: "exited 1; attempt 2 starts in 1s"},
 		{Time: at(6), Rev: 6, State: Starting, Reason: Submitting + "slurm"},
 		{Time: at(7), Rev: 7, State: Queued, Reason: SubmittedReason("slurm", "42")},
-		{Time: at(8), Rev: 8, State: Running},
+		{Time: at(7).Add(500 * time.Millisecond), Rev: 8, State: Queued, Reason: SubmittedReason("slurm", "42"), Note: "n"}, // the same reason, later
+		{Time: at(8), Rev: 9, State: Running},
 	}
-	ended := append(append([]Event{}, attempt1...), Event{Time: at(9), Rev: 9, State: Completed, ExitCode: &zero, EndedAt: ptr(9), CreatedAt: ptr(0)})
+	ended := append(append([]Event{}, attempt1...), Event{Time: at(9), Rev: 10, State: Completed, ExitCode: &zero, EndedAt: ptr(9), CreatedAt: ptr(0)})
 	tests := []struct {
 		name      string
 		events    []Event
