@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/tendhq/tend/tracker"
@@ -109,8 +110,61 @@ func (h *historyFollower) check() (bool, error) {
 		if err := h.drain(); err != nil || !moved {
 			return false, err
 		}
+		next, err := h.successor()
+		if err != nil {
+			return false, err
+		}
 		h.close()
+		if next != nil {
+			h.follow(next)
+		}
 	}
+}
+
+// successor opens the file that came after the one h has open (which a
+// rotation moved) in the history: the one rotated in just after it, at
+// the number below the one h's has now, or history.jsonl if that is 1.
+// More than one rotation may come between two checks: the files rotated
+// between are read in turn, where opening history.jsonl skipped them. It
+// returns nil where it cannot tell (h's file is gone; the next file is
+// not there yet): history.jsonl is opened then, when it is there.
+func (h *historyFollower) successor() (*os.File, error) {
+	held, err := h.f.Stat()
+	if err != nil {
+		return nil, nil
+	}
+	root := layout.Root(filepath.Dir(h.path))
+	for range 10 {
+		k := 0 // the number h's file has now
+		for n := 1; k == 0; n++ {
+			fi, err := os.Lstat(root.RotatedHistory(n))
+			if err != nil {
+				return nil, nil // not among the rotated files rotation keeps numbered from 1
+			}
+			if os.SameFile(fi, held) {
+				k = n
+			}
+		}
+		path := h.path
+		if k > 1 {
+			path = root.RotatedHistory(k - 1)
+		}
+		f, err := os.Open(path)
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		// Still at k once the next is open: a rotation renames k before
+		// k-1, so the file opened was at k-1 (or history.jsonl) when
+		// h's was at k.
+		if fi, err := os.Lstat(root.RotatedHistory(k)); err == nil && os.SameFile(fi, held) {
+			return f, nil
+		}
+		f.Close()
+	}
+	return nil, nil
 }
 
 // open opens the file at path, if it is there.

@@ -75,6 +75,60 @@ func TestHistoryFollowerAcrossRotations(t *testing.T) {
 	}
 }
 
+// TestHistoryFollowerAcrossTwoRotations: a follower passes the events of
+// every file, even when two rotations came between two of its checks: it
+// reads the file rotated in after the one it had, not the one that is
+// history.jsonl by then, which skipped the file between.
+func TestHistoryFollowerAcrossTwoRotations(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "history.jsonl")
+	write := func(ids ...string) {
+		t.Helper()
+		var b strings.Builder
+		for _, id := range ids {
+			fmt.Fprintf(&b, `{"time":"2026-11-29T06:00:00Z","id":%q,"rev":1,"state":"queued"}`+"\n", id)
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteString(b.String()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rotate := func() {
+		t.Helper()
+		for _, r := range [][2]string{{"history.2.jsonl", "history.3.jsonl"}, {"history.1.jsonl", "history.2.jsonl"}, {"history.jsonl", "history.1.jsonl"}} {
+			if err := os.Rename(filepath.Join(dir, r[0]), filepath.Join(dir, r[1])); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Fatal(err)
+			}
+		}
+	}
+	var got []string
+	h := &historyFollower{path: path, emit: func(ev Event) error { got = append(got, ev.ID); return nil }}
+	defer h.close()
+	write("a")
+	if _, err := h.check(); err != nil {
+		t.Fatal(err)
+	}
+	write("b")
+	rotate()
+	write("c")
+	rotate()
+	write("d")
+	if _, err := h.check(); err != nil {
+		t.Fatal(err)
+	}
+	write("e")
+	if _, err := h.check(); err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"a", "b", "c", "d", "e"}; !slices.Equal(got, want) {
+		t.Errorf("events passed: %v, want %v", got, want)
+	}
+}
+
 // TestEventsFollowAcrossARotationAtItsStart: tend events -f passes every
 // event once, in order, when the history rotates between its finding the
 // files and its reading them: the rotated files are read as they were
