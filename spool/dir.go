@@ -267,15 +267,52 @@ func (d Dir) Reject(name, reason string) (string, error) {
 // RejectFrom is Reject for a request that has already left the spool (a
 // claimed request found bad after all): src is moved to rejected/ under the
 // request's name.
+// The request is made readable by its owner alone (see private).
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	markRejected(src)
+	private(src) // before it is in rejected/, which the root's group may read
 	return d.rejectAs(name, reason, func(dst string) error {
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err != nil {
 			return &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 		}
+		private(dst) // what was moved: src may have been replaced in between
 		return nil
 	})
+}
+
+// private takes from the file or directory at path every permission but
+// its owner's (root keeps its own): a request moved into rejected/ kept
+// its writer's mode, often readable by all (umask 022), and in a shared
+// root rejected/ is open to the root's group, whose members would read
+// another's request, which may hold secrets. It is done on the inode
+// opened without following a link (O_PATH: no FIFO blocks, no device
+// acts), and only to a directory or to a regular file with no other name
+// (a hard link to a file elsewhere, made where the kernel lets members
+// link what is not theirs, is left as it is). Errors are ignored: the
+// request is rejected all the same.
+func private(path string) {
+	fd, err := unix.Open(path, unix.O_PATH|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&0o7077 == 0 {
+		return
+	}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+	case unix.S_IFREG:
+		if st.Nlink != 1 {
+			return
+		}
+	default:
+		return
+	}
+	// A chmod through the descriptor's /proc link reaches that very inode
+	// (fchmod refuses an O_PATH descriptor).
+	unix.Fchmodat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", fd), st.Mode&0o700, 0)
 }
 
 // RejectCopy is Reject for a request that stays in the spool (a queued

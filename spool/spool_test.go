@@ -393,6 +393,43 @@ func TestRejectKeepsEveryFile(t *testing.T) {
 	}
 }
 
+// A rejected request is its owner's to read alone, whatever mode its
+// writer gave it (group- and world-readable with umask 022): in a shared
+// root rejected/ is open to the root's group. A directory too; a file
+// with another name elsewhere (a hard link) and a link are left as they
+// are.
+func TestRejectedIsPrivate(t *testing.T) {
+	d := newDir(t)
+	spooled := func(name string) string { return filepath.Join(d.Spool(), name) }
+	os.WriteFile(spooled("file.start"), []byte("{"), 0o644)
+	os.Chmod(spooled("file.start"), os.ModeSetuid|0o755) // past any umask: setuid, all may read
+	os.Mkdir(spooled("dir.start"), 0o755)
+	os.WriteFile(spooled("linked.start"), []byte("{"), 0o644)
+	elsewhere := filepath.Join(d.Root, "elsewhere")
+	if err := os.Link(spooled("linked.start"), elsewhere); err != nil {
+		t.Fatal(err)
+	}
+	os.Symlink("/etc/passwd", spooled("lnk.start"))
+	for name, want := range map[string]os.FileMode{
+		"file.start": 0o700, "dir.start": 0o700 | os.ModeDir, "linked.start": 0o644,
+	} {
+		dst, err := d.Reject(name, "bad")
+		if err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(dst)
+		if err != nil || fi.Mode() != want {
+			t.Errorf("rejected %s: mode %v, %v; want %v", name, fi.Mode(), err, want)
+		}
+	}
+	if _, err := d.Reject("lnk.start", "bad"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat("/etc/passwd"); err != nil || fi.Mode().Perm()&0o044 != 0o044 {
+		t.Errorf("a link's target is made private: %v, %v", fi.Mode(), err)
+	}
+}
+
 // A copy set aside (a queued run's bad version, left in the spool to
 // mend) takes the next free name beside a moved request, with its
 // reason, mode 0600, and leaves the request where it is.
