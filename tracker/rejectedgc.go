@@ -14,7 +14,7 @@ import (
 )
 
 // ExpireRejected removes from root's rejected/ every refused request whose
-// file and reason both last changed before cutoff, the two together, and
+// reason last changed before cutoff, the two together, and
 // what a crash left there before cutoff that fsck --repair removes (a
 // reason without its request, a partial write of one). It returns how
 // many requests it removed; with dryRun it removes nothing, and returns
@@ -22,10 +22,14 @@ import (
 // reports it: a loss to say, not to hide. A directory moved there goes
 // only once empty (see removeRequest).
 //
-// Age is the files' change time (ctime), which the move into rejected/
-// and the reason's write set: a request keeps the modification time its
-// writer gave it, which may be any, and no one but the kernel sets a
-// change time. Requests and reasons are told apart as fsck tells them
+// Age is the reason's change time (ctime), which its write sets, just
+// before the request is moved beside it: a request keeps the
+// modification time its writer gave it, which may be any, and no one but
+// the kernel sets a change time; but the request's own change time is
+// its owner's to renew (a chmod, a chown to themselves: rejected/ is open
+// to a shared root's group), who would keep it, and its reason, for
+// ever. The reason is the watcher's, which only it (and root) may
+// change. Requests and reasons are told apart as fsck tells them
 // (rejectedDir.pairs), through rejected/ opened once without following a
 // link.
 //
@@ -74,8 +78,8 @@ func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 	var errs []error
 	for _, req := range reqs {
 		reason := pairs[req]
-		if !x.old(req) || !x.old(reason) {
-			continue
+		if !x.old(reason) {
+			continue // the request's own age is its owner's to renew
 		}
 		if gone, err := x.removeRequest(req); err != nil || !gone {
 			if err != nil {

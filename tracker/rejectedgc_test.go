@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ExpireRejected removes a refused request with its reason once both are
-// old, and what --repair would remove once old; it leaves anything young,
+// ExpireRejected removes a refused request with its reason once its
+// reason is old (whatever the request's own change time), and what --repair would remove once old; it leaves anything young,
 // a request without its reason, a directory, and hidden files.
 func TestExpireRejected(t *testing.T) {
 	tests := []struct {
@@ -26,8 +26,10 @@ func TestExpireRejected(t *testing.T) {
 	}{
 		{"a pair, old", func(r *fakeRoot) { r.reject("x.strat", "x") }, nil, 1, nil, false},
 		{"two of a name, old", func(r *fakeRoot) { r.reject("x.strat", "x"); r.reject("x.strat", "y") }, nil, 2, nil, false},
-		{"a pair, its request young", func(r *fakeRoot) { r.reject("x.strat", "x") },
-			[]string{"x.strat"}, 0, []string{"x.strat", "x.strat.error"}, false},
+		// Its owner renews its change time (a chmod) at will: it goes
+		// by its reason's, the watcher's.
+		{"a pair, its request changed since", func(r *fakeRoot) { r.reject("x.strat", "x") },
+			[]string{"x.strat"}, 1, nil, false},
 		{"a pair, its reason young", func(r *fakeRoot) { r.reject("x.strat", "x") },
 			[]string{"x.strat.error"}, 0, []string{"x.strat", "x.strat.error"}, false},
 		{"a request without its reason: a loss fsck says", func(r *fakeRoot) { r.reject("x.strat", "x"); r.remove("rejected/x.strat.error") },
