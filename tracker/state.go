@@ -118,6 +118,12 @@ type State struct {
 	// made from (spool.BodySum), while that request waits in the spool: a
 	// watcher that restarts tells by it a request edited while none ran.
 	RequestSum string `json:"request_sum,omitempty"`
+	// HeldSum names, while the queued run is held by a bad version of its
+	// request (see Reason), that version (spool.BodySum), which was
+	// answered and copied to rejected/: a watcher that restarts answers
+	// it no second time, and tells from it another bad version, refused
+	// for the same reason.
+	HeldSum string `json:"held_sum,omitempty"`
 	// Slurm is set for a run submitted to a Slurm cluster: the settings it
 	// is submitted with, its request's over config.json's defaults.
 	Slurm *spool.Slurm `json:"slurm,omitempty"`

@@ -173,7 +173,7 @@ func fullState(zone *time.Location) *State {
 		ID: "a@b", State: Failed, Rev: 12, Session: "s", OwnerUID: 1000,
 		Command: []string{"/bin/sh", "-c", "echo \"é <&>\" \\ \u2028"}, Cwd: "/w", Labels: map[string]string{"k": "v"},
 		Timeout: spool.Duration(time.Hour), Grace: spool.Duration(1500 * time.Millisecond),
-		After: []string{"build", "db:ready"}, NotBefore: &t, AfterSince: map[string]time.Time{"db": t}, RequestSum: "0123456789abcdef0123456789abcdef",
+		After: []string{"build", "db:ready"}, NotBefore: &t, AfterSince: map[string]time.Time{"db": t}, RequestSum: "0123456789abcdef0123456789abcdef", HeldSum: "fedcba9876543210fedcba9876543210",
 		Slurm: &spool.Slurm{Partition: "gpu", CPUs: 4, Memory: "8G", GPUs: "a100:1", Nodes: 2, Time: d, Account: "a", QOS: "q", Constraint: "x&y", Args: []string{"--exclusive"}},
 		PID:   10, PGID: 10, ProcStart: 12345, Boot: "4d0a0f0e-5b4a-4c53-9a43-0e4a4f0f7a11",
 		Job:       &Job{Engine: "slurm", Tag: "tend.0123456789abcdef.a.3", ID: "42", State: "FAILED", Reason: "NonZeroExitCode", Nodes: "n[1-2]", SubmittedAt: &t},

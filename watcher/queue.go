@@ -42,9 +42,10 @@ type queuedRun struct {
 	// due to be examined again (see heldBack).
 	recheck bool
 	// held is set while its request in the spool is a version that was
-	// rejected (see holdQueued), and bad is that version's BodySum ("" when
-	// a watcher that restarted found the run held by its record: the
-	// version it holds for is known by its reason then).
+	// rejected (see holdQueued), and bad is that version's BodySum, as its
+	// record's HeldSum says ("" when a watcher that restarted found the
+	// run held by a record of a tend before held_sum: the version it holds
+	// for is known by its reason then).
 	held bool
 	bad  string
 	// copied is the copy in rejected/ of the last bad version of its
@@ -156,7 +157,7 @@ func (w *watcher) handOverQueued(st *tracker.State) {
 func (w *watcher) editQueued(q *queuedRun, n spool.Name, f spool.File, req spool.Start) {
 	back, held := q.removed, q.held
 	q.stopGone()
-	q.held, q.bad = false, ""
+	q.held, q.bad, q.st.HeldSum = false, "", ""
 	changed := w.updateQueued(q, f, req)
 	if !changed && held {
 		// Mended back into the version it was held from: its reason is
@@ -190,7 +191,7 @@ func (w *watcher) holdQueued(q *queuedRun, n spool.Name, f spool.File, problem s
 	problem = strings.TrimPrefix(problem, name+": ")
 	reason := heldPrefix + "does not parse or is refused (" + problem + "); it waits for a good version"
 	sum := spool.BodySum(f.Body)
-	if q.held && (q.bad == sum || q.bad == "" && heldFor(q.st.Reason) == reason) {
+	if q.held && (q.bad == sum || q.bad == "" && q.st.HeldSum == "" && heldFor(q.st.Reason) == reason) {
 		q.bad = sum
 		q.stopGone() // back, if it was removed
 		w.forget(name)
@@ -214,7 +215,7 @@ func (w *watcher) holdQueued(q *queuedRun, n spool.Name, f spool.File, problem s
 	delete(w.faulted, name)
 	q.stopGone() // back, if it was removed: bad, but there
 	q.held, q.bad = true, sum
-	q.st.Reason = reason
+	q.st.Reason, q.st.HeldSum = reason, sum
 	w.save(q.st)
 	w.log.Printf("%s: rejected, copied to %s: %s; run %s stays queued, held until its request is good", spool.Printable(name), dst, problem, q.st.ID)
 	w.outcome(n, spool.Rejected, fmt.Sprintf("%s: %s; run %s stays queued, held until its request is good (rev %d; this version is copied to rejected/%s, and left in the spool to mend)",
@@ -533,7 +534,7 @@ func (w *watcher) endQueued(q *queuedRun, state tracker.StateName, reason string
 	w.removeQueued(q)
 	w.writeQueue()
 	now := time.Now()
-	q.st.State, q.st.Reason, q.st.EndedAt = state, reason, &now
+	q.st.State, q.st.Reason, q.st.EndedAt, q.st.HeldSum = state, reason, &now, ""
 	w.saveEnd(q.st)
 	w.log.Printf("run %s: %s (%s)", q.st.ID, state, reason)
 }
@@ -615,8 +616,8 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		}
 		// One its record says is held (holdQueued) stays held until a good
 		// version is taken, whatever the spool holds now: the version it
-		// holds for is answered already, and is known by the reason.
-		w.addQueued(&queuedRun{st: st, req: req, held: strings.HasPrefix(st.Reason, heldPrefix)})
+		// holds for is answered already, and its record names it.
+		w.addQueued(&queuedRun{st: st, req: req, held: strings.HasPrefix(st.Reason, heldPrefix), bad: st.HeldSum})
 		return
 	}
 	if _, err := os.Stat(w.store.Run(st.ID).Request()); err == nil {
@@ -627,7 +628,7 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		w.neverRan(st, "it was leaving the queue when the watcher stopped")
 		return
 	}
-	q := &queuedRun{st: st, held: strings.HasPrefix(st.Reason, heldPrefix)}
+	q := &queuedRun{st: st, held: strings.HasPrefix(st.Reason, heldPrefix), bad: st.HeldSum}
 	w.addQueued(q)
 	w.queuedRequestRemoved(q)
 }
