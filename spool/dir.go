@@ -322,14 +322,25 @@ func private(path string) {
 // with mode 0600, and synced with its directory.
 func (d Dir) RejectCopy(name string, body []byte, owner int, reason string) (string, error) {
 	return d.rejectAs(name, reason, func(dst string) error {
-		return writeNew(dst, body, owner)
+		return writeNew(dst, body, owner, durable.FlushReason, rejectedMark) // flushed as its reason is
 	})
+}
+
+// WriteVersion writes body, a version of a request read from the spool
+// and gone from there since (the last good version of a held queued
+// run, kept as its run's request when the run is canceled), to a new
+// file at dst, as RejectCopy writes a copy: never over a file there nor
+// through a link, owned by owner, mode 0600, synced as a claimed request
+// is. One of root's carries the mark of root's requests.
+func WriteVersion(dst string, body []byte, owner int) error {
+	return writeNew(dst, body, owner, durable.FlushClaimed, "request")
 }
 
 // writeNew writes body to a new file at path, which it never replaces
 // nor follows if it is a link, owned by owner (if above zero) before
-// anything is written, and syncs it.
-func writeNew(path string, body []byte, owner int) error {
+// anything is written, and syncs it as flush. A file of root's, written
+// by root, carries the mark with value mark.
+func writeNew(path string, body []byte, owner int, flush durable.Flush, mark string) error {
 	fd, err := unix.Open(path, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return &os.PathError{Op: "create", Path: path, Err: err}
@@ -339,13 +350,13 @@ func writeNew(path string, body []byte, owner int) error {
 	} else if os.Geteuid() == 0 {
 		// A copy of root's is a request, never a reason: marked as
 		// markRejected marks what it moves.
-		unix.Fsetxattr(fd, markAttr, []byte(rejectedMark), 0)
+		unix.Fsetxattr(fd, markAttr, []byte(mark), 0)
 	}
 	if err == nil {
 		err = durable.WriteAll(fd, body)
 	}
 	if err == nil {
-		err = durable.FlushReason.Fsync(fd) // as its reason is
+		err = flush.Fsync(fd)
 	}
 	if cerr := unix.Close(fd); err == nil && cerr != nil {
 		err = cerr

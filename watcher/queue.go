@@ -51,6 +51,12 @@ type queuedRun struct {
 	// copied is the copy in rejected/ of the last bad version of its
 	// request (see holdQueued), which the next one's replaces.
 	copied string
+	// good is the body of the last good version of its request, as read
+	// (nil when this watcher never read it: a run held since before it
+	// started): what a held run canceled keeps as its request
+	// (keepRequest), the version it waited to run with, once its writer's
+	// file in the spool is a bad one.
+	good []byte
 }
 
 // addQueued puts q at the end of the queue.
@@ -131,7 +137,7 @@ func (w *watcher) enqueue(n spool.Name, f spool.File, req spool.Start) {
 	w.handOverQueued(st)
 	w.save(st)
 	w.keep(f)
-	w.addQueued(&queuedRun{st: st, req: req, ino: f.Ino})
+	w.addQueued(&queuedRun{st: st, req: req, ino: f.Ino, good: f.Body})
 	w.writeQueue()
 	w.log.Printf("run %s: queued (position %d)", n.ID, len(w.queue))
 	w.outcome(n, spool.Accepted, "")
@@ -244,7 +250,7 @@ func editedReason(st *tracker.State) string {
 // the run is made from (a blank line, a field moved) only has the record
 // name it (RequestSum), for the next watcher.
 func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool {
-	q.ino = f.Ino
+	q.ino, q.good = f.Ino, f.Body
 	st := q.st
 	sum := spool.BodySum(f.Body)
 	next := w.newRun(st.ID, f.UID, req)
@@ -500,6 +506,10 @@ func (w *watcher) cancelQueued(q *queuedRun, n spool.Name) {
 // written, is left for examine to reject.
 func (w *watcher) keepRequest(q *queuedRun) {
 	n := spool.Name{ID: q.st.ID, Verb: spool.VerbStart, Owner: q.st.OwnerUID}
+	if q.held {
+		w.keepGood(q, n)
+		return
+	}
 	f, err := w.spool.Read(n.String())
 	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
 		w.leaveToExamine(n.String())
@@ -517,6 +527,43 @@ func (w *watcher) keepRequest(q *queuedRun) {
 	// after that flush.
 	w.keepClaimed(w.store.Run(n.ID).Request(), claimed)
 	w.forget(n.String())
+}
+
+// keepGood is keepRequest for held queued run q, whose request n in the
+// spool is a bad version (see holdQueued): the run's request is its last
+// good version, the one it waited to run with, which is written as
+// runs/<id>/request if this watcher read it (q.good); the bad version it
+// was held for, answered and copied to rejected/ already, is removed
+// from the spool, and is only there. Any other file under the name (a
+// version not examined yet, another's) is left for examine, which
+// decides it once the run ended: rejected, as a start of a run that
+// exists, or for what is wrong with it.
+func (w *watcher) keepGood(q *queuedRun, n spool.Name) {
+	name := n.String()
+	path := filepath.Join(w.spool.Spool(), name)
+	if f, err := w.spool.Read(name); err == nil && q.bad != "" && spool.BodySum(f.Body) == q.bad && f.UID == q.st.OwnerUID && w.admit(f) == nil {
+		// Removed by name, once it is seen to be that file still: the
+		// spool is sticky, and the name its owner's while their file has
+		// it.
+		var st unix.Stat_t
+		if unix.Lstat(path, &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino {
+			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				w.log.Printf("run %s: removing its bad version from the spool: %v", q.st.ID, err)
+			}
+		}
+		w.forget(name)
+	} else {
+		w.leaveToExamine(name)
+	}
+	if q.good == nil {
+		w.log.Printf("run %s: its last good version was read by an earlier watcher: none is kept as its request", q.st.ID)
+		return
+	}
+	err := spool.WriteVersion(w.store.Run(n.ID).Request(), q.good, q.st.OwnerUID)
+	w.movedOut(n.ID, err) // its directory synced, and the spool, before its end is written
+	if err != nil {
+		w.log.Printf("run %s: keeping its last good version as its request: %v", n.ID, err)
+	}
 }
 
 // leaveToExamine has spool entry name, if there is one, examined again
@@ -617,7 +664,11 @@ func (w *watcher) recoverQueued(st *tracker.State) {
 		// One its record says is held (holdQueued) stays held until a good
 		// version is taken, whatever the spool holds now: the version it
 		// holds for is answered already, and its record names it.
-		w.addQueued(&queuedRun{st: st, req: req, held: strings.HasPrefix(st.Reason, heldPrefix), bad: st.HeldSum})
+		var good []byte // the version it was made from, if that is what is there
+		if err == nil && st.RequestSum == spool.BodySum(f.Body) {
+			good = f.Body
+		}
+		w.addQueued(&queuedRun{st: st, req: req, held: strings.HasPrefix(st.Reason, heldPrefix), bad: st.HeldSum, good: good})
 		return
 	}
 	if _, err := os.Stat(w.store.Run(st.ID).Request()); err == nil {
