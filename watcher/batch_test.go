@@ -697,3 +697,60 @@ func TestRefusedHistoryHoldsRecordsAndEffects(t *testing.T) {
 		t.Error("a request gone from the spool while the history held is still pending once it is appended")
 	}
 }
+
+// While the history holds, the names of the spool entries to examine once
+// it is appended are bounded (a client looping on a full disk writes
+// names without end), and none is lost: past the bound, the spool is
+// looked over again once the history is appended, and a queued run's
+// request removed meanwhile is noticed as removed.
+func TestHeldPendingIsBounded(t *testing.T) {
+	w := batchWatcher(t)
+	if err := w.spool.Make(); err != nil {
+		t.Fatal(err)
+	}
+	hist := w.root().History()
+	if err := os.Mkdir(hist, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := &tracker.State{ID: "a", State: tracker.Completed, CreatedAt: time.Now()}
+	os.Mkdir(w.store.RunDir(a.ID), 0o755)
+	w.batched(func() { w.save(a) })
+	if !w.historyHeld() {
+		t.Fatal("the history's refusal was not held")
+	}
+	q := &queuedRun{st: &tracker.State{ID: "q", State: tracker.Queued, OwnerUID: os.Geteuid(), CreatedAt: time.Now()}}
+	w.addQueued(q)
+	for i := range 2 * maxHeldPending {
+		w.fsEvent(fsnotify.Event{Name: filepath.Join(w.spool.Spool(), fmt.Sprintf("flood%d.start", i)), Op: fsnotify.Create})
+	}
+	// Past the bound: a request written, and the queued run's removed.
+	if err := os.Symlink("/nonexistent", filepath.Join(w.spool.Spool(), "late.start")); err != nil {
+		t.Fatal(err)
+	}
+	w.fsEvent(fsnotify.Event{Name: filepath.Join(w.spool.Spool(), "late.start"), Op: fsnotify.Create})
+	w.examine("q.start")
+	if len(w.pending) > maxHeldPending {
+		t.Fatalf("%d names pending while the history held; want at most %d", len(w.pending), maxHeldPending)
+	}
+	if err := os.Remove(hist); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case f := <-w.do: // the retry
+		f()
+	case <-time.After(5 * time.Second):
+		t.Fatal("no retry came")
+	}
+	if w.historyHeld() {
+		t.Fatal("the history is still held once it can be appended")
+	}
+	if _, err := os.Lstat(filepath.Join(w.spool.Rejected(), "late.start.error")); err != nil {
+		t.Errorf("a request written past the bound was not taken once the history was appended: %v", err)
+	}
+	if !q.removed {
+		t.Error("a queued run's request removed past the bound is not noticed once the history was appended")
+	}
+	if len(w.pending) != 0 {
+		t.Errorf("%d names still pending, none in the spool", len(w.pending))
+	}
+}

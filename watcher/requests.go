@@ -91,7 +91,7 @@ func (w *watcher) examine(name string) {
 	if w.historyHeld() {
 		// Nothing is answered, taken or rejected before the history can
 		// be appended: it waits in the spool (releaseHeld examines it).
-		w.pendingFor(name)
+		w.holdPending(name)
 		return
 	}
 	n, nameErr := spool.ParseName(name)

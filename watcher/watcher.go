@@ -437,6 +437,10 @@ type watcher struct {
 	// tracker.WatcherInfo.ConfigProblem).
 	configProblem string
 	pending       map[string]*pending // spool entries not yet taken, by file name
+	// pendingDropped is set when names whose events came while the
+	// history held were not kept in pending, past maxHeldPending: the
+	// spool is looked over again for them once it is appended.
+	pendingDropped bool
 	// waiters counts the queued runs that wait for other runs or a time
 	// (see deps.go); dequeueDue is set while a dequeue is scheduled, and
 	// startDue while one waits for the end of the batch (see startSoon).
@@ -727,6 +731,10 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 	if spool.Ignored(name) {
 		return nil
 	}
+	if w.historyHeld() {
+		w.holdPending(name)
+		return nil
+	}
 	w.pendingFor(name).lastChange = time.Now()
 	w.examine(name)
 	return nil
@@ -769,6 +777,11 @@ func (w *watcher) reloadSettings() {
 // rescan examines every entry in the spool: at start, and after the kernel
 // dropped events.
 func (w *watcher) rescan() {
+	if w.historyHeld() {
+		// Nothing is taken while it holds: releaseHeld rescans.
+		w.pendingDropped = true
+		return
+	}
 	d, err := os.Open(w.spool.Spool())
 	if err != nil {
 		w.log.Printf("rescan: %v", err)
@@ -1121,13 +1134,59 @@ func (w *watcher) releaseHeld() {
 		// The names whose events came while it held: those gone from the
 		// spool (a queued run's request removed) are examined for that,
 		// then the spool's.
-		for name := range maps.Clone(w.pending) {
+		names := slices.Collect(maps.Keys(w.pending))
+		if w.pendingDropped {
+			// Some names were not kept (see holdPending): those whose
+			// removal means something are looked at again, and the
+			// rescan finds the others.
+			w.pendingDropped = false
+			names = append(names, w.startsAwaited()...)
+			slices.Sort(names)
+			names = slices.Compact(names)
+		}
+		for _, name := range names {
 			if _, err := os.Lstat(filepath.Join(w.spool.Spool(), name)); errors.Is(err, fs.ErrNotExist) {
 				w.examine(name)
 			}
 		}
 		w.rescan()
 	})
+}
+
+// maxHeldPending bounds the spool names kept pending while the history
+// holds (see holdPending): a flood of requests written then (a client
+// looping on a full disk) must not grow the watcher without limit.
+const maxHeldPending = 4096
+
+// holdPending keeps spool entry name, whose event came while the history
+// held (see historyHeld), pending, to be examined once it is appended,
+// unless maxHeldPending names are already: then it only notes that some
+// were dropped, and releaseHeld looks the spool over again for them.
+func (w *watcher) holdPending(name string) {
+	if p := w.pending[name]; p != nil {
+		p.lastChange = time.Now()
+		return
+	}
+	if len(w.pending) >= maxHeldPending {
+		w.pendingDropped = true
+		return
+	}
+	w.pendingFor(name)
+}
+
+// startsAwaited returns the spool names of the start requests whose
+// removal is news that the spool cannot tell once the name is gone:
+// queued runs' (a removal cancels the run), and those cancels wait for
+// (see afterStartDecided). The others, once gone, need nothing done.
+func (w *watcher) startsAwaited() []string {
+	var names []string
+	for _, q := range w.queue {
+		names = append(names, spool.Name{ID: q.st.ID, Verb: spool.VerbStart}.String())
+	}
+	for id := range w.afterStart {
+		names = append(names, spool.Name{ID: id, Verb: spool.VerbStart}.String())
+	}
+	return names
 }
 
 // giveUpGone counts a failed try of st's record if its run directory is
