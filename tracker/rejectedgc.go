@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/spool"
+	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
 )
 
@@ -36,12 +37,13 @@ import (
 // The request goes first and its reason last: a crash in between leaves
 // a reason without its request, which fsck says nothing reads (--repair
 // and the next expiry remove it), never a request whose reason was lost.
-// Nothing is flushed: a journaled file system keeps the two removals in
-// order through a power loss too; one that writes a directory's blocks
-// apart (ext4 without a journal) may keep the reason's alone, and fsck
-// then reports a lost reason for a request that was on its way out (a
-// flush between the two would close that, at a named flush of its own:
-// see durable.Flush).
+// So through a power loss too: the requests' removals are flushed
+// (rejected/ synced, durable.FlushRejected) before any of their reasons
+// go, once a sweep, for all of them. A file system that writes a
+// directory's blocks apart (ext4 without a journal) could otherwise keep
+// a reason's removal and lose its request's, and fsck would report a
+// lost reason for a request that was on its way out, kept by --repair a
+// further keep_finished_for.
 func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 	dir := spool.Dir{Root: root}.Rejected()
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
@@ -76,6 +78,7 @@ func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 	slices.Sort(reqs)
 	n := 0
 	var errs []error
+	var reasons []string // of the requests removed
 	for _, req := range reqs {
 		reason := pairs[req]
 		if !x.old(reason) {
@@ -87,10 +90,18 @@ func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 			}
 			continue // its reason stays with it
 		}
+		reasons = append(reasons, reason)
+		n++
+	}
+	if err := x.flushRemoved(len(reasons)); err != nil {
+		// The reasons stay, each without its request: the next sweep
+		// removes them as what a removal cut short left.
+		return n, errors.Join(append(errs, err)...)
+	}
+	for _, reason := range reasons {
 		if err := x.remove(reason); err != nil {
 			errs = append(errs, err)
 		}
-		n++
 	}
 	for _, name := range list {
 		if names[name] && !isPaired(pairs, name) && name[0] != '.' && x.old(name) && r.unpaired(name).removed != "" {
@@ -117,6 +128,19 @@ type expiry struct {
 	dir    string
 	cutoff time.Time
 	dryRun bool
+}
+
+// flushRemoved makes the removal of n requests durable (rejected/
+// synced), unless there are none or it is a dry run, before their
+// reasons go.
+func (x expiry) flushRemoved(n int) error {
+	if n == 0 || x.dryRun {
+		return nil
+	}
+	if err := durable.FlushRejected.Fsync(x.fd); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("syncing %s, once %d requests were removed from it: %w", x.dir, n, err)
+	}
+	return nil
 }
 
 // old reports whether file name last changed before the cutoff.

@@ -64,7 +64,9 @@ const (
 	// FlushReasonDir: rejected/, once <name>.error is in it, before the
 	// request joins it.
 	FlushReasonDir Flush = "reason-dir"
-	// FlushRejected: rejected/, once the request is in it.
+	// FlushRejected: rejected/, once the request is in it; and once the
+	// requests the retention removes are gone from it, before their
+	// reasons go (tracker.ExpireRejected).
 	FlushRejected Flush = "rejected-dir"
 	// FlushKey: record.key, before it is used.
 	FlushKey Flush = "key"
