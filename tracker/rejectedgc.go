@@ -15,7 +15,7 @@ import (
 )
 
 // ExpireRejected removes from root's rejected/ every refused request whose
-// reason last changed before cutoff, the two together, and
+// reason was written before cutoff, the two together, and
 // what a crash left there before cutoff that fsck --repair removes (a
 // reason without its request, a partial write of one). It returns how
 // many requests it removed; with dryRun it removes nothing, and returns
@@ -23,14 +23,16 @@ import (
 // reports it: a loss to say, not to hide. A directory moved there goes
 // only once empty (see removeRequest).
 //
-// Age is the reason's change time (ctime), which its write sets, just
-// before the request is moved beside it: a request keeps the
-// modification time its writer gave it, which may be any, and no one but
-// the kernel sets a change time; but the request's own change time is
-// its owner's to renew (a chmod, a chown to themselves: rejected/ is open
-// to a shared root's group), who would keep it, and its reason, for
-// ever. The reason is the watcher's, which only it (and root) may
-// change. Requests and reasons are told apart as fsck tells them
+// Age is the time the reason was written (its modification time), just
+// before the request was moved beside it. Not the request's times: it
+// keeps the modification time its writer gave it, which may be any, and
+// its change time is its owner's to renew (a chmod: rejected/ is open to
+// a shared root's group), who would keep it, and its reason, for ever.
+// Nor the reason's change time, which a link made to it and removed
+// renews, where the kernel lets members link what is not theirs
+// (fs.protected_hardlinks 0). The reason is the watcher's: no one but it
+// and root may set its modification time. What a crash left (below) ages
+// by its change time. Requests and reasons are told apart as fsck tells them
 // (rejectedDir.pairs), through rejected/ opened once without following a
 // link.
 //
@@ -81,8 +83,8 @@ func ExpireRejected(root string, cutoff time.Time, dryRun bool) (int, error) {
 	var reasons []string // of the requests removed
 	for _, req := range reqs {
 		reason := pairs[req]
-		if !x.old(reason) {
-			continue // the request's own age is its owner's to renew
+		if !x.written(reason) {
+			continue // the request's own times are its owner's to renew
 		}
 		if gone, err := x.removeRequest(req); err != nil || !gone {
 			if err != nil {
@@ -141,6 +143,17 @@ func (x expiry) flushRemoved(n int) error {
 		return fmt.Errorf("syncing %s, once %d requests were removed from it: %w", x.dir, n, err)
 	}
 	return nil
+}
+
+// written reports whether file name, a reason, was last written before
+// the cutoff (its modification time, which only its owner, the watcher,
+// and root may set).
+func (x expiry) written(name string) bool {
+	var st unix.Stat_t
+	if unix.Fstatat(x.fd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+		return false
+	}
+	return time.Unix(st.Mtim.Unix()).Before(x.cutoff)
 }
 
 // old reports whether file name last changed before the cutoff.

@@ -19,7 +19,7 @@ func TestExpireRejected(t *testing.T) {
 	tests := []struct {
 		name      string
 		make      func(r *fakeRoot)
-		young     []string // changed after the cutoff
+		young     []string // changed after the cutoff (chmod), or written ("written:NAME")
 		wantN     int
 		wantLeft  []string
 		wantFound bool // fsck finds something in what is left
@@ -30,8 +30,13 @@ func TestExpireRejected(t *testing.T) {
 		// by its reason's, the watcher's.
 		{"a pair, its request changed since", func(r *fakeRoot) { r.reject("x.strat", "x") },
 			[]string{"x.strat"}, 1, nil, false},
-		{"a pair, its reason young", func(r *fakeRoot) { r.reject("x.strat", "x") },
-			[]string{"x.strat.error"}, 0, []string{"x.strat", "x.strat.error"}, false},
+		// Its change time is renewed by a link made to it and removed,
+		// where members may link what is not theirs: it goes by when it
+		// was written.
+		{"a pair, its reason's change time renewed", func(r *fakeRoot) { r.reject("x.strat", "x") },
+			[]string{"x.strat.error"}, 1, nil, false},
+		{"a pair, its reason written again", func(r *fakeRoot) { r.reject("x.strat", "x") },
+			[]string{"written:x.strat.error"}, 0, []string{"x.strat", "x.strat.error"}, false},
 		{"a request without its reason: a loss fsck says", func(r *fakeRoot) { r.reject("x.strat", "x"); r.remove("rejected/x.strat.error") },
 			nil, 0, []string{"x.strat"}, true},
 		{"a reason without its request: a removal cut short", func(r *fakeRoot) { r.reject("x.strat", "x"); r.remove("rejected/x.strat") },
@@ -49,6 +54,13 @@ func TestExpireRejected(t *testing.T) {
 			tt.make(r)
 			cutoff := pastCtime(t, r.root)
 			for _, name := range tt.young {
+				if file, ok := strings.CutPrefix(name, "written:"); ok {
+					now := time.Now()
+					if err := os.Chtimes(filepath.Join(r.root, "rejected", file), now, now); err != nil {
+						t.Fatal(err)
+					}
+					continue
+				}
 				touchCtime(t, filepath.Join(r.root, "rejected", name))
 			}
 			before := names(t, r.root)
