@@ -140,6 +140,14 @@ type LogPlace struct {
 	Stderr int64 `json:"stderr"`
 }
 
+// OutputSize returns the size of each stream of st's output: the offset
+// just past its last byte written, as ReadLog's Size says. A reader that
+// keeps its last read's Next learns from it whether there is more to
+// read, without reading it.
+func (c *Client) OutputSize(st *Record) LogPlace {
+	return LogPlace{c.store.OutputSize(st, Stdout), c.store.OutputSize(st, Stderr)}
+}
+
 // PlaceAt returns the place at offset off of both streams.
 func PlaceAt(off int64) LogPlace { return LogPlace{off, off} }
 
@@ -199,7 +207,7 @@ func (c *Client) ReadLines(ctx context.Context, id string, from LogPlace, max in
 	}
 	if st != nil {
 		out.Final = tracker.Final(st.State)
-		out.Size = LogPlace{c.store.OutputSize(st, Stdout), c.store.OutputSize(st, Stderr)}
+		out.Size = c.OutputSize(st)
 	}
 	return out, err
 }

@@ -475,10 +475,10 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *ru
 	if st.State == tracker.Failed && st.PID == 0 {
 		// It never ran (a working directory that is not there): an error,
 		// as for tend start, not a record an agent takes for a run.
-		v := viewOf(tend.Listed{Record: st})
+		v := viewOf(tend.Listed{Record: st}, t.client.OutputSize(st))
 		return toolError(fmt.Sprintf("start: run %s could not start: %s", st.ID, st.Reason)), &v, nil
 	}
-	v := viewOf(tend.Listed{Record: st})
+	v := viewOf(tend.Listed{Record: st}, t.client.OutputSize(st))
 	return nil, &v, nil
 }
 
@@ -524,7 +524,7 @@ func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, e
 	}
 	out := &lsOut{Runs: make([]shownRun, 0, len(runs))}
 	for _, l := range runs {
-		r, err := shown(l, in.Full)
+		r, err := shown(l, t.client.OutputSize(l.Record), in.Full)
 		if err != nil {
 			return errorResult("ls", fmt.Errorf("run %s: %w", l.ID, err)), nil, nil
 		}
@@ -542,7 +542,7 @@ func (t *tools) show(ctx context.Context, in showIn) (*mcp.CallToolResult, *show
 		return errorResult("show", err), nil, nil
 	}
 	// As ls shows it: position if queued, usage if live.
-	r, err := shown(t.client.Describe(st)[0], in.Full)
+	r, err := shown(t.client.Describe(st)[0], t.client.OutputSize(st), in.Full)
 	if err != nil {
 		return errorResult("show", fmt.Errorf("run %s: %w", st.ID, err)), nil, nil
 	}
@@ -773,7 +773,7 @@ func (t *tools) wait(ctx context.Context, in waitIn) (*mcp.CallToolResult, *wait
 	if err != nil {
 		return errorResult("wait", err), nil, nil
 	}
-	return nil, &waitOut{Ended: tend.Ended(st), runView: viewOf(tend.Listed{Record: st})}, nil
+	return nil, &waitOut{Ended: tend.Ended(st), runView: viewOf(tend.Listed{Record: st}, t.client.OutputSize(st))}, nil
 }
 
 func (t *tools) restart(ctx context.Context, in restartIn) (*mcp.CallToolResult, *tend.Outcome, error) {

@@ -136,16 +136,18 @@ func TestShown(t *testing.T) {
 	}{
 		{tend.Listed{Record: rec}, false,
 			[]string{`"id":"srv"`, `"session":"a"`, `"state":"running"`, `"pid":42`, `"exit_code":3`, `"labels":{"k":"v"}`, `"notes":`,
-				`"attempt":2`, `"health_state":"healthy"`, `"ready":true`, `"dropped":{"stdout":5,"stderr":0}`, `"started_at":`},
+				`"attempt":2`, `"health_state":"healthy"`, `"ready":true`, `"dropped":{"stdout":5,"stderr":0}`, `"started_at":`,
+				`"size":{"stdout":12,"stderr":3}`},
 			[]string{`"seal"`, `"sum"`, `"boot"`, `"proc_start"`, `"request_sum"`, `"pgid"`, `"base"`, `"after"`, `"rev"`, `"health_status"`}},
 		{tend.Listed{Record: queued, Position: 2}, false,
-			[]string{`"after":["srv:ready"]`, `"position":2`, `"ready":false`}, []string{`"sum"`, `"pid"`}},
+			[]string{`"after":["srv:ready"]`, `"position":2`, `"ready":false`, `"size":{"stdout":12,"stderr":3}`}, []string{`"sum"`, `"pid"`}},
 		{tend.Listed{Record: rec}, true,
-			[]string{`"seal":"seal"`, `"sum":"sum"`, `"boot":"b00t"`, `"proc_start":123`, `"ready":true`, `"health_status":`},
+			[]string{`"seal":"seal"`, `"sum":"sum"`, `"boot":"b00t"`, `"proc_start":123`, `"ready":true`, `"health_status":`,
+				`"size":{"stdout":12,"stderr":3}`},
 			[]string{`"health_state"`}},
 	}
 	for _, tt := range tests {
-		r, err := shown(tt.l, tt.full)
+		r, err := shown(tt.l, tend.LogPlace{Stdout: 12, Stderr: 3}, tt.full)
 		if err != nil {
 			t.Fatal(err)
 		}

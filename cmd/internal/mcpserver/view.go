@@ -48,6 +48,7 @@ type runView struct {
 	Notes     []tracker.Note    `json:"notes,omitempty" jsonschema:"lines of text attached to it"`
 	Job       *tracker.Job      `json:"job,omitempty" jsonschema:"a Slurm run's job"`
 	Dropped   *droppedView      `json:"dropped,omitempty" jsonschema:"how many bytes of its output were dropped (the output is capped), if any"`
+	Size      tend.LogPlace     `json:"size" jsonschema:"each stream's size, as logs answers it (the offset just past the last byte written): more than the next of the last read means more to read"`
 	Position  int               `json:"position,omitempty"`
 	Usage     *tend.Usage       `json:"usage,omitempty" jsonschema:"what a live run's process group uses now"`
 	QuietFor  *float64          `json:"quiet_seconds,omitempty"`
@@ -60,15 +61,15 @@ type droppedView struct {
 	Stderr int64 `json:"stderr"`
 }
 
-// viewOf returns l's view.
-func viewOf(l tend.Listed) runView {
+// viewOf returns l's view, with size its output's size (Client.OutputSize).
+func viewOf(l tend.Listed, size tend.LogPlace) runView {
 	st := l.Record
 	v := runView{ID: st.ID, Session: st.Session, State: st.State, Command: st.Command, Labels: st.Labels,
 		Reason: st.Reason, ExitCode: st.ExitCode, Signal: st.Signal, PID: st.PID,
 		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, EndedAt: st.EndedAt, Duration: st.DurationSeconds,
 		Timeout: st.Timeout, NotBefore: st.NotBefore, Attempt: st.Attempt, Restarts: st.Restarts,
 		NextStart: st.NextStartAt, Ready: tend.Ready(st), PausedAt: st.PausedAt, Progress: st.Progress,
-		Notes: st.Notes, Job: st.Job, Position: l.Position, Usage: l.Usage, QuietFor: l.QuietFor, LastLine: l.LastLine}
+		Notes: st.Notes, Job: st.Job, Position: l.Position, Usage: l.Usage, QuietFor: l.QuietFor, LastLine: l.LastLine, Size: size}
 	if st.State == tracker.Queued {
 		v.After = st.After // what it waits for: once it has started, history
 	}
@@ -98,9 +99,9 @@ func (r shownRun) MarshalJSON() ([]byte, error) {
 }
 
 // shown returns l as ls and show answer it: its view, or its whole
-// record if full, with ready beside its members.
-func shown(l tend.Listed, full bool) (shownRun, error) {
-	r := shownRun{runView: viewOf(l)}
+// record if full, with ready and size beside its members.
+func shown(l tend.Listed, size tend.LogPlace, full bool) (shownRun, error) {
+	r := shownRun{runView: viewOf(l, size)}
 	if !full {
 		return r, nil
 	}
@@ -113,6 +114,7 @@ func shown(l tend.Listed, full bool) (shownRun, error) {
 		return r, err
 	}
 	m["ready"], _ = json.Marshal(r.Ready)
+	m["size"], _ = json.Marshal(r.Size)
 	r.full, err = json.Marshal(m)
 	return r, err
 }
