@@ -21,8 +21,8 @@ import (
 
 // mcpcall TOOL [JSON]: start `tend mcp` in the script's directory, as an
 // agent's MCP client would (the SDK's client over stdio), call TOOL with
-// the JSON arguments and print its structured content, indented (or the
-// text of an error that has none); "tools" lists the tools instead, each
+// the JSON arguments and print its structured content, indented (after
+// the text of an error); "tools" lists the tools instead, each
 // with its input schema, and fails if one has no output schema. A result
 // that is not an error must be structured content. It fails (or with !,
 // succeeds) on a tool error. TEND_SESSION is passed on from the script's
@@ -75,20 +75,24 @@ func mcpSession(ts *testscript.TestScript, ctx context.Context) *mcp.ClientSessi
 	return session
 }
 
-// resultText is a tool's result as mcpcall prints it: its structured
-// content, indented, or the text of an error that has none.
+// resultText is a tool's result as mcpcall prints it: an error's text,
+// then its structured content, indented, if it has any (an error's
+// text, what a client shows the model, says why as a sentence).
 func resultText(ts *testscript.TestScript, res *mcp.CallToolResult) string {
-	if res.StructuredContent == nil {
-		if !res.IsError {
-			ts.Fatalf("a result that is not an error has no structured content")
-		}
-		var text strings.Builder
+	var text strings.Builder
+	if res.IsError {
 		for _, c := range res.Content {
 			if t, ok := c.(*mcp.TextContent); ok {
 				text.WriteString(t.Text)
 			}
 		}
-		return text.String() + "\n"
+		text.WriteString("\n")
+	}
+	if res.StructuredContent == nil {
+		if !res.IsError {
+			ts.Fatalf("a result that is not an error has no structured content")
+		}
+		return text.String()
 	}
 	b, err := json.Marshal(res.StructuredContent)
 	ts.Check(err)
@@ -96,7 +100,7 @@ func resultText(ts *testscript.TestScript, res *mcp.CallToolResult) string {
 	ts.Check(json.Unmarshal(b, &v))
 	b, err = json.MarshalIndent(v, "", "  ")
 	ts.Check(err)
-	return string(b) + "\n"
+	return text.String() + string(b) + "\n"
 }
 
 // schema NAME [FILE]: the last command's stdout (or FILE) is valid against

@@ -303,7 +303,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, "show", "One run, of any session (a session scopes writes, not reads): its view (state, exit code, reason, times, labels, notes, readiness, position, usage), or with full its whole record.", t.show)
 	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
 	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
-	add(s, schemas, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; a refused one says why in its outcome).", t.cancel)
+	add(s, schemas, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; an error, naming each, if one was neither canceled nor ended already: it may run on).", t.cancel)
 	add(s, schemas, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", t.restart)
 	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its view either way, with ended and ready.", t.wait)
 	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
@@ -667,10 +667,37 @@ func (t *tools) cancel(ctx context.Context, in cancelIn) (*mcp.CallToolResult, *
 	if err != nil {
 		return errorResult("cancel", err), nil, nil
 	}
+	return cancelIDsResult(ids, runs)
+}
+
+// cancelIDsResult makes a cancel of ids' outcomes the tool's result, each
+// run's outcome in runs either way. As for tend cancel A B C, it is a
+// success if none of the runs named runs on (each was canceled, or had
+// ended already), and else a tool error whose text names each run that
+// was not canceled and why: an ID that names no run (a typo) or another
+// session's run is the agent's to fix, and the run it meant runs on,
+// which an agent that reads only isError must not take for done.
+// The runs are in the order of ids, as the agent named them.
+func cancelIDsResult(ids []string, runs []tend.Outcome) (*mcp.CallToolResult, *cancelOut, error) {
 	if runs == nil {
 		runs = []tend.Outcome{}
 	}
-	return nil, &cancelOut{Runs: runs}, nil
+	slices.SortStableFunc(runs, func(a, b tend.Outcome) int {
+		return slices.Index(ids, a.ID) - slices.Index(ids, b.ID)
+	})
+	var refused []string
+	for _, o := range runs {
+		if o.Outcome != spool.Canceled && o.Outcome != spool.AlreadyFinished {
+			refused = append(refused, o.ID+": "+o.String())
+		}
+	}
+	out := &cancelOut{Runs: runs}
+	if len(refused) == 0 {
+		return nil, out, nil
+	}
+	msg := fmt.Sprintf("cancel: %d of %d runs were not canceled (every run's outcome is in runs): %s",
+		len(refused), len(runs), strings.Join(refused, "; "))
+	return toolError(msg), out, nil
 }
 
 // cancelIDs returns the IDs of a cancel of ids, each checked and once, or

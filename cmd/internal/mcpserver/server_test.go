@@ -226,3 +226,42 @@ func TestLogsMaxBytes(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelIDsResult: a cancel of ids is an error, naming each run
+// that was neither canceled nor ended already (it may run on), in the
+// order named; every run's outcome is its structured content either way.
+func TestCancelIDsResult(t *testing.T) {
+	o := func(id, outcome, detail string) tend.Outcome {
+		return tend.Outcome{ID: id, Verb: "cancel", Outcome: outcome, Detail: detail}
+	}
+	tests := []struct {
+		ids  []string
+		runs []tend.Outcome
+		want string // the error's text, or "" for none
+	}{
+		{[]string{"a", "b"}, []tend.Outcome{o("b", "already_finished", "completed"), o("a", "canceled", "")}, ""},
+		{[]string{"x", "y"}, []tend.Outcome{o("y", "not_found", "no run has this id"), o("x", "not_permitted", "run x belongs to session s, not to session t")},
+			"cancel: 2 of 2 runs were not canceled (every run's outcome is in runs): x: not_permitted: run x belongs to session s, not to session t; y: not_found: no run has this id"},
+		{[]string{"a", "nope"}, []tend.Outcome{o("nope", "not_found", ""), o("a", "canceled", "")},
+			"cancel: 1 of 2 runs were not canceled (every run's outcome is in runs): nope: not_found"},
+	}
+	for _, tt := range tests {
+		res, out, err := cancelIDsResult(tt.ids, slices.Clone(tt.runs))
+		if err != nil || out == nil || len(out.Runs) != len(tt.runs) {
+			t.Fatalf("%v: %+v, %v", tt.ids, out, err)
+		}
+		for i, r := range out.Runs {
+			if r.ID != tt.ids[i] {
+				t.Errorf("%v: runs[%d] is %s, not in the order named", tt.ids, i, r.ID)
+			}
+		}
+		switch {
+		case tt.want == "" && res != nil:
+			t.Errorf("%v: an error: %+v", tt.ids, res)
+		case tt.want != "" && (res == nil || !res.IsError):
+			t.Errorf("%v: not an error", tt.ids)
+		case tt.want != "" && res.Content[0].(*mcp.TextContent).Text != tt.want:
+			t.Errorf("%v: %q, want %q", tt.ids, res.Content[0].(*mcp.TextContent).Text, tt.want)
+		}
+	}
+}
