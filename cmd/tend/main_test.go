@@ -159,6 +159,7 @@ func scriptParams(dir string) testscript.Params {
 			"settled":    cmdSettled,
 			"mcpcall":    cmdMCPCall,
 			"mcpfuzz":    cmdMCPFuzz,
+			"mcpends":    cmdMCPEnds,
 			"schema":     cmdSchema,
 			"fixture":    cmdFixture,
 			"mkusers":    cmdMkUsers,

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
@@ -320,4 +322,48 @@ func hostile(name, typ string) []any {
 			map[string]any{"--all": "y"}, map[string]any{"k": 5}, map[string]any{"PATH": ""}}, other...)
 	}
 	return append(strs, other...)
+}
+
+// mcpends dies|term ID: start `tend mcp` as mcpcall does, with a wait
+// of an hour on run ID under way, then end its client: dies closes both
+// of its pipes (a client killed), term sends it SIGTERM with its input
+// still open (a client that stops it). Either way `tend mcp` must exit
+// within 10 s, not once the wait is over.
+func cmdMCPEnds(ts *testscript.TestScript, neg bool, args []string) {
+	if len(args) != 2 || args[0] != "dies" && args[0] != "term" {
+		ts.Fatalf("usage: mcpends dies|term ID")
+	}
+	cmd := exec.Command("tend", "mcp")
+	cmd.Dir = ts.Getenv("WORK")
+	cmd.Env = append(os.Environ(), "PATH="+ts.Getenv("PATH"), "TEND_ROOT=", "TEND_SESSION="+ts.Getenv("TEND_SESSION"))
+	in, err := cmd.StdinPipe()
+	ts.Check(err)
+	out, err := cmd.StdoutPipe()
+	ts.Check(err)
+	ts.Check(cmd.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	defer cmd.Process.Kill()
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}}}`)
+	fmt.Fprintln(in, `{"jsonrpc":"2.0","method":"notifications/initialized"}`)
+	fmt.Fprintf(in, `{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"wait","arguments":{"id":%q,"timeout_seconds":3600}}}`+"\n", args[1])
+	line, err := bufio.NewReader(out).ReadString('\n')
+	ts.Check(err)
+	if !strings.Contains(line, `"id":1`) {
+		ts.Fatalf("not initialize's answer: %s", line)
+	}
+	time.Sleep(300 * time.Millisecond) // the wait is under way: nothing to poll for
+	switch args[0] {
+	case "dies":
+		in.Close()
+		out.Close()
+	case "term":
+		ts.Check(cmd.Process.Signal(syscall.SIGTERM))
+	}
+	select {
+	case err := <-exited:
+		ts.Logf("tend mcp exited: %v", err)
+	case <-time.After(10 * time.Second):
+		ts.Fatalf("tend mcp runs on 10 s after its client %s, a wait under way", map[string]string{"dies": "died", "term": "sent SIGTERM"}[args[0]])
+	}
 }

@@ -91,16 +91,37 @@ func Main(version string, args []string, stdin io.Reader, stderr io.Writer) int 
 }
 
 // Serve serves the tools on client over stdin and stdout until the input
-// ends, once every request read is answered, or until ctx ends.
+// ends, once every request read is answered, or until ctx ends: then
+// the calls under way (a wait) end too, and are answered so. It ends as
+// well once the input has ended and the output is gone (the client
+// died), as no answer can reach anyone.
 func Serve(ctx context.Context, client *tend.Client, version string) error {
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	s := mcp.NewServer(&mcp.Implementation{Name: "tend", Version: version}, nil)
 	schemas := addTools(s, &tools{client: client})
-	s.AddReceivingMiddleware(checkArgs(schemas), exactNumbers(toolNames))
-	err := s.Run(ctx, &drainingStdio{})
+	s.AddReceivingMiddleware(checkArgs(schemas), exactNumbers(toolNames), endWith(ctx))
+	err := s.Run(ctx, &drainingStdio{out: os.Stdout, gone: stop, end: ctx.Done()})
 	if err == nil || errors.Is(err, context.Canceled) {
 		return nil
 	}
 	return err
+}
+
+// endWith ends every call's context when ctx ends. The SDK's handlers
+// have contexts of their own, which the server's end does not reach: it
+// waits for the calls under way to return, and a wait of an hour held
+// tend-mcp up for an hour after SIGTERM (as an agent's client sends to
+// stop it) or after its client died.
+func endWith(ctx context.Context) mcp.Middleware {
+	return func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(hctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			hctx, cancel := context.WithCancel(hctx)
+			defer cancel()
+			defer context.AfterFunc(ctx, cancel)()
+			return next(hctx, method, req)
+		}
+	}
 }
 
 // besideOrOnPath returns the program name beside the running one if there
@@ -990,20 +1011,29 @@ func cmp[T int64 | string](v, def T) T {
 // (filterLines), and at the end of its input it answers every request it
 // read before it reports the end: a client that pipes its requests in and
 // closes stdin gets every answer.
-type drainingStdio struct{}
+// If out is gone while it drains, it stops draining and calls gone; it
+// stops too once end is closed: the server ends, and answers no more.
+type drainingStdio struct {
+	out  *os.File
+	gone func()
+	end  <-chan struct{}
+}
 
-func (drainingStdio) Connect(ctx context.Context) (mcp.Connection, error) {
-	out := &lockedWriter{w: os.Stdout}
+func (d *drainingStdio) Connect(ctx context.Context) (mcp.Connection, error) {
+	out := &lockedWriter{w: d.out}
 	conn, err := (&mcp.IOTransport{Reader: filterLines(os.Stdin, out), Writer: out}).Connect(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &drainingConn{Connection: conn, pending: map[jsonrpc.ID]bool{}, answered: make(chan struct{}, 1)}, nil
+	return &drainingConn{Connection: conn, out: d.out, gone: d.gone, end: d.end, pending: map[jsonrpc.ID]bool{}, answered: make(chan struct{}, 1)}, nil
 }
 
 // drainingConn counts the requests read and not yet answered.
 type drainingConn struct {
 	mcp.Connection
+	out      *os.File // where the answers go
+	gone     func()   // called once out is found gone
+	end      <-chan struct{}
 	mu       sync.Mutex
 	pending  map[jsonrpc.ID]bool
 	answered chan struct{} // a token whenever a request is answered
@@ -1039,8 +1069,13 @@ func (c *drainingConn) Write(ctx context.Context, msg jsonrpc.Message) error {
 	return err
 }
 
-// drain waits until every request read has been answered, or ctx ends.
+// drain waits until every request read has been answered, or ctx ends,
+// or the server ends (its answers are no longer written), or the output
+// is gone: then it calls gone, which ends the calls under way, whose
+// answers nobody would read.
 func (c *drainingConn) drain(ctx context.Context) {
+	tick := time.NewTicker(drainCheck)
+	defer tick.Stop()
 	for {
 		c.mu.Lock()
 		n := len(c.pending)
@@ -1052,6 +1087,35 @@ func (c *drainingConn) drain(ctx context.Context) {
 		case <-c.answered:
 		case <-ctx.Done():
 			return
+		case <-c.end:
+			return
+		case <-tick.C:
+			if outputGone(c.out) {
+				c.gone()
+				return
+			}
 		}
 	}
+}
+
+// drainCheck is how often a draining server looks whether its output is
+// still read.
+const drainCheck = 200 * time.Millisecond
+
+// outputGone reports whether nobody can read f any more: the read end of
+// its pipe is closed (POLLERR), or its socket's peer or its terminal
+// hung up (POLLHUP). A regular file is never gone.
+func outputGone(f *os.File) bool {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return false
+	}
+	gone := false
+	rc.Control(func(fd uintptr) {
+		fds := []unix.PollFd{{Fd: int32(fd)}}
+		if n, err := unix.Poll(fds, 0); err == nil && n > 0 {
+			gone = fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+		}
+	})
+	return gone
 }

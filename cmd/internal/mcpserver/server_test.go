@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/jsonschema-go/jsonschema"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/tendhq/tend"
 	"github.com/tendhq/tend/tracker"
@@ -263,5 +266,62 @@ func TestCancelIDsResult(t *testing.T) {
 		case tt.want != "" && res.Content[0].(*mcp.TextContent).Text != tt.want:
 			t.Errorf("%v: %q, want %q", tt.ids, res.Content[0].(*mcp.TextContent).Text, tt.want)
 		}
+	}
+}
+
+// TestDrainOutputGone: a server that drains stops once nobody reads its
+// output (its client died), and ends the calls under way; a file it
+// writes to is never gone.
+func TestDrainOutputGone(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if outputGone(w) {
+		t.Fatal("a pipe still read is gone")
+	}
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if outputGone(f) {
+		t.Fatal("a file is gone")
+	}
+	gone := make(chan struct{})
+	c := &drainingConn{out: w, gone: func() { close(gone) }, pending: map[jsonrpc.ID]bool{{}: true}, answered: make(chan struct{}, 1)}
+	r.Close()
+	drained := make(chan struct{})
+	go func() { c.drain(context.Background()); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(10 * time.Second):
+		t.Fatal("drain waits on, its output gone")
+	}
+	select {
+	case <-gone:
+	default:
+		t.Fatal("drain stopped, but did not end the calls under way")
+	}
+}
+
+// TestEndWith: a call under way ends when the server does.
+func TestEndWith(t *testing.T) {
+	ctx, stop := context.WithCancel(context.Background())
+	h := endWith(ctx)(func(hctx context.Context, _ string, _ mcp.Request) (mcp.Result, error) {
+		<-hctx.Done()
+		return nil, hctx.Err()
+	})
+	done := make(chan error)
+	go func() { _, err := h(context.Background(), "tools/call", nil); done <- err }()
+	stop()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("the call ended with %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the call runs on after the server's end")
 	}
 }
