@@ -435,6 +435,12 @@ func (t *tools) start(ctx context.Context, in startIn) (*mcp.CallToolResult, *ru
 		}
 		req.Grace = &g
 	}
+	// Named here: the spool's error says "command or cwd".
+	for _, a := range []struct{ name, v, what string }{{"command", in.Command, "command line"}, {"cwd", in.Cwd, "path"}} {
+		if i := strings.IndexByte(a.v, 0); i >= 0 {
+			return toolError(fmt.Sprintf("start: %s has a NUL byte at byte %d, which no %s can hold", a.name, i, a.what)), nil, nil
+		}
+	}
 	if req.Cwd, err = filepath.Abs(in.Cwd); err != nil { // "" is the server's
 		return toolError("start: cwd: " + err.Error()), nil, nil
 	}
@@ -522,6 +528,16 @@ func (h *healthIn) read() (*spool.Health, error) {
 	}
 	if h.Retries != 0 {
 		sh.Retries = h.Retries
+	}
+	// The spool's check says what it wants of all three, not which one
+	// was given wrong: an agent fixes the one named.
+	switch {
+	case sh.Interval.D() < spool.MinHealthInterval:
+		return nil, fmt.Errorf("health.interval: %v: want at least %v (left out: 1s)", sh.Interval.D(), spool.MinHealthInterval)
+	case sh.Timeout <= 0:
+		return nil, fmt.Errorf("health.timeout: %v: want more than 0 (left out: 1s)", sh.Timeout.D())
+	case sh.Retries < 1:
+		return nil, fmt.Errorf("health.retries: %d: want at least 1 (left out: 3)", sh.Retries)
 	}
 	return sh, nil
 }

@@ -325,3 +325,28 @@ func TestEndWith(t *testing.T) {
 		t.Fatal("the call runs on after the server's end")
 	}
 }
+
+// TestStartNames: a start's bad argument is named in its error, where
+// the spool's error names several at once.
+func TestStartNames(t *testing.T) {
+	tests := []struct {
+		in   startIn
+		want string
+	}{
+		{startIn{Command: "true\x00x"}, "start: command has a NUL byte at byte 4, which no command line can hold"},
+		{startIn{Command: "true", Cwd: "/tmp\x00"}, "start: cwd has a NUL byte at byte 4, which no path can hold"},
+		{startIn{Command: "true", Health: &healthIn{Exec: "true", Interval: duration("0")}}, "start: health.interval: 0s: want at least 100ms (left out: 1s)"},
+		{startIn{Command: "true", Health: &healthIn{Exec: "true", Timeout: duration("0")}}, "start: health.timeout: 0s: want more than 0 (left out: 1s)"},
+		{startIn{Command: "true", Health: &healthIn{Exec: "true", Retries: -1}}, "start: health.retries: -1: want at least 1 (left out: 3)"},
+	}
+	for _, tt := range tests {
+		res, _, _ := (&tools{}).start(context.Background(), tt.in)
+		if res == nil || !res.IsError {
+			t.Errorf("%+v: not refused", tt.in)
+			continue
+		}
+		if text := res.Content[0].(*mcp.TextContent).Text; text != tt.want {
+			t.Errorf("%+v: %q, want %q", tt.in, text, tt.want)
+		}
+	}
+}
