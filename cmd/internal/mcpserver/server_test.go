@@ -128,6 +128,9 @@ func TestShown(t *testing.T) {
 		HealthStatus: &tracker.HealthStatus{Status: "healthy", Checks: []tracker.HealthCheck{}}, ReadyAt: &now,
 		Output: &tracker.Output{Limit: 10, Stdout: tracker.Stream{Dropped: 5, Base: 5}}, After: []string{"x"}}
 	queued := &tend.Record{ID: "q", State: tracker.Queued, After: []string{"srv:ready"}, CreatedAt: now, Sum: "sum"}
+	// Their processes have exited: their PIDs may be another's now.
+	ended := &tend.Record{ID: "e", State: tracker.Completed, PID: 42, PGID: 42, ExitCode: &code, CreatedAt: now}
+	backoff := &tend.Record{ID: "b", State: tracker.Backoff, PID: 42, PGID: 42, CreatedAt: now}
 	schema, err := describeResult(schemaOf[shownRun]()).Resolve(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -144,6 +147,8 @@ func TestShown(t *testing.T) {
 			[]string{`"seal"`, `"sum"`, `"boot"`, `"proc_start"`, `"request_sum"`, `"pgid"`, `"base"`, `"after"`, `"rev"`, `"health_status"`}},
 		{tend.Listed{Record: queued, Position: 2}, false,
 			[]string{`"after":["srv:ready"]`, `"position":2`, `"ready":false`, `"size":{"stdout":12,"stderr":3}`}, []string{`"sum"`, `"pid"`}},
+		{tend.Listed{Record: ended}, false, []string{`"exit_code":3`}, []string{`"pid"`}},
+		{tend.Listed{Record: backoff}, false, []string{`"state":"backoff"`}, []string{`"pid"`}},
 		{tend.Listed{Record: rec}, true,
 			[]string{`"seal":"seal"`, `"sum":"sum"`, `"boot":"b00t"`, `"proc_start":123`, `"ready":true`, `"health_status":`,
 				`"size":{"stdout":12,"stderr":3}`},

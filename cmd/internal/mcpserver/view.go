@@ -65,11 +65,16 @@ type droppedView struct {
 func viewOf(l tend.Listed, size tend.LogPlace) runView {
 	st := l.Record
 	v := runView{ID: st.ID, Session: st.Session, State: st.State, Command: st.Command, Labels: st.Labels,
-		Reason: st.Reason, ExitCode: st.ExitCode, Signal: st.Signal, PID: st.PID,
+		Reason: st.Reason, ExitCode: st.ExitCode, Signal: st.Signal,
 		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, EndedAt: st.EndedAt, Duration: st.DurationSeconds,
 		Timeout: st.Timeout, NotBefore: st.NotBefore, Attempt: st.Attempt, Restarts: st.Restarts,
 		NextStart: st.NextStartAt, Ready: tend.Ready(st), PausedAt: st.PausedAt, Progress: st.Progress,
 		Notes: st.Notes, Job: st.Job, Position: l.Position, Usage: l.Usage, QuietFor: l.QuietFor, LastLine: l.LastLine, Size: size}
+	if tend.Live(st) {
+		// Once its process has exited (ended, or in backoff), its PID is
+		// no longer its: an agent that signals it may hit another.
+		v.PID = st.PID
+	}
 	if st.State == tracker.Queued {
 		v.After = st.After // what it waits for: once it has started, history
 	}
