@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -36,8 +37,14 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 			return badDuration(v)
 		}
 	case float64:
-		if math.IsNaN(v) || math.Abs(v) > maxDuration.Seconds() {
-			return fmt.Errorf("%v seconds is out of range", v)
+		switch {
+		case math.IsNaN(v):
+			return fmt.Errorf("%v is not a number of seconds", v)
+		case v < -maxDuration.Seconds():
+			return fmt.Errorf("%s seconds is negative", seconds(v))
+		case v > maxDuration.Seconds():
+			// Said as a string's is: "out of range" named no range.
+			return fmt.Errorf("%s seconds is longer than the limit of %s (%s seconds)", seconds(v), maxDuration, seconds(maxDuration.Seconds()))
 		}
 		dur = time.Duration(v * float64(time.Second))
 	default:
@@ -51,6 +58,15 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 	}
 	*d = Duration(dur)
 	return nil
+}
+
+// seconds writes v as it was likely written: 31536001, not 3.1536001e+07;
+// a number too long for that in exponent form.
+func seconds(v float64) string {
+	if math.Abs(v) < 1e15 {
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	return strconv.FormatFloat(v, 'g', -1, 64)
 }
 
 // badDuration is the error for string s, which is no Go duration. A

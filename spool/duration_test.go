@@ -28,7 +28,11 @@ func TestDurationJSON(t *testing.T) {
 		{`"1.2.3"`, 0, `"1.2.3" is not a duration (try "30s", "5m" or a number of seconds)`},
 		{`"-5s"`, 0, "-5s is negative"},
 		{`"9000h"`, 0, "9000h0m0s is longer than the limit of 8760h0m0s"},
-		{`1e12`, 0, "1e+12 seconds is out of range"},
+		{`1e12`, 0, "1000000000000 seconds is longer than the limit of 8760h0m0s (31536000 seconds)"},
+		{`31536001`, 0, "31536001 seconds is longer than the limit of 8760h0m0s (31536000 seconds)"},
+		{`1e300`, 0, "1e+300 seconds is longer than the limit of 8760h0m0s (31536000 seconds)"},
+		{`-1e12`, 0, "-1000000000000 seconds is negative"},
+		{`-5`, 0, "-5s is negative"},
 		{`true`, 0, `want a duration such as "30s" or a number of seconds, not true`},
 	}
 	for _, tt := range tests {

@@ -127,7 +127,7 @@ func TestParseStart(t *testing.T) {
 		{"argv not strings", `{"command": [1, 2]}`, nil, "must be a string or an array of strings", false},
 		{"empty argv", `{"command": []}`, nil, "array is empty", false},
 		{"negative timeout", `{"command": "x", "timeout": "-5s"}`, nil, `"timeout": -5s is negative`, false},
-		{"absurd timeout", `{"command": "x", "timeout": 1e12}`, nil, `"timeout": 1e+12 seconds is out of range`, false},
+		{"absurd timeout", `{"command": "x", "timeout": 1e12}`, nil, `"timeout": 1000000000000 seconds is longer than the limit of 8760h0m0s (31536000 seconds)`, false},
 		{"bad duration", `{"command": "x", "timeout": "soon"}`, nil, `"timeout": "soon" is not a duration`, false},
 		{"seconds timeout", `{"command": "x", "timeout": 1.5}`, []string{"/bin/sh", "-c", "x"}, "", false},
 		{"huge grace", `{"command": "x", "grace": "48h"}`, nil, `"grace": 48h0m0s is longer than the limit`, false},
