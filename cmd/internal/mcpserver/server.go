@@ -247,7 +247,7 @@ type logsOut struct {
 	tend.LogSlice
 	StderrOffset *int64         `json:"stderr_offset,omitempty" jsonschema:"with stream both: stderr's offset read from (offset and next are stdout's)"`
 	NextStderr   *int64         `json:"next_stderr,omitempty" jsonschema:"with stream both: stderr's offset to read on from (pass it as stderr_offset, and next as offset)"`
-	Lines        []tend.LogLine `json:"lines,omitempty" jsonschema:"with stream both: the lines, in the order written"`
+	Lines        []tend.LogLine `json:"lines,omitzero" jsonschema:"with stream both: the lines, in the order written"`
 	StreamSize   int64          `json:"size" jsonschema:"the stream's size as read: the offset just past the last byte written (with stream both: stdout's)"`
 	StderrSize   *int64         `json:"stderr_size,omitempty" jsonschema:"with stream both: stderr's size as read"`
 	PastEnd      bool           `json:"past_end" jsonschema:"the offset asked for (with stream both: offset or stderr_offset) is past the end of what its stream holds (size): nothing was read from there"`
@@ -282,7 +282,7 @@ type cancelOut struct {
 	Verb    string         `json:"verb,omitempty"`
 	Outcome string         `json:"outcome,omitempty"`
 	Detail  string         `json:"detail,omitempty"`
-	Runs    []tend.Outcome `json:"runs,omitempty" jsonschema:"with ids: each run's outcome, by ID"`
+	Runs    []tend.Outcome `json:"runs,omitzero" jsonschema:"with ids: each run's outcome, by ID"`
 }
 
 type outcomesOut struct {

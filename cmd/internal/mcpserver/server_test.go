@@ -355,3 +355,22 @@ func TestStartNames(t *testing.T) {
 		}
 	}
 }
+
+// TestLogsBothLines: a read of both streams has lines even when it read
+// none, as an agent's loop over them expects; one of one stream has
+// none.
+func TestLogsBothLines(t *testing.T) {
+	b, err := json.Marshal(logsOut{Lines: []tend.LogLine{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"lines":[]`) {
+		t.Errorf("both, nothing read: %s has no lines", b)
+	}
+	if b, _ := json.Marshal(logsOut{}); strings.Contains(string(b), `"lines"`) {
+		t.Errorf("one stream: %s has lines", b)
+	}
+	if s := schemaOf[logsOut](); slices.Contains(s.Required, "lines") {
+		t.Errorf("the output schema requires lines, which a read of one stream has not")
+	}
+}
