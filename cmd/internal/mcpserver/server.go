@@ -213,6 +213,10 @@ type lsIn struct {
 
 type lsOut struct {
 	Runs []shownRun `json:"runs" jsonschema:"the runs, oldest first"`
+	// Unreadable says what ls leaves out: a run whose record cannot be
+	// read is not in runs, and an agent that is not told takes it for
+	// gone, though it may run on.
+	Unreadable []string `json:"unreadable,omitempty" jsonschema:"the run records that could not be read, each error naming its file: those runs (of any session: an unread record names none) are not in runs"`
 }
 
 type showIn struct {
@@ -560,6 +564,9 @@ func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, e
 		return errorResult("ls", err), nil, nil
 	}
 	out := &lsOut{Runs: make([]shownRun, 0, len(runs))}
+	for _, err := range bad {
+		out.Unreadable = append(out.Unreadable, err.Error())
+	}
 	for _, l := range runs {
 		r, err := shown(l, t.client.OutputSize(l.Record), in.Full)
 		if err != nil {

@@ -88,6 +88,7 @@ func TestErrorText(t *testing.T) {
 func TestResultDocs(t *testing.T) {
 	for name, s := range map[string]*jsonschema.Schema{
 		"logs":       describeResult(schemaOf[logsOut]()),
+		"ls":         describeResult(schemaOf[lsOut]()),
 		"cancel":     describeResult(schemaOf[cancelOut]()),
 		"cancel ids": describeResult(schemaOf[cancelOut]()).Properties["runs"].Items,
 		"show":       describeResult(schemaOf[shownRun]()),
