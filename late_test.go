@@ -1,8 +1,14 @@
 package tend
 
 import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"testing"
+	"time"
 
+	"github.com/gofrs/flock"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,5 +31,46 @@ func TestFullText(t *testing.T) {
 		if got := fullText(tt.fs); got != tt.want {
 			t.Errorf("%s: fullText = %q, want %q", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestStoppedWatcher: a watcher that runs (holds its lock) but is stopped
+// is told from one that runs on; a root with none has none stopped.
+func TestStoppedWatcher(t *testing.T) {
+	root := t.TempDir()
+	if pid := stoppedWatcher(root); pid != 0 {
+		t.Fatalf("no watcher: stopped pid %d", pid)
+	}
+	lock := flock.New(filepath.Join(root, "watcher.lock"))
+	if err := lock.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Unlock()
+	sleep := exec.Command("sleep", "60")
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { sleep.Process.Kill(); sleep.Wait() }()
+	pid := sleep.Process.Pid
+	if err := os.WriteFile(filepath.Join(root, "watcher.pid"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := stoppedWatcher(root); got != 0 {
+		t.Fatalf("a running watcher: stopped pid %d", got)
+	}
+	unix.Kill(pid, unix.SIGSTOP)
+	deadline := time.Now().Add(10 * time.Second)
+	for stoppedWatcher(root) != pid {
+		if time.Now().After(deadline) {
+			t.Fatalf("watcher %d stopped, not found so", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	unix.Kill(pid, unix.SIGCONT)
+	for stoppedWatcher(root) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("watcher %d continued, still found stopped", pid)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

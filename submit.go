@@ -174,17 +174,25 @@ type lateCheck struct {
 }
 
 // check tells c's Late, once, that the answer to n is late because the
-// watcher's disk failed a flush in this boot (a watcher answers only
-// what is on disk, and waits as long as it cannot write there), or
-// because the root's file system is full (a watcher that cannot append
-// to the history holds its answers). It looks once a second from
-// lateAfter on.
+// watcher is stopped (SIGSTOP, or Ctrl-Z where it runs in a terminal:
+// alive, it is not found gone, and answers nothing until continued),
+// because the watcher's disk failed a flush in this boot (a watcher
+// answers only what is on disk, and waits as long as it cannot write
+// there), or because the root's file system is full (a watcher that
+// cannot append to the history holds its answers). It looks once a
+// second from lateAfter on.
 func (l *lateCheck) check(c *Client, n spool.Name) {
 	now := time.Now()
 	if c.late == nil || l.said || now.Before(l.due) {
 		return
 	}
 	l.due = now.Add(time.Second)
+	if pid := stoppedWatcher(c.root); pid != 0 {
+		l.said = true
+		c.late(fmt.Sprintf("no answer to %s.%s yet: the watcher (pid %d) is stopped (SIGSTOP, or Ctrl-Z where it runs in a terminal), and answers nothing until it is continued (kill -CONT %d)",
+			n.ID, n.Verb, pid, pid))
+		return
+	}
 	boot, err := procfs.BootID()
 	if err != nil {
 		return
@@ -203,6 +211,19 @@ func (l *lateCheck) check(c *Client, n spool.Name) {
 				n.ID, n.Verb, full))
 		}
 	}
+}
+
+// stoppedWatcher returns the PID of the watcher of root if it runs but
+// is stopped (job control or a tracer), else 0.
+func stoppedWatcher(root string) int {
+	running, pid, err := tracker.ProbeWatcher(root)
+	if err != nil || !running || pid <= 0 {
+		return 0
+	}
+	if st, err := procfs.ReadStat(pid); err == nil && (st.State == 'T' || st.State == 't') {
+		return pid
+	}
+	return 0
 }
 
 // fullText says how a file system, as statfs(2) found it, is full (out

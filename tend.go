@@ -71,10 +71,20 @@ type Options struct {
 	// Late, if set, is told once a call, with a line for its user, when
 	// an answer is late for a reason the client can see: the watcher's
 	// disk failed a flush in this boot, and the watcher holds answers
-	// until what it writes is on disk; or the root's file system is full,
-	// and the watcher holds answers until it can append to the history.
-	// The call goes on waiting.
+	// until what it writes is on disk; the root's file system is full,
+	// and the watcher holds answers until it can append to the history;
+	// or the watcher is stopped (SIGSTOP, Ctrl-Z), and answers nothing
+	// until it is continued. The call goes on waiting.
 	Late func(notice string)
+}
+
+// WithLate returns a copy of c whose calls tell late, not c's Late, why
+// an answer is late: for a caller that answers for each call (tend mcp
+// makes a late answer its tool's error), not on one stderr.
+func (c *Client) WithLate(late func(notice string)) *Client {
+	d := *c
+	d.late = late
+	return &d
 }
 
 // Open returns a client of the tend root at root (made absolute). The root

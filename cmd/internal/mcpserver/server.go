@@ -323,27 +323,29 @@ var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", 
 // and returns their input schemas, by name.
 func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	schemas := map[string]*jsonschema.Schema{}
-	add(s, schemas, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its view (an error, with the view, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", t.start)
-	add(s, schemas, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness), or with full its whole record.", t.ls)
-	add(s, schemas, "show", "One run, of any session (a session scopes writes, not reads): its view (state, exit code, reason, times, labels, notes, readiness, position, usage), or with full its whole record.", t.show)
-	add(s, schemas, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", t.cancelAll)
-	add(s, schemas, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", t.logs)
-	add(s, schemas, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; an error, naming each, if one was neither canceled nor ended already: it may run on).", t.cancel)
-	add(s, schemas, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", t.restart)
-	add(s, schemas, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its view either way, with ended and ready.", t.wait)
-	add(s, schemas, "signal", "Send a signal to the process group of a run of this session.", t.signal)
-	add(s, schemas, "pause", "Pause a live run of this session: SIGSTOP to its process group; its timeout stops counting until it is resumed.", t.pause)
-	add(s, schemas, "resume", "Resume a paused run of this session: SIGCONT to its process group.", t.resume)
-	add(s, schemas, "delete", "Delete a finished run of this session: its record, output and outcomes.", t.delete)
-	add(s, schemas, "delete_all", "Delete, to clean up, every ended run of this session (all: true; refused if the server has no session), or the ended ones with the given labels: their records, output and outcomes. Runs still active are left alone (cancel_all them first); returns each deleted run's outcome.", t.deleteAll)
+	add(s, schemas, t, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its view (an error, with the view, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", (*tools).start)
+	add(s, schemas, t, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness), or with full its whole record.", (*tools).ls)
+	add(s, schemas, t, "show", "One run, of any session (a session scopes writes, not reads): its view (state, exit code, reason, times, labels, notes, readiness, position, usage), or with full its whole record.", (*tools).show)
+	add(s, schemas, t, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", (*tools).cancelAll)
+	add(s, schemas, t, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", (*tools).logs)
+	add(s, schemas, t, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; an error, naming each, if one was neither canceled nor ended already: it may run on).", (*tools).cancel)
+	add(s, schemas, t, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", (*tools).restart)
+	add(s, schemas, t, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its view either way, with ended and ready.", (*tools).wait)
+	add(s, schemas, t, "signal", "Send a signal to the process group of a run of this session.", (*tools).signal)
+	add(s, schemas, t, "pause", "Pause a live run of this session: SIGSTOP to its process group; its timeout stops counting until it is resumed.", (*tools).pause)
+	add(s, schemas, t, "resume", "Resume a paused run of this session: SIGCONT to its process group.", (*tools).resume)
+	add(s, schemas, t, "delete", "Delete a finished run of this session: its record, output and outcomes.", (*tools).delete)
+	add(s, schemas, t, "delete_all", "Delete, to clean up, every ended run of this session (all: true; refused if the server has no session), or the ended ones with the given labels: their records, output and outcomes. Runs still active are left alone (cancel_all them first); returns each deleted run's outcome.", (*tools).deleteAll)
 	return schemas
 }
 
 // add adds a tool whose handler never takes the server down: a panic is a
 // tool error like any other; its input schema goes in schemas. Its results are structured content of type
 // Out, described by an output schema; a tool error carries one only if the
-// handler gives one (a refused request's outcome).
-func add[In, Out any](s *mcp.Server, schemas map[string]*jsonschema.Schema, name, desc string, h func(context.Context, In) (*mcp.CallToolResult, *Out, error)) {
+// handler gives one (a refused request's outcome). Each call has tools of
+// its own (forCall): an answer late for a reason the client sees ends it,
+// with that reason as its error.
+func add[In, Out any](s *mcp.Server, schemas map[string]*jsonschema.Schema, t *tools, name, desc string, h func(*tools, context.Context, In) (*mcp.CallToolResult, *Out, error)) {
 	tool := &mcp.Tool{Name: name, Description: desc, InputSchema: schemaOf[In](), OutputSchema: describeResult(schemaOf[Out]())}
 	schemas[name] = tool.InputSchema.(*jsonschema.Schema)
 	mcp.AddTool(s, tool, func(ctx context.Context, _ *mcp.CallToolRequest, in In) (res *mcp.CallToolResult, out structured, err error) {
@@ -352,12 +354,34 @@ func add[In, Out any](s *mcp.Server, schemas map[string]*jsonschema.Schema, name
 				res, out, err = toolError(fmt.Sprintf("%s: internal error: %v", name, p)), nil, nil
 			}
 		}()
-		res, o, err := h(ctx, in)
+		ctx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		res, o, err := h(t.forCall(cancel), ctx, in)
+		var late lateAnswer
+		if errors.As(context.Cause(ctx), &late) {
+			return toolError(fmt.Sprintf("%s: %s; the request is not withdrawn: it is carried out once the watcher answers (look with show or wait)", name, string(late))), nil, nil
+		}
 		if o == nil {
 			return res, nil, err
 		}
 		return res, o, err
 	})
+}
+
+// lateAnswer is why a call's answer is late (tend.Options.Late's notice).
+type lateAnswer string
+
+func (l lateAnswer) Error() string { return string(l) }
+
+// forCall returns t for one call, which end ends once its client tells
+// why an answer is late. An agent's call that waited on in silence for a
+// watcher that answers nothing (stopped, its disk full) was a hang: the
+// agent sees a tool's error, not the server's stderr.
+func (t *tools) forCall(end context.CancelCauseFunc) *tools {
+	if t.client == nil {
+		return t
+	}
+	return &tools{client: t.client.WithLate(func(notice string) { end(lateAnswer(notice)) })}
 }
 
 // resultDocs describe the members of the tools' results that the
