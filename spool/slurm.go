@@ -90,9 +90,9 @@ func (s *Slurm) Check(prefix string) error {
 	}
 	switch {
 	case s.CPUs < 0 || s.CPUs > 1<<20:
-		return fmt.Errorf(`%s"cpus": %d is out of range`, prefix, s.CPUs)
+		return fmt.Errorf(`%s"cpus": %d: want 1 to %d (or leave it out)`, prefix, s.CPUs, 1<<20)
 	case s.Nodes < 0 || s.Nodes > 1<<20:
-		return fmt.Errorf(`%s"nodes": %d is out of range`, prefix, s.Nodes)
+		return fmt.Errorf(`%s"nodes": %d: want 1 to %d (or leave it out)`, prefix, s.Nodes, 1<<20)
 	case s.Memory != "" && !p.memory.MatchString(s.Memory):
 		return fmt.Errorf(`%s"memory": %q: want a size as sbatch --mem takes it, such as 8G or 512M`, prefix, s.Memory)
 	case s.GPUs != "" && !p.gpus.MatchString(s.GPUs):
