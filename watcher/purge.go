@@ -203,7 +203,11 @@ func (w *watcher) removeTree(trash string) error {
 	cmd.WaitDelay = time.Second // what it started, or a tracer, may hold its stderr
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LC_ALL=C"}
 	cmd.ExtraFiles = []*os.File{dir}
-	cmd.SysProcAttr = &syscall.SysProcAttr{}
+	// In a session of its own: in the watcher's, a process its owner
+	// takes over (ptrace: it is theirs once exec'd) would have the
+	// watcher's terminal, if it has one, and could SIGCONT what is
+	// stopped there.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if int(owner.Uid) != w.uid && w.uid == 0 {
 		cmd.SysProcAttr.Credential = &syscall.Credential{Uid: owner.Uid, Gid: owner.Gid}
 	}

@@ -1,6 +1,7 @@
 package watcher
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,5 +109,38 @@ func TestDrainForgetsFindsReapedBefore(t *testing.T) {
 	w.drain()
 	if w.purges.helper(gone) {
 		t.Errorf("a find reaped before the drain's look through /proc is still known after it")
+	}
+}
+
+// TestPurgeFindHasSessionOfItsOwn: a purge's find runs as the deleted
+// run's owner, who may take it over (ptrace); in the watcher's session it
+// would have its terminal (tend watch run by root in one), to push input
+// into, and could SIGCONT what is stopped there.
+func TestPurgeFindHasSessionOfItsOwn(t *testing.T) {
+	dir := t.TempDir()
+	sid, fake, trash := filepath.Join(dir, "sid"), filepath.Join(dir, "find"), filepath.Join(dir, "trash")
+	script := "#!/bin/sh\nset -- $(cat /proc/$$/stat)\necho \"$$ $6\" > " + sid + "\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(trash, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	defer func(paths []string) { findPaths = paths }(findPaths)
+	findPaths = []string{fake}
+	w := &watcher{purges: newPurges(), forker: newForker(0), uid: os.Geteuid()}
+	if err := w.removeTree(trash); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(sid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid, session int
+	if _, err := fmt.Sscan(string(b), &pid, &session); err != nil {
+		t.Fatalf("%q: %v", b, err)
+	}
+	if pid != session {
+		t.Errorf("a purge's find (pid %d) runs in session %d, not in one of its own", pid, session)
 	}
 }

@@ -279,10 +279,13 @@ func (c check) run(f *forker) (bool, string) {
 	return false, fmt.Sprintf("checking as uid %d: %v: %.100s", c.cred.Uid, err, detail)
 }
 
-// runCommand runs cmd, a check's, as c's user, in a group of its own
-// that its context's end kills, and returns its output.
+// runCommand runs cmd, a check's, as c's user, in a session (and so a
+// group) of its own that its context's end kills, and returns its output.
+// Not in the watcher's session: there it would have the watcher's
+// terminal (tend watch run by root in one), to write to and push input
+// into (TIOCSTI), and could SIGCONT what is stopped in it.
 func (c check) runCommand(f *forker, cmd *exec.Cmd) ([]byte, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: c.cred}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: c.cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = time.Second // what it started, or a tracer, may hold its output
 	out := &headWriter{max: maxCheckDetail}

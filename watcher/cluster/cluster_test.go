@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -214,5 +215,27 @@ func TestSanitize(t *testing.T) {
 func TestTag(t *testing.T) {
 	if got := Tag("0123456789abcdef", "my.run-1", 2); got != "tend.0123456789abcdef.my.run-1.2" || !strings.HasPrefix(got, TagPrefix("0123456789abcdef")) {
 		t.Errorf("Tag = %q", got)
+	}
+}
+
+// TestCommandsHaveSessionsOfTheirOwn: sbatch, scancel and scontrol run as
+// the run's owner, who may take them over (ptrace); in the watcher's
+// session they would have its terminal (tend watch run by root in one),
+// to push input into, and could SIGCONT what is stopped there.
+func TestCommandsHaveSessionsOfTheirOwn(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "sbatch")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nset -- $(cat /proc/$$/stat)\necho \"$$ $6\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := (&Slurm{}).run(t.Context(), nil, nil, nil, fake)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pid, sid int
+	if _, err := fmt.Sscan(string(out), &pid, &sid); err != nil {
+		t.Fatalf("%q: %v", out, err)
+	}
+	if pid != sid {
+		t.Errorf("a Slurm command (pid %d) runs in session %d, not in one of its own", pid, sid)
 	}
 }

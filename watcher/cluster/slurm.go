@@ -138,7 +138,11 @@ func (s *Slurm) run(ctx context.Context, cred *syscall.Credential, env []string,
 	}
 	cmd.Env = append(env, s.Env...)
 	cmd.Dir = "/"
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	// A session (and group) of its own: as cred's user, in the
+	// watcher's session, it (or that user, who may ptrace it) would have
+	// the watcher's terminal, if it has one, and could SIGCONT what is
+	// stopped there.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: cred}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if stdin != nil {
 		cmd.Stdin = stdin
