@@ -361,6 +361,7 @@ func (w *watcher) pollJobs() {
 		return // the one under way schedules the next
 	}
 	var ids, tags []string
+	known := make(map[string]string)
 	for _, j := range js.byID {
 		switch {
 		case j.submitting:
@@ -368,6 +369,7 @@ func (w *watcher) pollJobs() {
 			tags = append(tags, j.st.Job.Tag)
 		default:
 			ids = append(ids, j.st.Job.ID)
+			known[j.st.Job.ID] = j.st.Job.Tag
 		}
 	}
 	if len(tags) > 0 && w.submissionsInFlight() {
@@ -380,7 +382,7 @@ func (w *watcher) pollJobs() {
 	slices.Sort(ids)
 	js.polling = true
 	go func() {
-		got, err := js.engine.Jobs(context.Background(), ids, tags)
+		got, err := js.engine.Jobs(context.Background(), known, tags)
 		w.do <- func() {
 			js.polling = false
 			w.polled(ids, tags, got, err)

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -42,12 +44,12 @@ func (f *fakeEngine) Submit(ctx context.Context, spec cluster.Spec) (string, err
 	return id, nil
 }
 
-func (f *fakeEngine) Jobs(ctx context.Context, ids, tags []string) ([]cluster.Job, error) {
+func (f *fakeEngine) Jobs(ctx context.Context, known map[string]string, tags []string) ([]cluster.Job, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []cluster.Job
-	for _, id := range ids {
-		if j := f.jobs[id]; j != nil {
+	for id := range known {
+		if j := f.jobs[id]; j != nil && slices.Contains(slices.Collect(maps.Values(known)), j.Tag) {
 			out = append(out, *j)
 		}
 	}

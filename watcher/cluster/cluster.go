@@ -41,10 +41,12 @@ type Engine interface {
 	Name() string
 	// Submit submits spec and returns the job's ID.
 	Submit(ctx context.Context, spec Spec) (string, error)
-	// Jobs returns what the engine knows of the jobs with the given IDs
-	// and of those named by the given tags, in one call. A job it no
-	// longer knows (one that ended long ago) is not among them.
-	Jobs(ctx context.Context, ids, tags []string) ([]Job, error)
+	// Jobs returns what the engine knows of the jobs known (by ID, each
+	// with its tag) that still have their tags, and of those named by
+	// the given tags, in one call. A job it no longer knows (one that
+	// ended long ago), or whose name is not its tag now, is not among
+	// them.
+	Jobs(ctx context.Context, known map[string]string, tags []string) ([]Job, error)
 	// Signal sends sig to every process of job id (its batch script and
 	// what that started), as the user cred names (nil: this process's).
 	Signal(ctx context.Context, id string, cred *syscall.Credential, sig syscall.Signal) error

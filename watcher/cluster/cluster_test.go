@@ -239,3 +239,56 @@ func TestCommandsHaveSessionsOfTheirOwn(t *testing.T) {
 		t.Errorf("a Slurm command (pid %d) runs in session %d, not in one of its own", pid, sid)
 	}
 }
+
+// TestJobsAsksByIDAndTag: the known jobs are asked for by their IDs and
+// their tags together, so that squeue prints no job whose owner renamed
+// it (to a name with '|' and newlines, that would read as other jobs'
+// lines); and in as many squeues as keep each argument short.
+func TestJobsAsksByIDAndTag(t *testing.T) {
+	dir := t.TempDir()
+	args := filepath.Join(dir, "args")
+	script := "#!/bin/sh\nfor a; do printf '%s\\n' \"$a\"; done >> " + args + "\necho\n"
+	if err := os.WriteFile(filepath.Join(dir, "squeue"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+":"+os.Getenv("PATH"))
+	known := map[string]string{"12": "tend.0123456789abcdef.a.1", "11": "tend.0123456789abcdef.b.1"}
+	if _, err := (&Slurm{}).Jobs(t.Context(), known, []string{"tend.0123456789abcdef.c.2"}); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := string(b)
+	for _, want := range []string{"--jobs=11,12\n--name=tend.0123456789abcdef.a.1,tend.0123456789abcdef.b.1\n", "--name=tend.0123456789abcdef.c.2\n"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("squeue was not given %q; it was given:\n%s", want, got)
+		}
+	}
+
+	os.Remove(args)
+	many := make(map[string]string)
+	for i := range 3000 {
+		many[fmt.Sprint(1000+i)] = fmt.Sprintf("tend.0123456789abcdef.run-%d.1", i)
+	}
+	if _, err := (&Slurm{}).Jobs(t.Context(), many, nil); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = os.ReadFile(args); err != nil {
+		t.Fatal(err)
+	}
+	queries, asked := 0, 0
+	for _, line := range strings.Split(string(b), "\n") {
+		if ids, ok := strings.CutPrefix(line, "--jobs="); ok {
+			queries++
+			asked += len(strings.Split(ids, ","))
+		}
+		if len(line) > 64<<10 {
+			t.Errorf("an argument of %d bytes", len(line))
+		}
+	}
+	if queries < 2 || asked != len(many) {
+		t.Errorf("%d jobs asked about in %d squeues, want %d in more than one", asked, queries, len(many))
+	}
+}

@@ -5,8 +5,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -61,22 +63,40 @@ func (s *Slurm) Submit(ctx context.Context, spec Spec) (string, error) {
 }
 
 // squeueFormat is what Jobs asks squeue for, one job a line, fields
-// ended by '|': none holds one (the job's name is a Tag).
+// ended by '|': none holds one (the only names it asks for are Tags).
 const squeueFormat = "JobID:|,Name:|,UserID:|,State:|,Reason:|,exit_code:|,NodeList:|,StartTime:|,EndTime:|"
 
-// Jobs runs squeue once for the jobs with the given IDs, and once more for
-// those named by the given tags (squeue takes IDs and names together as
-// both conditions at once, not either).
-func (s *Slurm) Jobs(ctx context.Context, ids, tags []string) ([]Job, error) {
-	var jobs []Job
-	for _, q := range []struct {
-		flag string
-		v    []string
-	}{{"--jobs=", ids}, {"--name=", tags}} {
-		if len(q.v) == 0 {
-			continue
+// Jobs runs squeue once for the known jobs, by their IDs and tags, and
+// once more for those named by the given tags. squeue takes IDs and
+// names together as both conditions at once, not either: so the first
+// prints only jobs that still have their tags. A job's name is its
+// owner's to change (scontrol update JobName=), to one with '|' and
+// newlines in it, which would make lines of its own in squeue's output:
+// a job of the root's whose owner renamed it is left out, never read.
+//
+// The known jobs are asked about maxQuery bytes of IDs and tags at a
+// time: Linux takes at most 128 KiB in one argument.
+func (s *Slurm) Jobs(ctx context.Context, known map[string]string, tags []string) ([]Job, error) {
+	var queries [][]string
+	for ids := slices.Sorted(maps.Keys(known)); len(ids) > 0; {
+		n, size := 0, 0
+		for ; n < len(ids) && size < maxQuery; n++ {
+			size += len(ids[n]) + len(known[ids[n]]) + 2
 		}
-		out, err := s.run(ctx, nil, nil, nil, "squeue", "--noheader", "--states=all", "--Format="+squeueFormat, q.flag+strings.Join(q.v, ","))
+		names := make([]string, n)
+		for i, id := range ids[:n] {
+			names[i] = known[id]
+		}
+		slices.Sort(names)
+		queries = append(queries, []string{"--jobs=" + strings.Join(ids[:n], ","), "--name=" + strings.Join(slices.Compact(names), ",")})
+		ids = ids[n:]
+	}
+	if len(tags) > 0 {
+		queries = append(queries, []string{"--name=" + strings.Join(tags, ",")})
+	}
+	var jobs []Job
+	for _, q := range queries {
+		out, err := s.run(ctx, nil, nil, nil, "squeue", append([]string{"--noheader", "--states=all", "--Format=" + squeueFormat}, q...)...)
 		if err != nil {
 			if strings.Contains(err.Error(), "Invalid job id specified") {
 				continue // the one job asked for is gone
@@ -119,6 +139,10 @@ func (s *Slurm) Suspend(ctx context.Context, id string, cred *syscall.Credential
 	_, err := s.run(ctx, cred, nil, nil, "scontrol", verb, id)
 	return err
 }
+
+// maxQuery is about how many bytes of job IDs and names Jobs puts in one
+// squeue's arguments.
+const maxQuery = 32 << 10
 
 // maxStderr bounds what is kept of a command's error output.
 const maxStderr = 4 << 10
