@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -357,10 +358,49 @@ func (w *watcher) takeMeta(n spool.Name, f spool.File, session string, ifRev *in
 	}
 	defer done()
 	change.Time = time.Now()
+	if why := metaTooLarge(st, change); why != "" {
+		w.answer(n, spool.Rejected, why)
+		return
+	}
 	tracker.ApplyChange(st, change)
 	markDone(st, n)
 	w.saveChange(st, change, changed)
 	w.answer(n, spool.Updated, fmt.Sprintf("rev %d", st.Rev))
+}
+
+// maxMeta bounds the bytes of a record's labels (keys and values) and
+// notes together, as label and note requests make them: each request is
+// bounded, not how many come. Without it, a run's owner grew the record
+// the watcher holds, rewrites and syncs at each change, past what any
+// reader reads back (16 MiB: the run could then be neither shown nor
+// deleted), and the watcher's memory with it.
+const maxMeta = 1 << 20
+
+// metaTooLarge says why change, a label or note request's, is refused
+// on run st: it would make its labels and notes larger than maxMeta
+// (one that makes them no larger is taken: a record over it is mended
+// so). "" if it is not.
+func metaTooLarge(st *tracker.State, change tracker.Event) string {
+	was := metaSize(st)
+	after := *st
+	after.Labels, after.Notes = maps.Clone(st.Labels), slices.Clip(st.Notes)
+	tracker.ApplyChange(&after, change)
+	if now := metaSize(&after); now > maxMeta && now > was {
+		return fmt.Sprintf("run %s's labels and notes would take %d bytes, more than the limit of %d: remove some labels first", st.ID, now, maxMeta)
+	}
+	return ""
+}
+
+// metaSize is how many bytes st's labels and notes take.
+func metaSize(st *tracker.State) int {
+	n := 0
+	for k, v := range st.Labels {
+		n += len(k) + len(v)
+	}
+	for _, note := range st.Notes {
+		n += len(note.Text)
+	}
+	return n
 }
 
 func (w *watcher) takeLabel(n spool.Name, f spool.File, req spool.Label) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -422,5 +423,33 @@ func TestRestartLoopFloor(t *testing.T) {
 	}
 	if len(st.Attempts) != maxKeptAttempts {
 		t.Errorf("a record keeps %d attempts, want %d", len(st.Attempts), maxKeptAttempts)
+	}
+}
+
+// TestMetaTooLarge: a label or note change is refused when it would make
+// a run's labels and notes larger than maxMeta, and taken when it makes
+// them no larger, even over it.
+func TestMetaTooLarge(t *testing.T) {
+	big := strings.Repeat("x", maxMeta/2)
+	str := func(s string) *string { return &s }
+	for _, tc := range []struct {
+		name   string
+		st     tracker.State
+		change tracker.Event
+		refuse bool
+	}{
+		{"a label within", tracker.State{Labels: map[string]string{"a": big}}, tracker.Event{Labels: map[string]*string{"b": str("v")}}, false},
+		{"a label beyond", tracker.State{Labels: map[string]string{"a": big}}, tracker.Event{Labels: map[string]*string{"b": str(big)}}, true},
+		{"a note beyond", tracker.State{Labels: map[string]string{"a": big + big}}, tracker.Event{Note: "n"}, true},
+		{"a removal over it", tracker.State{Labels: map[string]string{"a": big, "b": big, "c": big}}, tracker.Event{Labels: map[string]*string{"c": nil}}, false},
+		{"a value replaced by a shorter one", tracker.State{Labels: map[string]string{"a": big + big + big}}, tracker.Event{Labels: map[string]*string{"a": str(big + big)}}, false},
+	} {
+		labels := maps.Clone(tc.st.Labels)
+		if got := metaTooLarge(&tc.st, tc.change) != ""; got != tc.refuse {
+			t.Errorf("%s: refused = %v, want %v", tc.name, got, tc.refuse)
+		}
+		if !maps.Equal(labels, tc.st.Labels) || len(tc.st.Notes) != 0 {
+			t.Errorf("%s: the record was changed", tc.name)
+		}
 	}
 }
