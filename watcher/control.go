@@ -177,6 +177,9 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		return
 	}
 	defer done()
+	if w.stopFull(n, f, st) {
+		return
+	}
 	if q := w.queued(n.ID); q != nil {
 		w.cancelQueued(q, n)
 		return
@@ -208,6 +211,28 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		w.stop(r, tracker.CauseCanceled, "canceled", grace, n.Key())
 		w.log.Printf("%s: canceling (grace %s)", n, grace)
 	}
+}
+
+// maxStopRequests is how many requests (cancels, restarts) may wait on
+// one stop: far more than any client sends in earnest. Each that joins
+// is saved with the record, and the history's line of that save carries
+// every one before it: a run's owner who sent cancels by the thousand to
+// a run of theirs that ignores SIGTERM (a grace of up to 24 h) grew the
+// history, which every member keeps, as their square (1,000 empty files
+// made 8 MB of it; 30,000, about 7 GB).
+const maxStopRequests = 100
+
+// stopFull answers request n (a cancel or a restart), of file f, rejected
+// if run st is being stopped and as many requests as maxStopRequests wait
+// on it already, and reports whether it did. One of them taken again
+// (after a crash) is not refused, nor one of root or the watcher's user:
+// an operator may always bring a stop's SIGKILL forward.
+func (w *watcher) stopFull(n spool.Name, f spool.File, st *tracker.State) bool {
+	if f.UID == 0 || f.UID == w.uid || st.Stop == nil || len(st.Stop.Requests) < maxStopRequests || slices.Contains(st.Stop.Requests, n.Key()) {
+		return false
+	}
+	w.answer(n, spool.Rejected, fmt.Sprintf("run %s is being stopped, and %d requests wait for it already: this one is not kept (the run ends as they ask)", st.ID, len(st.Stop.Requests)))
+	return true
 }
 
 // cancelRestart cancels run r, whose process has exited and which would
