@@ -51,6 +51,13 @@ func waitReason(st *tracker.State) string {
 // queued, already waited for it: had), itself, or one that waits for it,
 // directly or not.
 func (w *watcher) checkDeps(id string, deps, had []spool.Dep) error {
+	// One walk for all of deps: a run the walk from one of them went
+	// through leads to id from none (it is the same queue). A walk anew
+	// from each went through the same runs again and again: a member's
+	// queued runs, each waiting for the hundreds before it (up to
+	// spool.MaxDeps), cost the watcher's loop the cube of their number
+	// (400 runs: two minutes in which it took no other request).
+	seen := make(map[string]bool)
 	for _, d := range deps {
 		if d.ID == id {
 			return fmt.Errorf(`"after": run %s cannot wait for itself`, id)
@@ -65,7 +72,7 @@ func (w *watcher) checkDeps(id string, deps, had []spool.Dep) error {
 				return fmt.Errorf(`"after": no run %s (a run waits only for runs that exist, or whose start request waits in the spool, when it is taken)`, d.ID)
 			}
 		}
-		if path := w.waitPath(d.ID, id, nil); path != nil {
+		if path := w.waitPath(d.ID, id, seen); path != nil {
 			return fmt.Errorf(`"after": run %s would wait for itself: %s`, id, strings.Join(append([]string{id}, path...), " waits for "))
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 )
 
@@ -210,5 +211,35 @@ func TestIndexDeletionsKeepsOnlyWhatIsAsked(t *testing.T) {
 	}
 	if dels, _ := idx.deletions("r11"); len(dels) != 0 {
 		t.Errorf("r11, never deleted: %v", dels)
+	}
+}
+
+// TestCheckDepsWalksTheQueueOnce: a run that waits for each of hundreds
+// of queued runs, each of which waits for all before it, is checked for
+// a cycle with one walk of the queue, not one from each run it waits for
+// (the cube of their number: a member's queue held the watcher's loop
+// for minutes). A cycle is still found.
+func TestCheckDepsWalksTheQueueOnce(t *testing.T) {
+	const n = 800
+	w := &watcher{queuedByID: make(map[string]*queuedRun)}
+	var deps []spool.Dep
+	for i := range n {
+		st := &tracker.State{ID: fmt.Sprintf("r%d", i)}
+		for _, d := range deps {
+			st.After = append(st.After, d.ID)
+		}
+		w.queuedByID[st.ID] = &queuedRun{st: st}
+		deps = append(deps, spool.Dep{ID: st.ID, When: spool.Completed})
+	}
+	start := time.Now()
+	if err := w.checkDeps("new", deps, nil); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 2*time.Second { // ~10 ms; walking from each of them, 4 s
+		t.Errorf("checking %d dependencies took %v", n, took)
+	}
+	w.queuedByID["r0"].st.After = []string{"new"}
+	if err := w.checkDeps("new", deps, nil); err == nil {
+		t.Errorf("new waits for r0, which waits for new: not refused")
 	}
 }
