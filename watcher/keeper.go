@@ -146,7 +146,7 @@ func Keep(cfg KeeperConfig) (int, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
-	k := &keeper{cfg: cfg, log: log.New(cfg.Log, "keeper: ", log.LstdFlags|log.Lmicroseconds),
+	k := &keeper{cfg: cfg, log: log.New(lineWriter{cfg.Log}, "keeper: ", log.LstdFlags|log.Lmicroseconds),
 		held: make(map[int]*heldProc), heldExited: make(chan *heldProc, len(cfg.Held)), unrecorded: make(map[int]bool)}
 	k.hold(cfg.Held)
 	sigchld := make(chan os.Signal, 1)

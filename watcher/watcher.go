@@ -536,7 +536,7 @@ func newWatcher(cfg Config) *watcher {
 	}
 	return &watcher{
 		cfg:             cfg,
-		log:             log.New(cfg.Log, "", log.LstdFlags|log.Lmicroseconds),
+		log:             log.New(lineWriter{cfg.Log}, "", log.LstdFlags|log.Lmicroseconds),
 		uid:             os.Getuid(),
 		spool:           spool.Dir{Root: cfg.Root},
 		store:           tracker.NewStore(cfg.Root),

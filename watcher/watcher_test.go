@@ -453,3 +453,20 @@ func TestMetaTooLarge(t *testing.T) {
 		}
 	}
 }
+
+// TestLineWriter: a log line with control characters or bytes that are
+// not UTF-8 in it is written as one line still, and printable.
+func TestLineWriter(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"run a: ready\n", "run a: ready\n"},
+		{"run a: unhealthy (\x1b]2;x\x07\nforged)\n", "run a: unhealthy (\\x1b]2;x\\x07\\x0aforged)\n"},
+		{"bad \xff byte\tand tab\n", "bad ? byte\\x09and tab\n"},
+		{"no newline\r", "no newline\\x0d"},
+	} {
+		var b strings.Builder
+		n, err := lineWriter{&b}.Write([]byte(tc.in))
+		if err != nil || n != len(tc.in) || b.String() != tc.want {
+			t.Errorf("Write(%q) = %d, %v, wrote %q; want %d, nil, %q", tc.in, n, err, b.String(), len(tc.in), tc.want)
+		}
+	}
+}
