@@ -177,9 +177,6 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 		return
 	}
 	defer done()
-	if w.stopFull(n, f, st) {
-		return
-	}
 	if q := w.queued(n.ID); q != nil {
 		w.cancelQueued(q, n)
 		return
@@ -187,6 +184,9 @@ func (w *watcher) takeCancel(n spool.Name, f spool.File, req spool.Cancel) {
 	if b := w.waiting[n.ID]; b != nil {
 		w.endBackoff(b, tracker.Canceled, "canceled while waiting to start again")
 		w.answer(n, spool.Canceled, "")
+		return
+	}
+	if w.stopFull(n, f, st) {
 		return
 	}
 	if j := w.jobs.byID[n.ID]; j != nil {

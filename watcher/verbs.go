@@ -62,12 +62,12 @@ func (w *watcher) takeRestart(n spool.Name, f spool.File, req spool.Cancel) {
 		return
 	}
 	defer done()
-	if w.stopFull(n, f, st) {
-		return
-	}
 	if b := w.waiting[st.ID]; b != nil {
 		b.st.Stop = &tracker.Stop{Cause: tracker.CauseRestart, Requests: []string{n.Key()}, RequestedAt: time.Now()}
 		w.restartNow(b.st)
+		return
+	}
+	if w.stopFull(n, f, st) {
 		return
 	}
 	if j := w.jobs.byID[st.ID]; j != nil {
