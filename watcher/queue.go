@@ -512,7 +512,7 @@ func (w *watcher) keepRequest(q *queuedRun) {
 	}
 	f, err := w.spool.Read(n.String())
 	if err != nil || w.admit(f) != nil || f.UID != q.st.OwnerUID {
-		w.leaveToExamine(n.String())
+		w.leaveToExamine(n)
 		return
 	}
 	claimed, err := w.spool.Claim(f, w.store.Run(n.ID).Request())
@@ -553,7 +553,7 @@ func (w *watcher) keepGood(q *queuedRun, n spool.Name) {
 		}
 		w.forget(name)
 	} else {
-		w.leaveToExamine(name)
+		w.leaveToExamine(n)
 	}
 	if q.good == nil {
 		w.log.Printf("run %s: its last good version was read by an earlier watcher: none is kept as its request", q.st.ID)
@@ -566,13 +566,17 @@ func (w *watcher) keepGood(q *queuedRun, n spool.Name) {
 	}
 }
 
-// leaveToExamine has spool entry name, if there is one, examined again
-// soon: a file that was not its run's request to keep, which examine then
-// rejects (or takes, once written, if it is a request after all). Nothing
-// else would look at it again: its events were seen.
-func (w *watcher) leaveToExamine(name string) {
-	if exists(filepath.Join(w.spool.Spool(), name)) {
-		w.examineAfter(name, 0)
+// leaveToExamine has start request n of a queued run that ended, if it
+// is in the spool, examined again soon: a file that was not its run's
+// request to keep, which examine then rejects (or takes, once written, if
+// it is a request after all). Nothing else would look at it again: its
+// events were seen. It was a version of the run's request, written while
+// the run was queued, not a new start: its rejection as a second start
+// leaves the answer to the name as it is (see rejectDuplicate).
+func (w *watcher) leaveToExamine(n spool.Name) {
+	if exists(filepath.Join(w.spool.Spool(), n.String())) {
+		w.leftVersions[n.ID] = true
+		w.examineAfter(n.String(), 0)
 	}
 }
 

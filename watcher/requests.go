@@ -104,6 +104,9 @@ func (w *watcher) examine(name string) {
 	case errors.Is(err, fs.ErrNotExist):
 		w.forget(name) // taken, renamed away or removed
 		delete(w.faulted, name)
+		if nameErr == nil && n.Verb == spool.VerbStart {
+			delete(w.leftVersions, n.ID)
+		}
 		if nameErr == nil {
 			if q := w.queued(n.ID); q != nil && n.Verb == spool.VerbStart {
 				w.queuedRequestRemoved(q)
@@ -258,21 +261,51 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 }
 
 // rejectDuplicate rejects start request n, read as f, of the run whose
-// directory dir exists. If it is that run's own request written again,
-// byte for byte, by its owner (an editor saving an unchanged buffer just
-// after the run was taken, a script that wrote it twice), and the answer
-// the first got is still there, that answer stands: the copy is moved
-// aside all the same, with its reason, but a client that reads the
-// answer late finds accepted, not a rejection of a run that ran. (One
-// that waits for its answer, as tend start does, removed the old answer
-// first, and gets one.)
+// directory dir exists. It is moved aside with its reason all the same,
+// but an answer a client may have seen is not taken back where its
+// writer did not ask for a new one:
+//   - a version of a queued run's request that was not examined yet when
+//     the run ended without starting (still open for writing, or saved
+//     within the settle period: see leaveToExamine), written while the
+//     run was queued, leaves the answer its name has (the run's accepted,
+//     or the last answer to a version of its request), if its writer
+//     could have removed it, as a client that waits for its answer does
+//     (tend start, tend.sh) before it writes (answerStands);
+//   - the run's own request written again, byte for byte, by its owner
+//     (an editor saving an unchanged buffer just after the run was taken,
+//     a script that wrote it twice) leaves the answer accepted it had
+//     (writtenAgain).
+//
+// Any other second start is answered rejected: a client that waits for
+// its answer removed the one there before it wrote, but another start
+// of the same ID (its own user's, at the same moment) may have been
+// answered since, and its client must not wait for ever.
 func (w *watcher) rejectDuplicate(n spool.Name, f spool.File, dir string) {
+	left := w.leftVersions[n.ID]
+	delete(w.leftVersions, n.ID)
 	reason := fmt.Sprintf("run %s already exists%s: run ids are used once (see %s)", n.ID, w.existingAs(n.ID), dir)
-	if w.writtenAgain(n, f) {
+	switch {
+	case left && w.answerStands(n):
+		w.rejectAnswered(n.String(), n, nil, reason+"; this version was written while the run was queued, and the answer already in outcomes/ to this name stands", false)
+	case w.writtenAgain(n, f):
 		w.rejectAnswered(n.String(), n, nil, reason+"; this is the request it was started from, written again, and the answer it had stands", false)
-		return
+	default:
+		w.reject(n.String(), n, nil, reason)
 	}
-	w.reject(n.String(), n, nil, reason)
+}
+
+// answerStands reports whether start request n is answered already, in
+// a directory of answers its writer may remove from (the root's
+// outcomes/, for root's and the root owner's): that answer is left as
+// it is (see rejectDuplicate). A member of a shared root may not remove
+// its answers (see spool.Dir.OutcomesOf): its client waits for a new one
+// by its inode. An empty one, left by a power loss, is none.
+func (w *watcher) answerStands(n spool.Name) bool {
+	if w.spool.OutcomesOf(n.Owner) != w.spool.Outcomes() {
+		return false
+	}
+	outcome, _, err := w.spool.ReadOutcome(n)
+	return err == nil && outcome != ""
 }
 
 // existingAs tells how run id stands, for the rejection of a second
@@ -493,6 +526,7 @@ func (w *watcher) newRun(id string, uid int, req spool.Start) *tracker.State {
 	// not this one's, for the runs that wait for it.
 	delete(w.ended, id)
 	delete(w.deletedAs, id)
+	delete(w.leftVersions, id) // a version left when it was queued: taken as a new run's
 	st := &tracker.State{
 		ID: id, State: tracker.Starting, Session: req.Session, OwnerUID: uid,
 		Command: req.Args(), Cwd: w.cwd(req.Cwd), Labels: maps.Clone(req.Labels), Timeout: req.Timeout,

@@ -480,6 +480,10 @@ type watcher struct {
 	// faulted holds, by file name, the fault that keeps a request from
 	// being taken or rejected, as last logged (see takeLater).
 	faulted map[string]string
+	// leftVersions holds the IDs of queued runs that ended without
+	// starting while a file under their start name was not examined yet
+	// (see leaveToExamine), until it is decided.
+	leftVersions map[string]bool
 	// afterStart holds cancel requests that wait for a start request of the
 	// same ID to be decided.
 	afterStart map[string][]string
@@ -552,6 +556,7 @@ func newWatcher(cfg Config) *watcher {
 		stdin:           -1,
 		rootFD:          -1,
 		afterStart:      make(map[string][]string),
+		leftVersions:    make(map[string]bool),
 		claims:          make(map[string][]string),
 		strays:          make(map[int]*stray),
 		mark:            MarkVar(cfg.Root),
