@@ -51,6 +51,8 @@ func TestParseSelect(t *testing.T) {
 		{VerbCancel, `{"all": true, "bogus": 1}`, "bogus"},
 		{VerbSignal, `{"all": true}`, `missing "signal"`},
 		{VerbSignal, `{"all": true, "signal": "NOPE"}`, "NOPE"},
+		{VerbSignal, `{"all": true, "signal": "STOP"}`, "pause the run instead"},
+		{VerbSignal, `{"ids": ["a"], "signal": "CONT"}`, "resume the run instead"},
 		{VerbSignal, `{"all": true, "signal": "HUP", "grace": "1s"}`, `"grace" is for`},
 	} {
 		_, err := ParseSelect(tt.verb, []byte(tt.body))

@@ -231,8 +231,27 @@ func ParseSignal(body []byte) (Signal, error) {
 // (15). Nothing else is read as a signal, so that no two readers differ:
 // not "-9" (kill's option, not a signal), "+9" or "09" (010 is octal to
 // some), nor a name whose letters are not ASCII ("ſıgterm" upper-cases to
-// SIGTERM).
+// SIGTERM). The signals that stop or continue a process (STOP, TSTP,
+// TTIN, TTOU, CONT) are refused, saying to pause or resume the run
+// (see jobControl).
 func SignalNamed(name string) (syscall.Signal, error) {
+	sig, err := signalNum(name)
+	if err != nil {
+		return 0, err
+	}
+	return sig, jobControl(sig)
+}
+
+// IsSignal reports whether name names a signal, in a form SignalNamed
+// reads, whether or not a run may be sent it: for a command line that
+// puts it where a run's ID goes.
+func IsSignal(name string) bool {
+	_, err := signalNum(name)
+	return err == nil
+}
+
+// signalNum is SignalNamed without its refusal of job control.
+func signalNum(name string) (syscall.Signal, error) {
 	if name == "" {
 		return 0, errors.New("no signal: write its name, such as HUP or USR1")
 	}
@@ -246,6 +265,23 @@ func SignalNamed(name string) (syscall.Signal, error) {
 		}
 	}
 	return 0, fmt.Errorf("unknown signal %q: want a name such as TERM or SIGTERM, or a number from 1 to 64 such as 15, without a sign", name)
+}
+
+// jobControl refuses the signals that stop a process (STOP, and TSTP,
+// TTIN and TTOU, which stop one that does not catch them) or continue it
+// (CONT). Sent as a signal, the watcher would not know: a stopped run
+// would still be running to it and to its clients, its timeout counting
+// while it cannot work; a paused run continued would be paused to them,
+// its timeout suspended while it runs, free to outlive it. A pause (or
+// resume) request does the same and records it.
+func jobControl(sig syscall.Signal) error {
+	switch sig {
+	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+		return fmt.Errorf("%s is not sent as a signal: it would stop the run while tend records it running, its timeout counting; pause the run instead (tend pause ID, the pause tool, an <id>.pause request), which records it paused and suspends its timeout until it is resumed", unix.SignalName(sig))
+	case unix.SIGCONT:
+		return fmt.Errorf("%s is not sent as a signal: a paused run would go on while tend records it paused, its timeout suspended; resume the run instead (tend resume ID, the resume tool, an <id>.resume request)", unix.SignalName(sig))
+	}
+	return nil
 }
 
 // asciiAlnum reports whether s has only ASCII letters and digits.

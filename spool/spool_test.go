@@ -704,6 +704,13 @@ func TestParseSignal(t *testing.T) {
 		{"ſıgterm", 0, `unknown signal "ſıgterm"`}, {"ınt", 0, `unknown signal "ınt"`},
 		{"TERM\x00", 0, `unknown signal "TERM\x00"`}, {`{"signal": " 9"}`, 0, `unknown signal " 9"`},
 		{"99999999999999999999", 0, `unknown signal "99999999999999999999"`},
+		// A stop or a continue the watcher would not know of: pause and
+		// resume do it, recorded.
+		{"STOP", 0, "SIGSTOP is not sent as a signal: it would stop the run while tend records it running, its timeout counting; pause the run instead"},
+		{"19", 0, "SIGSTOP is not sent as a signal"}, {"sigtstp", 0, "SIGTSTP is not sent as a signal"},
+		{"TTIN", 0, "SIGTTIN is not sent"}, {`{"signal": "TTOU"}`, 0, "SIGTTOU is not sent"},
+		{"CONT", 0, "SIGCONT is not sent as a signal: a paused run would go on while tend records it paused, its timeout suspended; resume the run instead"},
+		{"18", 0, "SIGCONT is not sent"},
 	}
 	for _, tt := range tests {
 		s, err := ParseSignal([]byte(tt.body))

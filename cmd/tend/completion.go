@@ -193,7 +193,7 @@ func stateNames() []string {
 	return names
 }
 
-var signalNames = []string{"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "CONT", "STOP", "WINCH"}
+var signalNames = []string{"HUP", "INT", "QUIT", "KILL", "USR1", "USR2", "TERM", "WINCH"}
 
 // runIDs lists the runs in root, from the directory names alone: it is
 // asked at every Tab, and reads no record.

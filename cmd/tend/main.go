@@ -281,7 +281,7 @@ func killSpelling(args []string) string {
 	}
 	for _, a := range args {
 		if sig, ok := strings.CutPrefix(a, "-"); ok && sig != "" && !strings.HasPrefix(sig, "-") {
-			if _, err := spool.SignalNamed(sig); err == nil {
+			if spool.IsSignal(sig) {
 				return fmt.Sprintf("signal: write the signal without kill's dash: tend signal ID %s", sig)
 			}
 		}

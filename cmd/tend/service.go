@@ -46,7 +46,9 @@ the run's: tend signal ID... SIG, the signal last. Several runs are
 signaled with one request (a selector request); it prints "ID: outcome" a
 line, in the order given, and exits 0 if every one was signaled, else with
 the code of the first run named that was not (3 not found, 4 not running
-or refused). Examples:
+or refused). STOP, TSTP, TTIN, TTOU and CONT are refused: tend would
+not know the run stopped or went on (its state and timeout would be
+wrong); tend pause and tend resume do that. Examples:
   tend signal web HUP
   tend signal worker-1 worker-2 USR1`
 }
@@ -77,10 +79,7 @@ func (c *signalCmd) Run(e *env) error {
 // the last run is refused as an unknown signal, which does not say what
 // was wrong with the command line.
 func signalLast(ids []string, sig string) error {
-	if _, err := spool.SignalNamed(sig); err == nil {
-		return nil
-	}
-	if _, err := spool.SignalNamed(ids[0]); err != nil {
+	if spool.IsSignal(sig) || !spool.IsSignal(ids[0]) {
 		return nil
 	}
 	want := append(slices.Clone(ids[1:]), sig, ids[0])
@@ -145,7 +144,8 @@ type pauseCmd struct{ controlArgs }
 
 func (c *pauseCmd) Help() string {
 	return `Stops the run's process group with SIGSTOP (state paused); its timeout
-stops counting. Example:
+stops counting, and its health checks, until tend resume. (tend signal
+refuses STOP and CONT, which would leave tend's record wrong.) Example:
   tend pause build`
 }
 
@@ -158,7 +158,8 @@ func (c *pauseCmd) Run(e *env) error {
 type resumeCmd struct{ controlArgs }
 
 func (c *resumeCmd) Help() string {
-	return `Continues a paused run's process group with SIGCONT. Example:
+	return `Continues a paused run's process group with SIGCONT; its timeout counts
+again. Example:
   tend resume build`
 }
 

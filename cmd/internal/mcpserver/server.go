@@ -313,7 +313,7 @@ type restartIn struct {
 
 type signalIn struct {
 	ID     string `json:"id" jsonschema:"the run's ID"`
-	Signal string `json:"signal" jsonschema:"a name, with or without SIG, in any case (HUP, INT, TERM, SIGUSR1, ...), or a number from 1 to 64 in digits (15; no sign: not -9)"`
+	Signal string `json:"signal" jsonschema:"a name, with or without SIG, in any case (HUP, INT, TERM, SIGUSR1, ...), or a number from 1 to 64 in digits (15; no sign: not -9); not STOP, TSTP, TTIN, TTOU or CONT: use the pause and resume tools"`
 }
 
 // toolNames are the names addTools gives its tools.
@@ -331,7 +331,7 @@ func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	add(s, schemas, t, "cancel", "Cancel a run of this session (id), or several with one request (ids): SIGTERM to each one's process group, SIGKILL after the grace; returns once each has ended, with its outcome (with ids: in runs, one a run; an error, naming each, if one was neither canceled nor ended already: it may run on).", (*tools).cancel)
 	add(s, schemas, t, "restart", "Restart a live run of this session under the same ID (a dev server after a change): SIGTERM to its process group, SIGKILL after the grace, then its command again; returns the outcome (restarted: attempt N) once the new attempt has started. An ended run is not restarted (not_running): start a new one.", (*tools).restart)
 	add(s, schemas, t, "wait", "Wait for a run to end (or with until ready, to be ready: a server whose health check passed), at most timeout_seconds; returns its view either way, with ended and ready.", (*tools).wait)
-	add(s, schemas, t, "signal", "Send a signal to the process group of a run of this session.", (*tools).signal)
+	add(s, schemas, t, "signal", "Send a signal to the process group of a run of this session. STOP, TSTP, TTIN, TTOU and CONT are refused: pause and resume a run with the pause and resume tools, which record it paused and suspend its timeout.", (*tools).signal)
 	add(s, schemas, t, "pause", "Pause a live run of this session: SIGSTOP to its process group; its timeout stops counting until it is resumed.", (*tools).pause)
 	add(s, schemas, t, "resume", "Resume a paused run of this session: SIGCONT to its process group.", (*tools).resume)
 	add(s, schemas, t, "delete", "Delete a finished run of this session: its record, output and outcomes.", (*tools).delete)
