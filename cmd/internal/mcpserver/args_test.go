@@ -27,7 +27,7 @@ func TestFitArgs(t *testing.T) {
 		{"show", `{"id": ["x"]}`, `id: ["x"] (an array): want a string`, true},
 		{"show", `"x"`, `the arguments are "x" (a string): want an object of named arguments (id, full)`, true},
 		{"show", `[1]`, `the arguments are [1] (an array): want an object of named arguments (id, full)`, true},
-		{"ls", `{"bogus": 1}`, `unknown argument "bogus": the arguments are all, state, label, full`, true},
+		{"ls", `{"bogus": 1}`, `unknown argument "bogus": the arguments are all, state, label, full, limit`, true},
 		{"ls", `{"label": "a=b"}`, `label: "a=b" (a string): want an array of strings`, true},
 		{"ls", `{"label": [5]}`, `label[0]: 5 (a number): want a string`, true},
 		{"ls", `{"state": null, "label": null}`, `{"state": null, "label": null}`, false}, // their schema takes null

@@ -209,10 +209,25 @@ type lsIn struct {
 	State []string `json:"state,omitempty" jsonschema:"only runs in these states: queued, starting, running, paused, backoff, stopping, completed, failed, canceled, timed_out"`
 	Label []string `json:"label,omitempty" jsonschema:"only runs with every one of these K=V labels"`
 	Full  bool     `json:"full,omitempty" jsonschema:"each run's whole record (seal, sum, process identity, service settings, ...), not its view"`
+	// Limit is a pointer: 0 is refused, not taken for the default (see
+	// logsIn.MaxBytes).
+	Limit *int `json:"limit,omitempty" jsonschema:"at most this many runs, the newest: 1 to 10000 (left out: 50)"`
 }
 
+// lsLimit is how many runs ls answers when its call sets no limit, and
+// maxLsLimit the most it answers: every run of a root that keeps
+// thousands, each with its labels, would fill an agent's context.
+const (
+	lsLimit    = 50
+	maxLsLimit = 10000
+)
+
 type lsOut struct {
-	Runs []shownRun `json:"runs" jsonschema:"the runs, oldest first"`
+	Runs []shownRun `json:"runs" jsonschema:"the runs, oldest first: the newest limit of those that match"`
+	// Total and Truncated tell an agent that it sees part of the runs,
+	// and how to see the rest.
+	Total     int  `json:"total" jsonschema:"how many runs match"`
+	Truncated bool `json:"truncated,omitempty" jsonschema:"more runs match than limit: only the newest are in runs; narrow with state or label, or raise limit"`
 	// Unreadable says what ls leaves out: a run whose record cannot be
 	// read is not in runs, and an agent that is not told takes it for
 	// gone, though it may run on.
@@ -324,7 +339,7 @@ var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", 
 func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	schemas := map[string]*jsonschema.Schema{}
 	add(s, schemas, t, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its view (an error, with the view, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", (*tools).start)
-	add(s, schemas, t, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness), or with full its whole record.", (*tools).ls)
+	add(s, schemas, t, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness; its labels capped, saying so), or with full its whole record. At most limit runs, the newest (50 unless set); total and truncated say how many match.", (*tools).ls)
 	add(s, schemas, t, "show", "One run, of any session (a session scopes writes, not reads): its view (state, exit code, reason, times, labels, notes, readiness, position, usage), or with full its whole record.", (*tools).show)
 	add(s, schemas, t, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", (*tools).cancelAll)
 	add(s, schemas, t, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", (*tools).logs)
@@ -582,12 +597,22 @@ func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, e
 		}
 		f.Labels[k] = v
 	}
+	limit := lsLimit
+	if in.Limit != nil {
+		if limit = *in.Limit; limit < 1 || limit > maxLsLimit {
+			return toolError(fmt.Sprintf("ls: limit %d: want 1 to %d (leave it out for %d)", limit, maxLsLimit, lsLimit)), nil, nil
+		}
+	}
 	runs, err := t.client.List(ctx, f)
 	var bad tend.RecordErrors
 	if err != nil && !errors.As(err, &bad) {
 		return errorResult("ls", err), nil, nil
 	}
-	out := &lsOut{Runs: make([]shownRun, 0, len(runs))}
+	out := &lsOut{Total: len(runs)}
+	if len(runs) > limit {
+		runs, out.Truncated = runs[len(runs)-limit:], true // oldest first: the newest are last
+	}
+	out.Runs = make([]shownRun, 0, len(runs))
 	for _, err := range bad {
 		out.Unreadable = append(out.Unreadable, err.Error())
 	}

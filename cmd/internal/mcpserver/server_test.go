@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -132,6 +133,18 @@ func TestShown(t *testing.T) {
 	// Their processes have exited: their PIDs may be another's now.
 	ended := &tend.Record{ID: "e", State: tracker.Completed, PID: 42, PGID: 42, ExitCode: &code, CreatedAt: now}
 	backoff := &tend.Record{ID: "b", State: tracker.Backoff, PID: 42, PGID: 42, CreatedAt: now}
+	// A health check's status outlives the process it checked: an ended
+	// run, or one in backoff, shows none.
+	starting := &tracker.HealthStatus{Status: "starting", Checks: []tracker.HealthCheck{}}
+	endedHealth := &tend.Record{ID: "eh", State: tracker.Canceled, PID: 42, PGID: 42, HealthStatus: starting, CreatedAt: now}
+	backoffHealth := &tend.Record{ID: "bh", State: tracker.Backoff, PID: 42, PGID: 42, HealthStatus: starting, CreatedAt: now}
+	liveHealth := &tend.Record{ID: "lh", State: tracker.Starting, PID: 42, PGID: 42, HealthStatus: starting, CreatedAt: now}
+	// Labels are capped in a view, and it says so; full has them whole.
+	many := map[string]string{"big": strings.Repeat("é", 200), strings.Repeat("k", 300): "long key"}
+	for i := range 60 {
+		many[fmt.Sprintf("l%02d", i)] = "v"
+	}
+	labeled := &tend.Record{ID: "lab", State: tracker.Completed, Labels: many, CreatedAt: now}
 	schema, err := describeResult(schemaOf[shownRun]()).Resolve(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -150,6 +163,14 @@ func TestShown(t *testing.T) {
 			[]string{`"after":["srv:ready"]`, `"position":2`, `"ready":false`, `"size":{"stdout":12,"stderr":3}`}, []string{`"sum"`, `"pid"`}},
 		{tend.Listed{Record: ended}, false, []string{`"exit_code":3`}, []string{`"pid"`}},
 		{tend.Listed{Record: backoff}, false, []string{`"state":"backoff"`}, []string{`"pid"`}},
+		{tend.Listed{Record: endedHealth}, false, []string{`"state":"canceled"`}, []string{`"health_state"`}},
+		{tend.Listed{Record: backoffHealth}, false, []string{`"state":"backoff"`}, []string{`"health_state"`}},
+		{tend.Listed{Record: liveHealth}, false, []string{`"health_state":"starting"`}, nil},
+		{tend.Listed{Record: labeled}, false,
+			[]string{`"big":"` + strings.Repeat("é", 128) + `…"`, `"l00":"v"`, `"l48":"v"`,
+				`"labels_cut":"12 of 62 labels left out (at most 50 shown, keys of at most 256 bytes); 1 value cut to 256 bytes (ending …): show with full has them whole"`},
+			[]string{`"l49"`, `"kkkk`}},
+		{tend.Listed{Record: labeled}, true, []string{`"l59":"v"`, `"kkkk`, `"big":"` + strings.Repeat("é", 200) + `"`}, []string{`"labels_cut"`}},
 		{tend.Listed{Record: rec}, true,
 			[]string{`"seal":"seal"`, `"sum":"sum"`, `"boot":"b00t"`, `"proc_start":123`, `"ready":true`, `"health_status":`,
 				`"size":{"stdout":12,"stderr":3}`},

@@ -3,8 +3,12 @@ package mcpserver
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/jsonschema-go/jsonschema"
 	"github.com/tendhq/tend"
@@ -26,7 +30,8 @@ type runView struct {
 	Session   string            `json:"session,omitempty" jsonschema:"the session that started the run"`
 	State     tracker.StateName `json:"state"`
 	Command   []string          `json:"command" jsonschema:"what runs: a shell command is [\"/bin/sh\", \"-c\", text]"`
-	Labels    map[string]string `json:"labels,omitempty" jsonschema:"the run's labels"`
+	Labels    map[string]string `json:"labels,omitempty" jsonschema:"the run's labels (in a view, capped: see labels_cut)"`
+	LabelsCut string            `json:"labels_cut,omitempty" jsonschema:"how labels was capped, if it was: labels left out, values cut short (ending …); full has them whole"`
 	Reason    string            `json:"reason,omitempty"`
 	ExitCode  *int              `json:"exit_code,omitempty"`
 	Signal    string            `json:"signal,omitempty" jsonschema:"the signal that killed it (SIGTERM, ...), once it has ended so"`
@@ -41,7 +46,7 @@ type runView struct {
 	Attempt   int               `json:"attempt,omitempty" jsonschema:"which start of its process this is, from 1"`
 	Restarts  int               `json:"restarts,omitempty" jsonschema:"how many times it was restarted"`
 	NextStart *time.Time        `json:"next_start_at,omitempty" jsonschema:"in backoff: when it starts again"`
-	Health    string            `json:"health_state,omitempty" jsonschema:"with a health check: starting, healthy or unhealthy"`
+	Health    string            `json:"health_state,omitempty" jsonschema:"with a health check, while its process is live: starting, healthy or unhealthy"`
 	Ready     bool              `json:"ready" jsonschema:"it is running and ready (its health check passed, or it created its ready file; without either, once it runs)"`
 	PausedAt  *time.Time        `json:"paused_at,omitempty" jsonschema:"while it is paused: since when"`
 	Progress  string            `json:"progress,omitempty" jsonschema:"what it last wrote to $TEND_PROGRESS"`
@@ -64,7 +69,7 @@ type droppedView struct {
 // viewOf returns l's view, with size its output's size (Client.OutputSize).
 func viewOf(l tend.Listed, size tend.LogPlace) runView {
 	st := l.Record
-	v := runView{ID: st.ID, Session: st.Session, State: st.State, Command: st.Command, Labels: st.Labels,
+	v := runView{ID: st.ID, Session: st.Session, State: st.State, Command: st.Command,
 		Reason: st.Reason, ExitCode: st.ExitCode, Signal: st.Signal,
 		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, EndedAt: st.EndedAt, Duration: st.DurationSeconds,
 		Timeout: st.Timeout, NotBefore: st.NotBefore, Attempt: st.Attempt, Restarts: st.Restarts,
@@ -78,13 +83,70 @@ func viewOf(l tend.Listed, size tend.LogPlace) runView {
 	if st.State == tracker.Queued {
 		v.After = st.After // what it waits for: once it has started, history
 	}
-	if st.HealthStatus != nil {
+	v.Labels, v.LabelsCut = viewLabels(st.Labels)
+	if st.HealthStatus != nil && tend.Live(st) {
+		// Only while its process is: an ended run (or one in backoff)
+		// keeps the status its last check left, "starting" if none
+		// passed, which would have an agent wait on a run that is gone.
 		v.Health = st.HealthStatus.Status
 	}
 	if o := st.Output; o != nil && o.Stdout.Dropped+o.Stderr.Dropped > 0 {
 		v.Dropped = &droppedView{Stdout: o.Stdout.Dropped, Stderr: o.Stderr.Dropped}
 	}
 	return v
+}
+
+// A view's labels are capped: labels are free text of any size, and a
+// run with thousands of them, or values of 100 KB, would fill an agent's
+// context at each ls. A view has at most maxViewLabels, by key order,
+// each key and value at most maxViewLabel bytes; full has them all.
+const (
+	maxViewLabels = 50
+	maxViewLabel  = 256
+)
+
+// viewLabels returns labels capped for a view, and what was cut ("" if
+// nothing was): the first maxViewLabels keys in order, less those longer
+// than maxViewLabel bytes, each value cut to maxViewLabel bytes (at a
+// character's start) followed by "…".
+func viewLabels(labels map[string]string) (map[string]string, string) {
+	keys := slices.Sorted(maps.Keys(labels))
+	var out map[string]string
+	left, cut := 0, 0
+	for _, k := range keys {
+		if len(out) == maxViewLabels || len(k) > maxViewLabel {
+			left++
+			continue
+		}
+		if out == nil {
+			out = make(map[string]string)
+		}
+		v := labels[k]
+		if len(v) > maxViewLabel {
+			n := maxViewLabel
+			for n > 0 && !utf8.RuneStart(v[n]) {
+				n--
+			}
+			v = v[:n] + "…"
+			cut++
+		}
+		out[k] = v
+	}
+	var said []string
+	if left > 0 {
+		said = append(said, fmt.Sprintf("%d of %d labels left out (at most %d shown, keys of at most %d bytes)", left, len(labels), maxViewLabels, maxViewLabel))
+	}
+	if cut > 0 {
+		values := "values"
+		if cut == 1 {
+			values = "value"
+		}
+		said = append(said, fmt.Sprintf("%d %s cut to %d bytes (ending …)", cut, values, maxViewLabel))
+	}
+	if said == nil {
+		return out, ""
+	}
+	return out, strings.Join(said, "; ") + ": show with full has them whole"
 }
 
 // shownRun is a run as ls and show answer it: its view, or with full
