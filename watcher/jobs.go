@@ -622,6 +622,9 @@ func (w *watcher) endJob(j *job) {
 	for _, t := range j.timers {
 		t.Stop()
 	}
+	if j.run.progressSave != nil {
+		j.run.progressSave.Stop() // its end's save records its progress
+	}
 	delete(w.jobs.byID, j.st.ID)
 	w.unwatchRunDir(j.st.ID)
 }

@@ -482,7 +482,43 @@ func (w *watcher) readProgress(r *run) {
 	}
 	now := time.Now()
 	r.st.Progress, r.st.ProgressAt = p, &now
+	w.saveProgress(r)
+}
+
+// progressSavedEvery is how often at most a run's record is saved for
+// its progress.
+const progressSavedEvery = 10 * time.Second
+
+// saveProgress saves run r's record for its progress, noted in r.st
+// already: at once if it was last saved for it progressSavedEvery ago or
+// more, else once that time has passed. Each save is a record written
+// and synced, and a line in the history, which every user of a shared
+// root keeps and nothing deletes: a run that writes its progress in a
+// loop would otherwise add five lines a second (one per progressDelay)
+// for as long as it runs. Meanwhile the progress rides along with any
+// other save of the record (its end's too), so its last value is always
+// recorded.
+func (w *watcher) saveProgress(r *run) {
+	if wait := progressSavedEvery - time.Since(r.progressSaved); wait > 0 {
+		if r.progressSave == nil {
+			r.progressSave = w.after(wait, func() {
+				r.progressSave = nil
+				if w.supervised(r) && r.exit == nil && !tracker.Final(r.st.State) {
+					r.progressSaved = time.Now()
+					w.save(r.st)
+				}
+			})
+		}
+		return
+	}
+	r.progressSaved = time.Now()
 	w.save(r.st)
+}
+
+// supervised reports whether r is still one of the watcher's runs (or
+// jobs), not one ended and let go.
+func (w *watcher) supervised(r *run) bool {
+	return w.runs[r.st.ID] == r || w.jobs.byID[r.st.ID] != nil && w.jobs.byID[r.st.ID].run == r
 }
 
 // errNotTheOwners is readHead's error for a file it does not read.

@@ -66,6 +66,11 @@ type run struct {
 	// progressRefused is set once a progress file it did not read is
 	// logged, until one is read: said once, not at each write.
 	progressRefused bool
+	// progressSaved is when its record was last saved for its progress,
+	// progressSave the save due once progressSavedEvery has passed (see
+	// saveProgress).
+	progressSaved time.Time
+	progressSave  *time.Timer
 
 	capPending, progressPending bool // a check of its output or progress is scheduled
 	// cutsSaved is when the cuts of its output were last saved in its
@@ -904,6 +909,9 @@ func (w *watcher) finish(r *run) {
 	}
 	if r.healthSave != nil {
 		r.healthSave.Stop()
+	}
+	if r.progressSave != nil {
+		r.progressSave.Stop() // its end's save records its progress
 	}
 	delete(w.runs, r.st.ID)
 	w.unwatchRunDir(r.st.ID)
