@@ -1034,3 +1034,119 @@ func TestParseRefusesUTF16(t *testing.T) {
 		}
 	}
 }
+
+// A hard link a member made to a request of root's while it waited in
+// the spool (where fs.protected_hardlinks=0 lets them link what is not
+// theirs) is, once the request left the spool, no request of root's: a
+// single-named marked file of root's moved back into the spool would
+// run root's command as root again, whenever the member chose. Each way
+// a request of root's leaves the spool spends its mark: claimed, removed
+// as done (Spend), rejected, replaced by root's own newer version.
+func TestLinkedRootRequestSpent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the mark is root's to set and read")
+	}
+	d := newDir(t)
+	elsewhere := t.TempDir()
+	probe := filepath.Join(elsewhere, "probe")
+	os.WriteFile(probe, nil, 0o600)
+	if unix.Setxattr(probe, markAttr, []byte("request"), 0) != nil {
+		t.Skip("no trusted attributes on this file system")
+	}
+	n := Name{ID: "r", Verb: VerbStart}
+	link := filepath.Join(elsewhere, "link")
+	submit := func() File {
+		t.Helper()
+		os.Remove(link)
+		if err := d.Submit(n, []byte(`{"command": "id"}`), true); err != nil {
+			t.Fatal(err)
+		}
+		f, err := d.Read(n.String())
+		if err != nil || !f.Marked {
+			t.Fatalf("Read of root's request: marked %v, %v", f.Marked, err)
+		}
+		// The member's link, made after the watcher read it.
+		if err := os.Link(filepath.Join(d.Spool(), n.String()), link); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	replayed := func(how string) {
+		t.Helper()
+		back := filepath.Join(d.Spool(), "evil.start")
+		if err := os.Rename(link, back); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(back)
+		f, err := d.Read("evil.start")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Links != 1 || f.Marked {
+			t.Errorf("%s: the member's link back in the spool has %d links, marked %v: want it unmarked", how, f.Links, f.Marked)
+		}
+	}
+
+	f := submit()
+	dst := filepath.Join(t.TempDir(), "request")
+	if _, err := d.Claim(f, dst); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(dst) // its run deleted
+	replayed("claimed")
+
+	submit()
+	d.Spend(n.String())
+	os.Remove(filepath.Join(d.Spool(), n.String()))
+	replayed("removed as done")
+
+	submit()
+	if _, err := d.Reject(n.String(), "bad"); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(d.Rejected())
+	replayed("rejected")
+
+	submit()
+	if err := d.Submit(n, []byte(`{"command": "true"}`), true); err != nil {
+		t.Fatal(err)
+	}
+	replayed("replaced")
+	os.Remove(filepath.Join(d.Spool(), n.String()))
+
+	// A run's directory removed with a request a watcher before spent
+	// marks left marked.
+	run := t.TempDir()
+	req := filepath.Join(run, "request")
+	os.WriteFile(req, []byte(`{"command": "id"}`), 0o600)
+	unix.Setxattr(req, markAttr, []byte("request"), 0)
+	os.Remove(link)
+	if err := os.Link(req, link); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := unix.Open(run, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SpendAt(dir, "request")
+	unix.Close(dir)
+	os.Remove(req)
+	replayed("its run directory removed")
+
+	// A claimed request put back in the spool (a control request a
+	// watcher claimed before it stopped) is a request again, unless it
+	// has another name.
+	submit()
+	os.Remove(link)
+	f, _ = d.Read(n.String())
+	if _, err := d.Claim(f, dst); err != nil {
+		t.Fatal(err)
+	}
+	Unspend(dst)
+	if err := os.Rename(dst, filepath.Join(d.Spool(), n.String())); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := d.Read(n.String()); err != nil || !f.Marked {
+		t.Errorf("a claimed request put back: marked %v, %v; want marked", f.Marked, err)
+	}
+}

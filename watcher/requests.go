@@ -182,6 +182,7 @@ func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
 	if ok, _ := permitted(f.UID, "", st); !ok {
 		return false
 	}
+	w.spool.Spend(name) // a hard link to it is not to be carried out again
 	os.Remove(filepath.Join(w.spool.Spool(), name))
 	w.forget(name)
 	w.answerDone(n, st)
