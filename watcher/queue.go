@@ -66,6 +66,7 @@ func (w *watcher) addQueued(q *queuedRun) {
 	if waits(q.st) {
 		w.waiters++
 	}
+	w.countWaits(q.st, 1)
 	if isJob(q.st) {
 		w.jobs.queued++
 	}
@@ -85,6 +86,7 @@ func (w *watcher) removeQueued(q *queuedRun) {
 	if waits(q.st) {
 		w.waiters--
 	}
+	w.countWaits(q.st, -1)
 	if w.waiters == 0 {
 		clear(w.ended) // nothing waits for them any more
 	}
@@ -279,7 +281,9 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 	}
 	if !sameWaits(req, old) {
 		st.AfterSince = addedSince(st.After, next.After, st.AfterSince, next.CreatedAt)
+		w.countWaits(st, -1)
 		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
+		w.countWaits(st, 1)
 		if q.at != nil {
 			q.at.Stop()
 			q.at = nil

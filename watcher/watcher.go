@@ -444,7 +444,10 @@ type watcher struct {
 	// waiters counts the queued runs that wait for other runs or a time
 	// (see deps.go); dequeueDue is set while a dequeue is scheduled, and
 	// startDue while one waits for the end of the batch (see startSoon).
-	waiters    int
+	waiters int
+	// waitedBy counts, for each run ID, the names of it in the After of
+	// queued runs (see waitedOn).
+	waitedBy   map[string]int
 	dequeueDue bool
 	startDue   bool
 	// unkept are the requests of queued runs to sync with the next
