@@ -465,7 +465,7 @@ func (w *watcher) deleteRun(st *tracker.State, reason, request string) error {
 		del := deletion{st.State, time.Now()}
 		w.deletedAs[st.ID] = del // what the runs that wait for it ask
 		w.waitedDeletions[st.ID] = append(w.waitedDeletions[st.ID], del)
-		w.startSoon()
+		w.waitedChanged()
 	}
 	w.finishDeletion(st.ID, st.Rev+1, st.Session, st.OwnerUID, reason, request, trash)
 	return nil

@@ -297,6 +297,23 @@ func (w *watcher) countWaits(st *tracker.State, by int) {
 	}
 }
 
+// waitedChanged counts a change of a run that queued runs wait for (a
+// save of its record, its deletion, its start request decided), and has
+// them started if they may.
+func (w *watcher) waitedChanged() {
+	w.waitedChanges++
+	w.startSoon()
+}
+
+// A notedWait is what a waiting run's reason was last made of: the count
+// of changes of waited runs then, and what conditions said then.
+type notedWait struct {
+	changes     uint64
+	waits       string
+	unread, set bool
+	reason      string // the reason it then had
+}
+
 // settleWaits ends the queued runs whose conditions can no longer hold,
 // canceled, in queue order (the runs that wait for them follow), and arms
 // the timers of those that wait for a time. It reports whether any ended.
@@ -315,11 +332,22 @@ func (w *watcher) settleWaits(now time.Time) bool {
 				ended, again = true, true
 				continue
 			}
-			reason, ok := w.stillWaits(q.st, now)
-			if !ok {
-				reason, _, _ = strings.Cut(q.st.Reason, heldUp)
+			// Its reason names what it still waits for, made again only
+			// when a run it may wait for changed since it was last made,
+			// or what conditions says did, or it waits for a time: at
+			// every turn, it cost a look at every one of its waits, for
+			// every waiting run, whatever the turn was for (a thousand
+			// queued runs waiting for up to a thousand others each: 48
+			// ms a turn).
+			noted := notedWait{w.waitedChanges, waits, unread, true, q.st.Reason}
+			if q.noted != noted || q.st.NotBefore != nil {
+				reason, ok := w.stillWaits(q.st, now)
+				if !ok {
+					reason, _, _ = strings.Cut(q.st.Reason, heldUp)
+				}
+				w.noteHeldUp(q.st, reason, waits, unread)
+				q.noted = notedWait{w.waitedChanges, waits, unread, true, q.st.Reason}
 			}
-			w.noteHeldUp(q.st, reason, waits, unread)
 			if waits != "" && q.st.NotBefore != nil && now.Before(*q.st.NotBefore) && q.at == nil {
 				q.at = w.after(time.Until(*q.st.NotBefore), func() {
 					q.at = nil

@@ -38,6 +38,8 @@ type queuedRun struct {
 	gone    *time.Timer
 	// at fires when the run's not_before comes (see settleWaits).
 	at *time.Timer
+	// noted is what its reason was last made of (see settleWaits).
+	noted notedWait
 	// recheck is set while its request, held back with a slot free, is
 	// due to be examined again (see heldBack).
 	recheck bool

@@ -391,7 +391,7 @@ func (w *watcher) afterStartDecided(n spool.Name) {
 		return
 	}
 	if w.waitedOn(n.ID) {
-		w.startSoon() // what waits for it may never start now
+		w.waitedChanged() // what waits for it may never start now
 	}
 	names := w.afterStart[n.ID]
 	delete(w.afterStart, n.ID)

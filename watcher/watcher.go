@@ -447,9 +447,12 @@ type watcher struct {
 	waiters int
 	// waitedBy counts, for each run ID, the names of it in the After of
 	// queued runs (see waitedOn).
-	waitedBy   map[string]int
-	dequeueDue bool
-	startDue   bool
+	waitedBy map[string]int
+	// waitedChanges counts the changes of runs that queued runs wait for
+	// (see waitedChanged).
+	waitedChanges uint64
+	dequeueDue    bool
+	startDue      bool
 	// unkept are the requests of queued runs to sync with the next
 	// records (see keep).
 	unkept []spool.File
@@ -929,7 +932,7 @@ func (w *watcher) saveChange(st *tracker.State, change tracker.Event, kind saveK
 			// to learn without reading its record each time.
 			w.ended[st.ID] = endedRun{st.State, st.Reason, st.CreatedAt}
 		}
-		w.startSoon() // once what it waits for is recorded
+		w.waitedChanged() // once what it waits for is recorded
 	}
 	if w.batch.active {
 		w.hold(st, events, kind)
