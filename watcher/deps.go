@@ -314,6 +314,34 @@ type notedWait struct {
 	reason      string // the reason it then had
 }
 
+// A conditionsSaid is what conditions said of a queued run, and the
+// count of changes of waited runs then.
+type conditionsSaid struct {
+	changes uint64
+	waits   string
+	never   string
+	set     bool
+}
+
+// queuedConditions is conditions for queued run q, as they said at the
+// last turn of the queue if no run it may wait for changed since (see
+// waitedChanged), it waits for no time, and what they said did not come
+// of a file the watcher cannot read (which an operator mends, with no
+// change of the watcher's). Twice a turn (settleWaits, then
+// startQueuedRuns), for every waiting run, they looked at each of its
+// waits up to the first that does not hold: a thousand runs each
+// waiting for a thousand others, all ended but one, cost 250 ms a turn,
+// whatever the turn was for (a request taken, a run none waits for
+// ending).
+func (w *watcher) queuedConditions(q *queuedRun, now time.Time) (waits, never string, unread bool) {
+	if s := q.said; s.set && s.changes == w.waitedChanges && q.st.NotBefore == nil {
+		return s.waits, s.never, false
+	}
+	waits, never, unread = w.conditions(q.st, now)
+	q.said = conditionsSaid{w.waitedChanges, waits, never, !unread}
+	return waits, never, unread
+}
+
 // settleWaits ends the queued runs whose conditions can no longer hold,
 // canceled, in queue order (the runs that wait for them follow), and arms
 // the timers of those that wait for a time. It reports whether any ended.
@@ -325,7 +353,7 @@ func (w *watcher) settleWaits(now time.Time) bool {
 			if !waits(q.st) || w.queued(q.st.ID) != q {
 				continue
 			}
-			waits, never, unread := w.conditions(q.st, now)
+			waits, never, unread := w.queuedConditions(q, now)
 			if never != "" {
 				w.keepRequest(q)
 				w.endQueued(q, tracker.Canceled, never+"; it never started")

@@ -38,8 +38,11 @@ type queuedRun struct {
 	gone    *time.Timer
 	// at fires when the run's not_before comes (see settleWaits).
 	at *time.Timer
-	// noted is what its reason was last made of (see settleWaits).
+	// noted is what its reason was last made of (see settleWaits), said
+	// what conditions last said of it (see queuedConditions): both
+	// forgotten when its waits change.
 	noted notedWait
+	said  conditionsSaid
 	// recheck is set while its request, held back with a slot free, is
 	// due to be examined again (see heldBack).
 	recheck bool
@@ -286,6 +289,7 @@ func (w *watcher) updateQueued(q *queuedRun, f spool.File, req spool.Start) bool
 		w.countWaits(st, -1)
 		st.After, st.NotBefore = next.After, next.NotBefore // a new version: its not_before counts from now
 		w.countWaits(st, 1)
+		q.noted, q.said = notedWait{}, conditionsSaid{}
 		if q.at != nil {
 			q.at.Stop()
 			q.at = nil
@@ -365,7 +369,7 @@ func (w *watcher) startQueuedRuns() {
 			continue
 		}
 		if waits(q.st) {
-			if waiting, never, _ := w.conditions(q.st, now); waiting != "" || never != "" {
+			if waiting, never, _ := w.queuedConditions(q, now); waiting != "" || never != "" {
 				continue // it waits for another run, or a time
 			}
 		}

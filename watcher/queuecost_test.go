@@ -106,3 +106,45 @@ func TestQueueTurnCostsWhatChanged(t *testing.T) {
 		}
 	}
 }
+
+// TestQueueTurnMetWaitsCostWhatChanged: nor does such a turn look again
+// at the waits of a run that hold (runs ended as it waited for), up to
+// the one that does not: a thousand runs each waiting for a thousand
+// others, all ended but one, cost 250 ms a turn. Once the one it waits
+// for changes, the turn looks again, and starts it.
+func TestQueueTurnMetWaitsCostWhatChanged(t *testing.T) {
+	w := &watcher{queuedByID: make(map[string]*queuedRun), runs: make(map[string]*run), ended: make(map[string]endedRun)}
+	at := time.Now().Add(-time.Hour)
+	w.runs["gate"] = &run{st: &tracker.State{ID: "gate", State: tracker.Running, CreatedAt: at}}
+	var done []string
+	for i := range 999 {
+		id := fmt.Sprintf("d%d", i)
+		w.ended[id] = endedRun{tracker.Completed, "", at}
+		done = append(done, id)
+	}
+	for i := range 1000 {
+		st := &tracker.State{ID: fmt.Sprintf("r%d", i), State: tracker.Queued, CreatedAt: at.Add(time.Minute)}
+		st.After = append(append([]string(nil), done...), "gate")
+		st.Reason = "waiting for gate to complete"
+		w.addQueued(&queuedRun{st: st})
+	}
+	start := time.Now()
+	w.startQueuedRuns()
+	first := time.Since(start)
+	start = time.Now()
+	for range 20 {
+		w.startQueuedRuns()
+	}
+	if took := time.Since(start); took > first { // ~10 ms, the first ~250 ms; each the first's cost, 5 s
+		t.Errorf("20 turns with nothing changed took %v, the first %v", took, first)
+	}
+	// The run they wait for fails: each of them is looked at again, and
+	// will never start.
+	w.runs["gate"].st.State = tracker.Failed
+	w.waitedChanges++ // as waitedChanged counts the save
+	for _, q := range w.queue {
+		if waits, never, _ := w.queuedConditions(q, time.Now()); waits != "" || never == "" {
+			t.Fatalf("run %s, once gate failed: waits %q, never %q; want never", q.st.ID, waits, never)
+		}
+	}
+}
