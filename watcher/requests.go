@@ -127,6 +127,7 @@ func (w *watcher) examine(name string) {
 		// Renamed into its run's directory, and back in the spool after a
 		// power loss took the rename's other half: it is taken already.
 		w.log.Printf("%s: run %s claimed this very file before a power loss: removed from the spool", spool.Printable(name), n.ID)
+		w.spool.Spend(name) // its claim's spend may be what the power loss took
 		os.Remove(filepath.Join(w.spool.Spool(), name))
 		w.forget(name)
 		return
