@@ -14,19 +14,14 @@ import (
 	"github.com/tendhq/tend/tracker"
 )
 
-// need PROGRAM[:PACKAGE]...: each program is on the PATH; one that is
-// not is installed with apt-get (after apt-get update), from the Debian
-// package of its name or PACKAGE, which takes root: a script that may
-// run without it skips first ([!exec:P] [!root] skip).
+// need PROGRAM...: each program is on the PATH; one that is not is
+// installed with apt-get (after apt-get update), which takes root: a
+// script that may run without it skips first ([!exec:P] [!root] skip).
 func cmdNeed(ts *testscript.TestScript, neg bool, args []string) {
 	var missing []string
-	for _, arg := range args {
-		p, pkg, ok := strings.Cut(arg, ":")
-		if !ok {
-			pkg = p
-		}
+	for _, p := range args {
 		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, pkg)
+			missing = append(missing, p)
 		}
 	}
 	if len(missing) == 0 {
