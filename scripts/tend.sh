@@ -76,19 +76,8 @@ tend_submit() {
 	# move a file of root's into the spool (setfattr is in Debian's attr).
 	if [ "$(id -u)" = 0 ] && command -v setfattr >/dev/null; then
 		setfattr -n trusted.tend -v request "$_t" 2>/dev/null
-		# A request of root's this one replaces (an edit of a queued
-		# run) leaves the spool: its mark is spent, on the file itself,
-		# held open across the move, or a member's hard link to it
-		# (fs.protected_hardlinks=0) would stay root's request, to run
-		# as root when they chose. Only a regular file of root's is
-		# opened (no other user may rename or remove it in the sticky
-		# spool); one the watcher takes first leaves the move to below.
-		_d="$_r/spool/$1"
-		if [ ! -h "$_d" ] && [ -f "$_d" ] && [ -O "$_d" ]; then
-			( exec 9<"$_d" && mv "$_t" "$_d" && setfattr -n trusted.tend -v claimed /proc/self/fd/9 ) 2>/dev/null
-		fi
 	fi
-	[ ! -e "$_t" ] || mv "$_t" "$_r/spool/$1" || { rm -f "$_t"; return 1; }
+	mv "$_t" "$_r/spool/$1" || { rm -f "$_t"; return 1; }
 }
 
 # _tend_json TEXT: print TEXT as a JSON string. Backslashes, quotes, tabs

@@ -212,7 +212,6 @@ func (d Dir) Claim(f File, dst string) (File, error) {
 	if err := unix.Lstat(dst, &st); err != nil {
 		return File{}, &os.PathError{Op: "lstat", Path: dst, Err: err}
 	}
-	defer spend(dst)
 	if st.Dev == f.Dev && st.Ino == f.Ino {
 		return f, nil
 	}
@@ -722,16 +721,6 @@ func (d Dir) SubmitFile(n Name, body []byte, replace bool) (uint64, error) {
 		flags := uint(unix.RENAME_NOREPLACE)
 		if replace {
 			flags = 0
-			// The request replaced leaves the spool: a hard link to it
-			// is no request of root's (see spentMark).
-			if old := openRoots(dir, n.String()); old >= 0 {
-				defer func() {
-					if err == nil {
-						spendFd(old)
-					}
-					unix.Close(old)
-				}()
-			}
 		}
 		if err = unix.Renameat2(dir, tmp, dir, n.String(), flags); errors.Is(err, unix.EEXIST) {
 			err = fmt.Errorf("%s: a request with this name is already waiting in the spool", dst)
@@ -797,101 +786,8 @@ func markRejected(src string) {
 		return
 	}
 	defer unix.Close(fd)
-	if st.Uid == 0 && (!CarriesMark(fd) || marked(fd)) {
-		// A request's mark is spent too (see spentMark).
+	if st.Uid == 0 && !CarriesMark(fd) {
 		unix.Fsetxattr(fd, markAttr, []byte(rejectedMark), 0)
-	}
-}
-
-// spentMark is the value of the mark on a request of root's once it has
-// left the spool (claimed, removed, rejected): no longer a request to
-// take from a spool (see marked). The mark is on the inode, which has
-// every name the file has: where the kernel lets a member hard-link
-// root's files (fs.protected_hardlinks=0), one who linked a request of
-// root's while it waited in the spool would otherwise hold, once the
-// request was carried out and its run deleted, a file of root's with one
-// name and the mark, and move it into the spool to run root's command as
-// root again, whenever they chose.
-const spentMark = "claimed"
-
-// spend changes the mark of the request of root's at path, which has
-// left the spool or is about to, from "request" to spentMark, on the
-// descriptor of the file it names (see markRejected): a hard link to it
-// made elsewhere is a request no more. Where the file system has no such
-// attributes, or this process is not root's, it does nothing.
-func spend(path string) {
-	var pre unix.Stat_t
-	if os.Geteuid() != 0 || unix.Lstat(path, &pre) != nil || pre.Uid != 0 {
-		return // a member's file is not opened: they may hold a lease on it
-	}
-	fd, _, err := durable.OpenRegular(path)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	spendFd(fd)
-}
-
-// spendFd is spend for the file open as fd.
-func spendFd(fd int) {
-	var st unix.Stat_t
-	if unix.Fstat(fd, &st) == nil && st.Uid == 0 && marked(fd) {
-		unix.Fsetxattr(fd, markAttr, []byte(spentMark), 0)
-	}
-}
-
-// SpendAt is spend for the file name in the directory open as dir: the
-// request in a run's directory about to be removed with it (claimed, and
-// spent then, by a watcher since 2026-11-29; an earlier one's may carry
-// the mark still).
-func SpendAt(dir int, name string) {
-	if fd := openRoots(dir, name); fd >= 0 {
-		spendFd(fd)
-		unix.Close(fd)
-	}
-}
-
-// openRoots opens the regular file of root's named name in dir (a
-// request a submission by root is about to replace, for spendFd once it
-// is replaced), never through a link; -1 if there is none, or this
-// process is not root's (a member's file is not opened: they may hold a
-// lease on it).
-func openRoots(dir int, name string) int {
-	var st unix.Stat_t
-	if os.Geteuid() != 0 || unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Uid != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
-		return -1
-	}
-	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return -1
-	}
-	return fd
-}
-
-// Spend is spend for the request name in the spool, which the watcher
-// removes as done without claiming it (a request carried out already,
-// a queued run's bad version).
-func (d Dir) Spend(name string) { spend(filepath.Join(d.Spool(), name)) }
-
-// Unspend marks the claimed request of root's at path, about to be put
-// back in the spool to be taken again (a control request a watcher
-// claimed before it stopped), as a request again, if it has no other
-// name: one linked elsewhere stays spent, and its return to the spool is
-// refused for its links.
-func Unspend(path string) {
-	var pre unix.Stat_t
-	if os.Geteuid() != 0 || unix.Lstat(path, &pre) != nil || pre.Uid != 0 {
-		return
-	}
-	fd, st, err := durable.OpenRegular(path)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	var buf [16]byte
-	n, err := unix.Fgetxattr(fd, markAttr, buf[:])
-	if st.Uid == 0 && st.Nlink == 1 && err == nil && string(buf[:n]) == spentMark {
-		unix.Fsetxattr(fd, markAttr, []byte("request"), 0)
 	}
 }
 

@@ -62,8 +62,7 @@ func (w *watcher) claimControl(n spool.Name, f spool.File) (taken string, ok boo
 	if claimed.Ino != f.Ino {
 		// Replaced between read and claim: the request read is gone, and
 		// the one that replaced it is examined as any other (its owner,
-		// its body), from the spool: a request again.
-		spool.Unspend(taken)
+		// its body), from the spool.
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, filepath.Join(w.spool.Spool(), n.String()), unix.RENAME_NOREPLACE); err != nil {
 			if _, err := w.spool.RejectFrom(taken, n.String(), "replaced by a newer request of the same name before it was taken"); err != nil {
 				w.syncFailed(fmt.Errorf("%s: rejecting: %w", n, err))
@@ -685,7 +684,6 @@ func (w *watcher) restoreClaim(taken, name string) (putBack bool, answer func())
 		}
 	}
 	dst := filepath.Join(w.spool.Spool(), name)
-	spool.Unspend(taken) // a request again, to be taken from the spool
 	err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 	if err == nil {
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/procfs"
-	"github.com/tendhq/tend/spool"
 
 	"golang.org/x/sys/unix"
 )
@@ -191,11 +190,6 @@ func (w *watcher) removeTree(trash string) error {
 	var owner unix.Stat_t
 	if err := unix.Fstat(fd, &owner); err != nil {
 		return fmt.Errorf("%s: %w", trash, err)
-	}
-	if owner.Uid == 0 {
-		// A hard link to root's request, made while it waited in the
-		// spool, is no request of root's once the run is gone.
-		spool.SpendAt(fd, "request")
 	}
 	ctx, cancel := context.WithTimeout(w.purges.ctx, purgeTimeout)
 	defer cancel()

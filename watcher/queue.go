@@ -557,7 +557,6 @@ func (w *watcher) keepGood(q *queuedRun, n spool.Name) {
 		// it.
 		var st unix.Stat_t
 		if unix.Lstat(path, &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino {
-			w.spool.Spend(name) // a hard link to it is not to be taken later
 			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				w.log.Printf("run %s: removing its bad version from the spool: %v", q.st.ID, err)
 			}

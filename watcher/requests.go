@@ -127,7 +127,6 @@ func (w *watcher) examine(name string) {
 		// Renamed into its run's directory, and back in the spool after a
 		// power loss took the rename's other half: it is taken already.
 		w.log.Printf("%s: run %s claimed this very file before a power loss: removed from the spool", spool.Printable(name), n.ID)
-		w.spool.Spend(name) // its claim's spend may be what the power loss took
 		os.Remove(filepath.Join(w.spool.Spool(), name))
 		w.forget(name)
 		return
@@ -183,7 +182,6 @@ func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
 	if ok, _ := permitted(f.UID, "", st); !ok {
 		return false
 	}
-	w.spool.Spend(name) // a hard link to it is not to be carried out again
 	os.Remove(filepath.Join(w.spool.Spool(), name))
 	w.forget(name)
 	w.answerDone(n, st)
