@@ -79,6 +79,9 @@ func Check(root string, alive Liveness) []Problem {
 	if n := PendingChanges(root); n > 0 {
 		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
 	}
+	if p, ok := startLogProblem(root); ok {
+		problems = append(problems, p)
+	}
 	if p, ok := syncFailureProblem(root); ok {
 		problems = append(problems, p)
 	}
@@ -399,6 +402,11 @@ func orphanOutcomes(root string) []Problem {
 // running and whose process is gone ends failed). A request whose bytes
 // were lost stays as it is. The caller makes sure no watcher runs.
 func Repair(root string, identify Identify) (done []string, left []Problem, err error) {
+	// First, as a watcher starts: the rest is repaired from what it puts
+	// back. (Its history appends take the history's lock themselves.)
+	if done, err = repairStartLog(root); err != nil {
+		return done, nil, err
+	}
 	lockFD := -1
 	if err := lockHistory(root, &lockFD, unix.LOCK_EX); err != nil {
 		return nil, nil, err
@@ -815,4 +823,51 @@ func PendingProblem(root string) string {
 		return layout.Root(root).PendingHistory() + ": " + pendingWhat(n)
 	}
 	return ""
+}
+
+// startLogProblem says that root's start log holds changes not applied
+// (a power loss, or a watcher's crash, cut them short), or that it
+// cannot be read.
+func startLogProblem(root string) (Problem, bool) {
+	path := layout.Root(root).StartLog()
+	n, err := PendingLaunches(root)
+	switch {
+	case err != nil:
+		return Problem{path, fmt.Sprintf("cannot be read: %v: the launches it holds may not be put back", err)}, true
+	case n > 0:
+		return Problem{path, fmt.Sprintf("holds %d change%s of runs not yet all in their files (a power loss or a crash cut %s short): the next watcher puts %s back, as tend fsck --repair does", n, map[bool]string{true: "s", false: ""}[n != 1], map[bool]string{true: "them", false: "it"}[n != 1], map[bool]string{true: "them", false: "it"}[n != 1])}, true
+	}
+	return Problem{}, false
+}
+
+// repairStartLog puts back what root's start log holds of launches not
+// applied, as a watcher does as it starts (ReplayStartLog).
+func repairStartLog(root string) ([]string, error) {
+	if n, err := PendingLaunches(root); err != nil || n == 0 {
+		return nil, err
+	}
+	l, pending, err := OpenStartLog(root)
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	key, _, err := LoadKey(root, false)
+	if err != nil {
+		return nil, fmt.Errorf("putting back the start log's launches needs the root's key, which only the watcher's user may read: %w", err)
+	}
+	s := NewStore(root)
+	s.SetKey(key)
+	d := spool.Dir{Root: root}
+	done, err := ReplayStartLog(s, OpenHistory(root), d, l, pending)
+	if err != nil {
+		return done, err
+	}
+	// The claims' removals, then the mark. (A watcher that was killed
+	// with claims of its own not flushed, in this boot, left their new
+	// names unsynced: its next watcher, which syncs them first, is the
+	// place for that, not a repair.)
+	if err := durable.FlushClaim.SyncDir(d.Spool()); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return done, fmt.Errorf("start log: %w", err)
+	}
+	return done, l.Applied(pending[len(pending)-1].Seq)
 }

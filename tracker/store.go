@@ -197,6 +197,16 @@ func (s *Store) WriteAll(states []*State, launches []bool) (errs []error) {
 // to rebuild without what only the record held: so a watcher writes them
 // so only where the file system orders them.
 func (s *Store) WriteCovered(states []*State) []error {
+	_, errs := s.WriteLogged(states)
+	return errs
+}
+
+// WriteLogged writes the records of states as WriteCovered does, with
+// no flush (a power loss may take them back, or leave them torn), and
+// returns what each record holds: the start log keeps that, synced,
+// until SyncLogged has made the records durable (see StartLog).
+func (s *Store) WriteLogged(states []*State) ([][]byte, []error) {
+	records := make([][]byte, len(states))
 	errs := make([]error, len(states))
 	eachInParallel(min(len(states), coveredInFlight), len(states), func(i int, _ []byte) {
 		st := states[i]
@@ -207,8 +217,58 @@ func (s *Store) WriteCovered(states []*State) []error {
 		if err != nil {
 			errs[i] = fmt.Errorf("run %s: %w", st.ID, err)
 		}
+		records[i] = b
 	})
-	return errs
+	return records, errs
+}
+
+// SyncLogged makes durable the records of runs ids that WriteLogged
+// wrote, with their directories and runs/ (for a directory made since it
+// was last synced), as Write's flushes do.
+func (s *Store) SyncLogged(ids []string) error {
+	s.mu.Lock()
+	made := s.dirsMade
+	s.mu.Unlock()
+	errs := make([]error, len(ids))
+	eachInParallel(min(len(ids), coveredInFlight), len(ids), func(i int, _ []byte) {
+		errs[i] = s.syncRecord(ids[i])
+	})
+	err := errors.Join(errs...)
+	if err == nil && made != s.dirsSyncedNow() {
+		if err = durable.FlushRunsDir.SyncDir(s.dir); err == nil {
+			s.mu.Lock()
+			s.dirsSynced = max(s.dirsSynced, made)
+			s.mu.Unlock()
+		}
+	}
+	return err
+}
+
+func (s *Store) dirsSyncedNow() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.dirsSynced
+}
+
+// syncRecord fsyncs run id's state.json, then its directory.
+func (s *Store) syncRecord(id string) error {
+	path := s.Run(id).State()
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil // its run deleted since (its history line is synced), or its directory removed
+	}
+	if err != nil {
+		return &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	err = durable.FlushRecord.Fsync(fd)
+	unix.Close(fd)
+	if err != nil {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	if err := durable.FlushRecordDir.SyncDir(s.RunDir(id)); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("run %s: %w", id, err)
+	}
+	return nil
 }
 
 // coveredInFlight is how many records WriteCovered writes at once: a
@@ -680,4 +740,24 @@ func checkRunFD(fd, owner int) error {
 		return err
 	}
 	return CheckRunFile(&st, owner)
+}
+
+// ParseLogged returns the record b, run id's as the start log holds it,
+// checked as a record read from its file is (its sum, and its seal).
+func (s *Store) ParseLogged(id string, b []byte) (*State, error) {
+	st, err := s.parseSealed(s.Run(id).State()+" (in the start log)", b)
+	if err == nil && st.ID != id {
+		err = fmt.Errorf("run %s: the start log's record is run %s's", id, st.ID)
+	}
+	return st, err
+}
+
+// RestoreLogged writes b, run st's record as the start log holds it, in
+// place of its state.json, durably (see StartLog).
+func (s *Store) RestoreLogged(st *State, b []byte) error {
+	err := durable.Replace(s.Run(st.ID).State(), b, RunPerm(st.OwnerUID), durable.Durable{File: durable.FlushRecord, Dir: durable.FlushRecordDir})
+	if err != nil {
+		return fmt.Errorf("run %s: %w", st.ID, err)
+	}
+	return nil
 }

@@ -161,18 +161,30 @@ func (w *watcher) flush() {
 	w.batch = batch{}
 	defer func() { w.batch.active = b.active }()
 	w.syncMovedOut() // before the ends of the runs whose requests moved
+	plan := w.logPlan(b)
 	if !w.appendHistory(b.events) {
+		plan = nil
 		maps.DeleteFunc(b.kinds, func(_ *tracker.State, k saveKind) bool {
 			return k == covered // their lines are not in the history, to be synced
 		})
 	}
 	states := w.holdBehindHistory(b.states)
-	for i, err := range w.writeRecords(states, b.kinds) {
+	var errs []error
+	logged := plan != nil && len(states) == len(plan)
+	if logged {
+		errs = w.writeLogged(states, b.kinds, plan)
+	} else {
+		errs = w.writeRecords(states, b.kinds)
+	}
+	for i, err := range errs {
 		w.recorded(states[i], err)
 	}
 	w.retryUnsaved()
 	for _, e := range b.effects {
 		w.runEffect(e)
+	}
+	if !logged && len(states) > 0 {
+		w.syncLogged() // what the log holds, with the syncs this flush made anyway
 	}
 }
 
@@ -278,7 +290,7 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 		if kinds[st] == covered {
 			ends = append(ends, st)
 		} else {
-			rest, launches = append(rest, st), append(launches, kinds[st] == launched)
+			rest, launches = append(rest, st), append(launches, w.renamesEarly(kinds[st]))
 		}
 	}
 	if !w.histUnsynced && !w.spoolUnsynced && len(ends) == 0 && len(w.unsyncedClaims) == 0 {
@@ -359,6 +371,11 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	}
 	return errs
 }
+
+// renamesEarly reports whether a record saved as kind is renamed in
+// before its flush (see launchRecord): a launch, where the file system
+// orders new data before names.
+func (w *watcher) renamesEarly(kind saveKind) bool { return kind == launched && w.ordersData }
 
 // keep has the content of request f, left in the spool for its queued
 // run, synced with the next records (outside a batch, at once), and its

@@ -40,9 +40,10 @@ func TestCoverable(t *testing.T) {
 	}
 }
 
-// TestLaunchRecord: a run's launch record is renamed in before its flush
-// only where the file system orders new data before names, with
-// durability power_loss, and only for its first attempt.
+// TestLaunchRecord: a run's launch record is a launch (which the start
+// log may keep in a flush of nothing else) with durability power_loss,
+// for its first attempt only; it is renamed in before its flush only
+// where the file system orders new data before names.
 func TestLaunchRecord(t *testing.T) {
 	first := &tracker.State{Attempt: 1}
 	for _, tc := range []struct {
@@ -51,18 +52,23 @@ func TestLaunchRecord(t *testing.T) {
 		durability tracker.Durability
 		st         *tracker.State
 		want       saveKind
+		early      bool
 	}{
-		{"on ext4", true, tracker.PowerLoss, first, launched},
-		{"queued, on ext4", true, tracker.PowerLoss, &tracker.State{}, launched},
-		{"elsewhere", false, tracker.PowerLoss, first, changed},
-		{"watcher_crash", true, tracker.WatcherCrash, first, changed},
-		{"a second attempt", true, tracker.PowerLoss, &tracker.State{Attempt: 2}, changed},
-		{"a restart", true, tracker.PowerLoss, &tracker.State{Attempt: 1, Restarts: 1}, changed},
+		{"on ext4", true, tracker.PowerLoss, first, launched, true},
+		{"queued, on ext4", true, tracker.PowerLoss, &tracker.State{}, launched, true},
+		{"elsewhere", false, tracker.PowerLoss, first, launched, false},
+		{"watcher_crash", true, tracker.WatcherCrash, first, changed, false},
+		{"a second attempt", true, tracker.PowerLoss, &tracker.State{Attempt: 2}, changed, false},
+		{"a restart", true, tracker.PowerLoss, &tracker.State{Attempt: 1, Restarts: 1}, changed, false},
 	} {
 		w := &watcher{ordersData: tc.ordersData}
 		w.settings.Durability = tc.durability
-		if got := w.launchRecord(tc.st); got != tc.want {
+		got := w.launchRecord(tc.st)
+		if got != tc.want {
 			t.Errorf("%s: launchRecord = %v, want %v", tc.name, got, tc.want)
+		}
+		if early := w.renamesEarly(got); early != tc.early {
+			t.Errorf("%s: renamesEarly = %v, want %v", tc.name, early, tc.early)
 		}
 	}
 }

@@ -456,6 +456,7 @@ func (w *watcher) startQueued(q *queuedRun) bool {
 	}
 	w.forget(n.String())
 	w.updateQueued(q, claimed, req)
+	w.claimBody(n.ID, claimed)
 	kind := changed
 	if q.st.Rev == 1 {
 		// Its record on disk is the one its request made, changed since

@@ -495,6 +495,7 @@ func (w *watcher) takeStart(n spool.Name, f spool.File, req spool.Start) {
 		}
 	}
 	st := w.newRun(n.ID, claimed.UID, req)
+	w.claimBody(n.ID, claimed)
 	w.passing(st) // launch saves it at once
 	w.launch(st, req.Env)
 	w.accepted(n)

@@ -341,6 +341,11 @@ func runWatcher(cfg Config, started *bool) error {
 	} else if did != "" {
 		w.log.Printf("%s", did)
 	}
+	if err := w.openStartLog(); err != nil {
+		return err
+	}
+	defer w.startLog.log.Close()
+	defer w.syncLogged() // what the log holds, for the next watcher to find synced
 	w.takePassed()
 	if err := w.recoverRuns(); err != nil {
 		w.closePassed()
@@ -353,6 +358,7 @@ func runWatcher(cfg Config, started *bool) error {
 	w.restoreControls()
 	w.finishDeletions()
 	w.claimsLeftBehind()
+	w.syncLogged() // what the start log put back: the claims left behind first
 	w.rescan()
 	w.dequeue()
 	w.drain()
@@ -459,7 +465,10 @@ type watcher struct {
 	// unsyncedClaims are the requests claimed since the last records were
 	// written, to sync with the next (see keepClaimed).
 	unsyncedClaims []claimedFile
-	deletedAs      map[string]deletion // how runs waited for ended, once deleted
+	// startLog is the root's start log, and the launches it holds (see
+	// startlog.go).
+	startLog  startLogState
+	deletedAs map[string]deletion // how runs waited for ended, once deleted
 	// waitedDeletions are the deletions of runs others waited for, made
 	// by this watcher, and histDeletions those read from the history, by
 	// ID: kept when the ID is used again (see deletionBetween).
@@ -954,9 +963,10 @@ func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{},
 // launchRecord is the kind of the save that records run st starting (or
 // running, as its process waits at its gate) for its first attempt:
 // nothing the run does has happened, and nothing about it has been
-// answered, until the record is durable. So where the file system orders
-// new data before names, it is renamed over the run's last record before
-// its flush, and one journal commit makes its data and its name durable
+// answered, until the record is durable. So a batch of nothing else
+// may keep it in the start log instead of syncing it (see startlog.go),
+// and where the file system orders new data before names, it is renamed
+// over the run's last record before its flush, and one journal commit makes its data and its name durable
 // where a sync, a rename and its directory's sync take two
 // (tracker.Store.WriteAll); a power loss before that commit takes back a
 // change nothing has acted on, as it would a run's first record
@@ -967,7 +977,7 @@ func (w *watcher) saveEnd(st *tracker.State) { w.saveChange(st, tracker.Event{},
 // and makes the run anew from its claimed request (recoverTorn), which
 // loses nothing an answer said. A restart's would lose its attempts.
 func (w *watcher) launchRecord(st *tracker.State) saveKind {
-	if w.ordersData && w.settings.Durability == tracker.PowerLoss && st.Restarts == 0 && st.Attempt <= 1 {
+	if w.settings.Durability == tracker.PowerLoss && st.Restarts == 0 && st.Attempt <= 1 {
 		return launched
 	}
 	return changed

@@ -81,12 +81,16 @@ const (
 	// reason it writes for a rejected request whose own was lost, before
 	// it has its name, and rejected/ after.
 	FlushRepair Flush = "repair"
+	// FlushStartLog: startlog, once a run's first launch is written there
+	// (its record, request and history lines), before its gate opens; and
+	// once the watcher made it, every block written.
+	FlushStartLog Flush = "start-log"
 )
 
 // Flushes returns every Flush tend makes.
 func Flushes() []Flush {
 	return []Flush{FlushRecord, FlushRecordDir, FlushRunsDir, FlushRootDirs, FlushClaim, FlushMovedOut, FlushQueued, FlushClaimed, FlushSeen, FlushGate, FlushTrash, FlushHistory, FlushHistoryDir, FlushReason, FlushReasonDir, FlushRejected,
-		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair}
+		FlushKey, FlushKeyDir, FlushConfig, FlushConfigDir, FlushRepair, FlushStartLog}
 }
 
 // A FlushError is a flush that failed in the sync itself, not in opening

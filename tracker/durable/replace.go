@@ -56,7 +56,7 @@ func ReplaceStarted(path string, data []byte, perm Perm) error {
 }
 
 func replaceUnsynced(path string, data []byte, perm Perm, startWriteBack bool) error {
-	fd, tmp, err := createTemp(path, perm)
+	fd, tmp, err := CreateTemp(path, perm)
 	if err != nil {
 		return err
 	}
@@ -111,7 +111,7 @@ func ReplaceAll(paths []string, data [][]byte, perms []Perm, early []bool, d Dur
 			perm = perms[i]
 		}
 		var err error
-		if fds[i], tmps[i], err = createTemp(path, perm); err != nil {
+		if fds[i], tmps[i], err = CreateTemp(path, perm); err != nil {
 			fds[i], tmps[i] = -1, ""
 			errs[i] = err
 			continue
@@ -223,11 +223,11 @@ func inParallel(n int, f func(i int)) {
 // file it replaces: a name tend writes must leave room for them.
 const TempDigits = 10 // a uint32
 
-// createTemp creates a file beside path, named path followed by digits
+// CreateTemp creates a file beside path, named path followed by digits
 // (the names Leftover knows as those of an interrupted write), with
 // perm. A file given to another user is theirs before anything is written
 // to it.
-func createTemp(path string, perm Perm) (fd int, tmp string, err error) {
+func CreateTemp(path string, perm Perm) (fd int, tmp string, err error) {
 	mode := cmp.Or(perm.Mode, 0o600)
 	for range 100 {
 		tmp = path + strconv.FormatUint(uint64(rand.Uint32()), 10)
@@ -256,7 +256,7 @@ func createTemp(path string, perm Perm) (fd int, tmp string, err error) {
 // tempName matches what an interrupted atomic write leaves: createTemp's
 // "<name><digits>" and the CLI's hidden ".<name>.<random>.tmp".
 var tempName = sync.OnceValue(func() *regexp.Regexp {
-	return regexp.MustCompile(`^(state\.json|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
+	return regexp.MustCompile(`^(state\.json|startlog|order|cut|watcher\.json|watcher\.pid|queue|list\.cache|config\.json|[^.].*\.(start|cancel|delete|label|note|signal|restart|pause|resume))\d+$|^\..*\.tmp$|^\.record-`)
 }) // compiled when first needed (fsck, recovery), not at every start-up
 
 // Leftover reports whether name is that of a temporary file an

@@ -143,15 +143,15 @@ func TestReplaceAll(t *testing.T) {
 // testDurable is the Durable of the files these tests replace.
 var testDurable = Durable{File: FlushRecord, Dir: FlushRecordDir}
 
-// The temporary name createTemp gives each file tend replaces, in the
+// The temporary name CreateTemp gives each file tend replaces, in the
 // places tend fsck looks, is a Leftover; the file's own name is not.
 func TestLeftoverMatchesCreateTemp(t *testing.T) {
 	dir := t.TempDir()
 	for _, name := range []string{
-		"state.json", "order", "cut", "watcher.json", "watcher.pid", "queue", "list.cache", "config.json",
+		"state.json", "startlog", "order", "cut", "watcher.json", "watcher.pid", "queue", "list.cache", "config.json",
 		"t1.start", "t1.cancel", "t1.delete", "t1.label", "t1.note", "t1.signal", "t1.restart", "t1.pause", "t1.resume",
 	} {
-		fd, tmp, err := createTemp(filepath.Join(dir, name), Perm{})
+		fd, tmp, err := CreateTemp(filepath.Join(dir, name), Perm{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -86,6 +86,11 @@ func (r Root) Queue() string { return r.join("queue") }
 // ListCache is tend ls's cache of finished runs.
 func (r Root) ListCache() string { return r.join("list.cache") }
 
+// StartLog is the watcher's start log (tracker.StartLog): runs' starts
+// and ends, flushed before what depends on them, until their files are
+// durable where they belong.
+func (r Root) StartLog() string { return r.join("startlog") }
+
 // RecordKey is the key of the records' seals.
 func (r Root) RecordKey() string { return r.join("record.key") }
 
