@@ -32,7 +32,12 @@ import (
 // which the next watcher puts back (ReplayStartLog) before it reads a
 // record. Only the watcher (and tend fsck --repair) opens it.
 type StartLog struct {
-	fd      int
+	// fd is open only while it is read or written: a file open for
+	// writing keeps its file system from being remounted read-only
+	// (hardening/remount.txtar), so each write opens it again, as the
+	// file it was (dev, ino).
+	fd       int
+	dev, ino uint64
 	path    string
 	slots   [startLogSlots]uint64 // each slot's entry's seq; 0 for none
 	next    int                   // the slot the next entry goes to
@@ -111,20 +116,37 @@ func OpenStartLog(root string) (*StartLog, []LogEntry, error) {
 	}
 	var pending []LogEntry
 	if err == nil {
-		l.fd = fd
+		l.fd, l.dev, l.ino = fd, st.Dev, st.Ino
 		pending, err = l.read()
 	}
+	if fd >= 0 {
+		unix.Close(fd)
+	}
+	l.fd = -1
 	if err != nil {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
-		l.fd = -1
 		if rerr := os.Rename(path, path+".bad"); rerr != nil {
 			return nil, nil, fmt.Errorf("%s: %v; moving it aside: %w", path, err, rerr)
 		}
 		return l, nil, l.make()
 	}
 	return l, pending, nil
+}
+
+// use opens the log, as the file it was opened as, for f, and closes it.
+func (l *StartLog) use(f func(fd int) error) error {
+	fd, err := unix.Open(l.path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: l.path, Err: err}
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: l.path, Err: err}
+	}
+	if st.Dev != l.dev || st.Ino != l.ino {
+		return fmt.Errorf("%s: replaced since the watcher made or read it", l.path)
+	}
+	return f(fd)
 }
 
 // checkStartLog returns why st, root's start log's, is not one: a
@@ -183,12 +205,16 @@ func (l *StartLog) make() error {
 	if err == nil {
 		err = durable.FlushRootDirs.SyncDir(filepath.Dir(l.path))
 	}
+	var st unix.Stat_t
+	if err == nil {
+		err = unix.Fstat(fd, &st)
+	}
+	unix.Close(fd)
 	if err != nil {
-		unix.Close(fd)
 		unix.Unlink(tmp)
 		return fmt.Errorf("%s: %w: %w", l.path, ErrStartLogNotMade, err)
 	}
-	l.fd = fd
+	l.dev, l.ino = st.Dev, st.Ino
 	return nil
 }
 
@@ -276,6 +302,11 @@ func (l *StartLog) Write(entries []LogEntry) error {
 		}
 		slots[i] = payload
 	}
+	return l.use(func(fd int) error { return l.write(fd, slots, entries) })
+}
+
+// write writes the payloads of entries, slots, and syncs fd, the log.
+func (l *StartLog) write(fd int, slots [][]byte, entries []LogEntry) error {
 	for i, payload := range slots {
 		seq := l.seq + 1
 		b := make([]byte, startLogEntryHead+len(payload))
@@ -286,13 +317,13 @@ func (l *StartLog) Write(entries []LogEntry) error {
 		copy(b[startLogEntryHead:], payload)
 		sum := crc32.Checksum(b[8:28], castagnoli)
 		binary.LittleEndian.PutUint32(b[28:], crc32.Update(sum, castagnoli, payload))
-		if _, err := unix.Pwrite(l.fd, b, int64(startLogHeader+l.next*startLogSlot)); err != nil {
+		if _, err := unix.Pwrite(fd, b, int64(startLogHeader+l.next*startLogSlot)); err != nil {
 			return &os.PathError{Op: "write", Path: l.path, Err: err}
 		}
 		l.slots[l.next], l.seq, l.next = seq, seq, (l.next+1)%startLogSlots
 		entries[i].Seq = seq
 	}
-	return durable.FlushStartLog.Fdatasync(l.fd)
+	return durable.FlushStartLog.Fdatasync(fd)
 }
 
 // Free returns how many entries the log can take now.
@@ -317,8 +348,12 @@ func (l *StartLog) Seq() uint64 { return l.seq }
 // see ReplayStartLog), and leaves them so. Each entry written later
 // carries it too.
 func (l *StartLog) Applied(seq uint64) error {
-	if _, err := unix.Pwrite(l.fd, l.header(seq), 0); err != nil {
-		return &os.PathError{Op: "write", Path: l.path, Err: err}
+	err := l.use(func(fd int) error {
+		_, err := unix.Pwrite(fd, l.header(seq), 0)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("%s: marking: %w", l.path, err)
 	}
 	l.applied = max(l.applied, seq)
 	return nil
