@@ -38,11 +38,11 @@ type StartLog struct {
 	// file it was (dev, ino).
 	fd       int
 	dev, ino uint64
-	path    string
-	slots   [startLogSlots]uint64 // each slot's entry's seq; 0 for none
-	next    int                   // the slot the next entry goes to
-	seq     uint64                // the last entry's
-	applied uint64                // every entry up to this one is applied
+	path     string
+	slots    [startLogSlots]uint64 // each slot's entry's seq; 0 for none
+	next     int                   // the slot the next entry goes to
+	seq      uint64                // the last entry's
+	applied  uint64                // every entry up to this one is applied
 }
 
 // A LogEntry is a change of a run as the start log keeps it.
