@@ -227,16 +227,22 @@ func (c *gcCmd) Run(e *env) error {
 // watcher's user's, and the watcher's own retention removes them. An error
 // is said at once and returned, to fail the command once the runs are
 // done with.
+// removed is how tend gc says it removed something, or would have with
+// --dry-run.
+func (c *gcCmd) removed() string {
+	if c.DryRun {
+		return "would remove"
+	}
+	return "removed"
+}
+
 func (c *gcCmd) expireRejected(e *env, keep time.Duration, all bool) error {
 	if c.Session != "" || (keep <= 0 && !all) || !watchersFiles(e) {
 		return nil
 	}
 	n, err := tracker.ExpireRejected(e.root, time.Now().Add(-keep), c.DryRun)
 	if n > 0 {
-		verb := "removed"
-		if c.DryRun {
-			verb = "would remove"
-		}
+		verb := c.removed()
 		what := fmt.Sprintf("%d rejected requests, each", n)
 		if n == 1 {
 			what = "1 rejected request"
@@ -286,10 +292,7 @@ func (c *gcCmd) expireOutcomes(e *env, keep time.Duration, all bool) error {
 	}
 	n, err := tracker.ExpireOutcomes(e.root, now.Add(-tracker.KeepTaggedAnswers), runless, c.DryRun)
 	if n > 0 {
-		verb := "removed"
-		if c.DryRun {
-			verb = "would remove"
-		}
+		verb := c.removed()
 		what := fmt.Sprintf("%d answers", n)
 		if n == 1 {
 			what = "1 answer"
