@@ -50,6 +50,30 @@ func TestReadStatSelfAndMissing(t *testing.T) {
 	}
 }
 
+// ReadProcess reads a process's owner, stat and arguments (an empty one
+// and one with spaces kept apart), and names a missing one.
+func TestReadProcess(t *testing.T) {
+	cmd := exec.Command("sleep", "60", "", "a b")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	var p Process
+	for deadline := time.Now().Add(10 * time.Second); p.Comm != "sleep"; {
+		var err error
+		if p, err = ReadProcess(cmd.Process.Pid); err != nil || time.Now().After(deadline) {
+			t.Fatalf("ReadProcess = %+v, %v", p, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if p.PID != cmd.Process.Pid || p.UID != uint32(os.Geteuid()) || fmt.Sprintf("%q", p.Args) != `["sleep" "60" "" "a b"]` {
+		t.Errorf("ReadProcess = %+v", p)
+	}
+	if _, err := ReadProcess(1 << 30); !errors.Is(err, ErrNoProcess) {
+		t.Errorf("ReadProcess(missing) err = %v, want ErrNoProcess", err)
+	}
+}
+
 // readSigchld finds si_code, si_pid and si_status where the kernel puts
 // them: checked against a real child's end, read with waitid.
 func TestReadSigchld(t *testing.T) {

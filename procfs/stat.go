@@ -86,6 +86,11 @@ func readAll(path string) ([]byte, error) {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
+	return readFd(fd, path)
+}
+
+// readFd reads the /proc file open as fd (at path) whole.
+func readFd(fd int, path string) ([]byte, error) {
 	buf := make([]byte, 0, 512)
 	for {
 		if len(buf) == cap(buf) {
@@ -307,4 +312,64 @@ func BootID() (string, error) {
 		return "", errors.New("/proc/sys/kernel/random/boot_id is empty")
 	}
 	return id, nil
+}
+
+// Process is what ReadProcess reads of one process.
+type Process struct {
+	Stat
+	// UID is its effective user: the owner of /proc/<pid>.
+	UID uint32
+	// Args is its command line, as /proc/<pid>/cmdline holds it.
+	Args []string
+}
+
+// ReadProcess reads the owner, the stat and the command line of process
+// pid through one handle on /proc/<pid>, so that all three are of one
+// process: if pid ends and is reused between the reads, the later reads
+// fail rather than read the new process's. It returns an error wrapping
+// ErrNoProcess if there is no such process.
+func ReadProcess(pid int) (Process, error) {
+	dir := fmt.Sprintf("/proc/%d", pid)
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return Process{}, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+		}
+		return Process{}, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	defer unix.Close(fd)
+	var owner unix.Stat_t
+	if err := unix.Fstat(fd, &owner); err != nil {
+		return Process{}, &os.PathError{Op: "fstat", Path: dir, Err: err}
+	}
+	b, err := readAt(fd, dir, "stat")
+	if err != nil {
+		return Process{}, err
+	}
+	st, err := ParseStat(b)
+	if err != nil {
+		return Process{}, fmt.Errorf("%s/stat: %w", dir, err)
+	}
+	cmdline, err := readAt(fd, dir, "cmdline")
+	if err != nil {
+		return Process{}, err
+	}
+	var args []string
+	for a := range bytes.SplitSeq(bytes.TrimSuffix(cmdline, []byte{0}), []byte{0}) {
+		args = append(args, string(a))
+	}
+	return Process{Stat: st, UID: owner.Uid, Args: args}, nil
+}
+
+// readAt reads the file name of /proc/<pid>, open as dirfd (at dir), whole.
+func readAt(dirfd int, dir, name string) ([]byte, error) {
+	fd, err := unix.Openat(dirfd, name, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH) {
+			return nil, fmt.Errorf("%s: %w", dir, ErrNoProcess)
+		}
+		return nil, &os.PathError{Op: "open", Path: dir + "/" + name, Err: err}
+	}
+	defer unix.Close(fd)
+	return readFd(fd, dir+"/"+name)
 }

@@ -1,7 +1,6 @@
 package watcher
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -362,18 +361,25 @@ func (w *watcher) pollJobs() {
 	}
 	var ids, tags []string
 	known := make(map[string]string)
+	resolving := make(map[string]uint32)
 	for _, j := range js.byID {
 		switch {
 		case j.submitting:
 		case j.resolving:
-			tags = append(tags, j.st.Job.Tag)
+			resolving[j.st.Job.Tag] = j.submitter()
 		default:
 			ids = append(ids, j.st.Job.ID)
 			known[j.st.Job.ID] = j.st.Job.Tag
 		}
 	}
-	if len(tags) > 0 && w.submissionsInFlight() {
-		tags = nil // an earlier watcher's sbatch may be about to submit one
+	if len(resolving) > 0 {
+		inFlight := w.submissionsInFlight(resolving)
+		for tag := range resolving {
+			if !inFlight[tag] { // else an earlier watcher's sbatch may be about to submit it
+				tags = append(tags, tag)
+			}
+		}
+		slices.Sort(tags)
 	}
 	if len(ids)+len(tags) == 0 {
 		w.pollSoon(w.settings.Slurm.Poll)
@@ -1096,31 +1102,55 @@ func (w *watcher) rebuiltJob(st *tracker.State) {
 	}
 }
 
-// submissionsInFlight reports whether an sbatch that submits a job of
-// this root, started by an earlier watcher, still runs: the job it submits
-// may not be known to squeue yet, so no job is looked for by its tag until
-// it is gone. Its process group is no run's stray meanwhile.
-func (w *watcher) submissionsInFlight() bool {
-	prefix := []byte("\x00--job-name=" + cluster.TagPrefix(strings.TrimPrefix(w.mark, "TEND_MARK_")))
+// submissionsInFlight returns the tags of resolving (a job's tag -> the
+// user its sbatch runs as) whose sbatch, started by an earlier watcher,
+// still runs: the job it submits may not be known to squeue yet, so it is
+// not looked for by its tag until that sbatch is gone. Its process group
+// is no run's stray meanwhile. Only a process of the job's own user,
+// named sbatch and submitting exactly that tag, counts: in a shared root
+// a member may start a process that calls itself sbatch and names another
+// member's tag (tags are in records), which held up the look-up of every
+// job of the root for as long as it ran; now it can hold up only their
+// own. If /proc cannot be read, every tag is taken to be in flight.
+func (w *watcher) submissionsInFlight(resolving map[string]uint32) map[string]bool {
+	inFlight := make(map[string]bool)
 	all, err := procfs.All()
 	if err != nil {
-		return true
+		for tag := range resolving {
+			inFlight[tag] = true
+		}
+		return inFlight
 	}
 	orphans := make(map[int]bool)
 	for _, p := range all {
 		if p.Comm != "sbatch" || p.State == 'Z' {
 			continue
 		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p.PID))
-		if bytes.Contains(b, prefix) {
-			orphans[p.PGID] = true
+		proc, err := procfs.ReadProcess(p.PID)
+		if err != nil || proc.State == 'Z' {
+			continue
+		}
+		for _, arg := range proc.Args {
+			tag, ok := strings.CutPrefix(arg, "--job-name=")
+			if uid, want := resolving[tag]; ok && want && proc.UID == uid {
+				inFlight[tag] = true
+				orphans[proc.PGID] = true
+			}
 		}
 	}
 	w.jobs.mu.Lock()
 	w.jobs.orphans = orphans
 	w.jobs.mu.Unlock()
-	if len(orphans) > 0 {
-		w.log.Printf("recover: %d submissions of an earlier watcher are still under way: waiting for them before looking for their jobs", len(orphans))
+	if len(inFlight) > 0 {
+		w.log.Printf("recover: %d submissions of an earlier watcher are still under way: waiting for them before looking for their jobs", len(inFlight))
 	}
-	return len(orphans) > 0
+	return inFlight
+}
+
+// submitter returns the user j's engine commands run as (see cred).
+func (j *job) submitter() uint32 {
+	if j.cred != nil {
+		return j.cred.Uid
+	}
+	return uint32(os.Geteuid())
 }

@@ -5,8 +5,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tendhq/tend/procfs"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/layout"
 	"github.com/tendhq/tend/watcher/cluster"
@@ -289,6 +293,52 @@ func TestRemoveEmpty(t *testing.T) {
 		removeEmpty(dir)
 		if _, err := os.Stat(dir); os.IsNotExist(err) != tc.removed {
 			t.Errorf("%s: removed = %v, want %v", tc.name, os.IsNotExist(err), tc.removed)
+		}
+	}
+}
+
+// An earlier watcher's sbatch still under way holds up the look-up of its
+// own job's tag alone, and only if it runs as that job's user: a member's
+// process that calls itself sbatch and names another's tag (or all of
+// them) held up every job of a shared root.
+func TestSubmissionsInFlightByTagAndUser(t *testing.T) {
+	fake := filepath.Join(t.TempDir(), "sbatch")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\nwhile :; do sleep 1; done\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const tag = "tend.0123456789abcdef.mine.1"
+	cmd := exec.Command(fake, "--parsable", "--job-name="+tag)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true} // as the watcher starts it
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if st, err := procfs.ReadStat(cmd.Process.Pid); err == nil && st.Comm == "sbatch" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fake sbatch did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	me, other := uint32(os.Geteuid()), uint32(os.Geteuid()+1)
+	w := &watcher{log: log.New(io.Discard, "", 0)}
+	for _, tt := range []struct {
+		name      string
+		resolving map[string]uint32
+		want      []string
+	}{
+		{"its tag, its user", map[string]uint32{tag: me, "tend.0123456789abcdef.other.1": me}, []string{tag}},
+		{"its tag, another user's job", map[string]uint32{tag: other}, nil},
+		{"other tags only", map[string]uint32{"tend.0123456789abcdef.mine.2": me, "tend.0123456789abcdef": me}, nil},
+	} {
+		got := slices.Sorted(maps.Keys(w.submissionsInFlight(tt.resolving)))
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("%s: in flight %q, want %q", tt.name, got, tt.want)
+		}
+		if held := w.jobs.helper(cmd.Process.Pid); held != (len(tt.want) > 0) {
+			t.Errorf("%s: its process group is a helper's: %v", tt.name, held)
 		}
 	}
 }
