@@ -850,7 +850,6 @@ func repairStartLog(root string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer l.Close()
 	key, _, err := LoadKey(root, false)
 	if err != nil {
 		return nil, fmt.Errorf("putting back the start log's launches needs the root's key, which only the watcher's user may read: %w", err)

@@ -32,11 +32,10 @@ import (
 // which the next watcher puts back (ReplayStartLog) before it reads a
 // record. Only the watcher (and tend fsck --repair) opens it.
 type StartLog struct {
-	// fd is open only while it is read or written: a file open for
-	// writing keeps its file system from being remounted read-only
+	// The log is open only while it is read or written: a file open
+	// for writing keeps its file system from being remounted read-only
 	// (hardening/remount.txtar), so each write opens it again, as the
 	// file it was (dev, ino).
-	fd       int
 	dev, ino uint64
 	path     string
 	slots    [startLogSlots]uint64 // each slot's entry's seq; 0 for none
@@ -99,7 +98,7 @@ var (
 // startlog.bad and made anew; so is one that cannot be read.
 func OpenStartLog(root string) (*StartLog, []LogEntry, error) {
 	path := layout.Root(root).StartLog()
-	l := &StartLog{fd: -1, path: path}
+	l := &StartLog{path: path}
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 	if errors.Is(err, unix.ENOENT) {
 		return l, nil, l.make()
@@ -116,13 +115,12 @@ func OpenStartLog(root string) (*StartLog, []LogEntry, error) {
 	}
 	var pending []LogEntry
 	if err == nil {
-		l.fd, l.dev, l.ino = fd, st.Dev, st.Ino
-		pending, err = l.read()
+		l.dev, l.ino = st.Dev, st.Ino
+		pending, err = l.read(fd)
 	}
 	if fd >= 0 {
 		unix.Close(fd)
 	}
-	l.fd = -1
 	if err != nil {
 		if rerr := os.Rename(path, path+".bad"); rerr != nil {
 			return nil, nil, fmt.Errorf("%s: %v; moving it aside: %w", path, err, rerr)
@@ -180,8 +178,8 @@ func PendingLaunches(root string) (int, error) {
 	if err := checkStartLog(root, &st); err != nil {
 		return 0, fmt.Errorf("%s: %w", path, err)
 	}
-	l := &StartLog{fd: fd, path: path}
-	entries, err := l.read()
+	l := &StartLog{path: path}
+	entries, err := l.read(fd)
 	return len(entries), err
 }
 
@@ -227,14 +225,14 @@ func (l *StartLog) header(applied uint64) []byte {
 	return b
 }
 
-// read reads the whole log, and returns the entries not applied. The
+// read reads the whole log from fd, and returns the entries not applied. The
 // header's mark is the last applied written with a flush; each entry
 // also carries the mark as it was when written, so a torn header costs
 // at most the entries after the last one written (which applying again
 // leaves as they are: see the watcher's replay).
-func (l *StartLog) read() ([]LogEntry, error) {
+func (l *StartLog) read(fd int) ([]LogEntry, error) {
 	buf := make([]byte, startLogSize)
-	if _, err := unix.Pread(l.fd, buf, 0); err != nil {
+	if _, err := unix.Pread(fd, buf, 0); err != nil {
 		return nil, &os.PathError{Op: "read", Path: l.path, Err: err}
 	}
 	if [8]byte(buf[:8]) == startLogMagic && binary.LittleEndian.Uint32(buf[16:]) == crc32.Checksum(buf[:16], castagnoli) {
@@ -357,14 +355,4 @@ func (l *StartLog) Applied(seq uint64) error {
 	}
 	l.applied = max(l.applied, seq)
 	return nil
-}
-
-// Close closes the log (a nil one too).
-func (l *StartLog) Close() error {
-	if l == nil || l.fd < 0 {
-		return nil
-	}
-	err := unix.Close(l.fd)
-	l.fd = -1
-	return err
 }

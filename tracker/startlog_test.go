@@ -26,7 +26,6 @@ func openLog(t *testing.T, root string) (*StartLog, []LogEntry) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close() })
 	return l, pending
 }
 
@@ -58,7 +57,6 @@ func TestStartLogKeepsEntriesUntilApplied(t *testing.T) {
 	if entries[0].Seq != 1 || entries[1].Seq != 2 {
 		t.Fatalf("seqs %d, %d: want 1, 2", entries[0].Seq, entries[1].Seq)
 	}
-	l.Close()
 	l, pending = openLog(t, root)
 	if ids(pending) != "a,b" {
 		t.Fatalf("pending: %q, want a,b", ids(pending))
@@ -73,7 +71,6 @@ func TestStartLogKeepsEntriesUntilApplied(t *testing.T) {
 	if err := l.Write([]LogEntry{c}); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	l, pending = openLog(t, root)
 	if ids(pending) != "b,c" || pending[1].Seq != 3 {
 		t.Fatalf("pending: %q (%+v), want b,c with c's seq 3", ids(pending), pending)
@@ -81,7 +78,6 @@ func TestStartLogKeepsEntriesUntilApplied(t *testing.T) {
 	if err := l.Applied(3); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	if _, pending = openLog(t, root); len(pending) != 0 {
 		t.Fatalf("pending after all applied: %q", ids(pending))
 	}
@@ -95,7 +91,6 @@ func TestStartLogSkipsATornEntry(t *testing.T) {
 	if err := l.Write([]LogEntry{testEntry("a"), testEntry("b")}); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	f, err := os.OpenFile(layout.Root(root).StartLog(), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +118,6 @@ func TestStartLogTornHeaderKeepsEntriesMarks(t *testing.T) {
 	if err := l.Write([]LogEntry{testEntry("b")}); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	f, err := os.OpenFile(layout.Root(root).StartLog(), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -164,7 +158,6 @@ func TestStartLogFullOrTooLarge(t *testing.T) {
 	if err := l.Write([]LogEntry{testEntry("one-more")}); err != nil {
 		t.Fatalf("once the first slot is applied: %v", err)
 	}
-	l.Close()
 	if _, pending := openLog(t, root); len(pending) != startLogSlots || pending[len(pending)-1].ID != "one-more" {
 		t.Fatalf("pending: %d entries, last %q", len(pending), pending[len(pending)-1].ID)
 	}
@@ -185,7 +178,6 @@ func TestStartLogRefusesMoreEntriesThanSlots(t *testing.T) {
 	if err := l.Write(many); !errors.Is(err, ErrStartLogFull) {
 		t.Errorf("%d entries in %d slots: %v", len(many), startLogSlots, err)
 	}
-	l.Close()
 	if _, pending := openLog(t, root); len(pending) != 0 {
 		t.Errorf("the log holds %d entries of a refused write", len(pending))
 	}
@@ -262,7 +254,6 @@ func TestFsckRepairsFromTheStartLog(t *testing.T) {
 	if err := l.Write([]LogEntry{{ID: "r1", Name: "r1.start", Record: records[0], Request: body, Events: events}}); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	// The power loss took the run's directory and its history lines.
 	if err := os.RemoveAll(s.RunDir("r1")); err != nil {
 		t.Fatal(err)
@@ -328,7 +319,6 @@ func TestFsckRepairsFromTheStartLogBeforeATornEnd(t *testing.T) {
 	if err := l.Write([]LogEntry{{ID: "r1", Name: "r1.start", Record: records[0], Request: body, Events: events}}); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	// The power loss tore the second line.
 	hist := layout.Root(root).History()
 	b, err := os.ReadFile(hist)
@@ -384,7 +374,6 @@ func TestFsckAsRootPutsBackTheRunDirForItsOwner(t *testing.T) {
 	if err := l.Write([]LogEntry{{ID: "r1", Record: b, Request: []byte("true\n"), Events: events}}); err != nil {
 		t.Fatal(err)
 	}
-	l.Close()
 	if _, _, err := Repair(root, func(int, string) (uint64, bool) { return 0, false }); err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,6 @@ func loggedLaunchIn(t *testing.T, root string) (*watcher, tracker.LogEntry) {
 	if err := w.startLog.log.Write(entries); err != nil {
 		t.Fatal(err)
 	}
-	w.startLog.log.Close()
 	return w, entries[0]
 }
 
@@ -122,7 +121,6 @@ func TestReplayStartLog(t *testing.T) {
 			tt.lose(t, w, e)
 			histBefore, _ := os.ReadFile(filepath.Join(w.cfg.Root, "history.jsonl"))
 			startUp(t, w)
-			defer w.startLog.log.Close()
 			histAfter, _ := os.ReadFile(filepath.Join(w.cfg.Root, "history.jsonl"))
 			if tt.later {
 				if !bytes.Equal(histBefore, histAfter) {
@@ -146,7 +144,6 @@ func TestReplayStartLog(t *testing.T) {
 				}
 			}
 			// Applied: a second watcher puts back nothing.
-			w.startLog.log.Close()
 			if _, pending, err := tracker.OpenStartLog(w.cfg.Root); err != nil || len(pending) != 0 {
 				t.Errorf("after the replay the log holds %d entries (%v)", len(pending), err)
 			}
@@ -167,7 +164,6 @@ func TestReplayWithDurabilityWatcherCrash(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(w.spool.Spool(), "r1.start"), e.Request, 0o644))
 	w.settings.Durability = tracker.WatcherCrash
 	startUp(t, w)
-	w.startLog.log.Close()
 	if b, err := os.ReadFile(w.store.Run("r1").State()); err != nil || !bytes.Equal(b, e.Record) {
 		t.Errorf("record: %q, %v: want the logged one", b, err)
 	}
@@ -200,7 +196,6 @@ func TestReplayAfterTheIDWasUsedAgain(t *testing.T) {
 	if err := w.openStartLog(); err != nil {
 		t.Fatal(err)
 	}
-	w.startLog.log.Close()
 	if b, err := os.ReadFile(w.store.Run("r1").State()); err != nil || !bytes.Equal(b, e.Record) {
 		t.Errorf("record: %q, %v: want the logged one", b, err)
 	}
@@ -221,7 +216,6 @@ func TestReplayTakesTheRequestBackEmpty(t *testing.T) {
 			w, _ := loggedLaunch(t)
 			must(t, os.WriteFile(filepath.Join(w.spool.Spool(), "r1.start"), []byte(tt.body), 0o644))
 			startUp(t, w)
-			w.startLog.log.Close()
 			if _, err := os.Lstat(filepath.Join(w.spool.Spool(), "r1.start")); !os.IsNotExist(err) {
 				t.Errorf("the launch's own request, its content lost, is left in the spool, to be rejected (%v)", err)
 			}
@@ -258,7 +252,6 @@ func TestReplayMakesFoundFilesDurable(t *testing.T) {
 	defer f.Unmount()
 	w, e := loggedLaunchIn(t, mnt) // the watcher SIGKILLed: nothing after the log's sync
 	startUp(t, w)                  // the next watcher
-	w.startLog.log.Close()
 	f.Freeze()
 	must(t, f.Unmount())
 	for seed := range uint64(40) {
@@ -266,9 +259,8 @@ func TestReplayMakesFoundFilesDurable(t *testing.T) {
 		if _, err := f.Image(img, crashfs.Reordered, rand.New(rand.NewPCG(seed, seed))); err != nil {
 			t.Fatal(err)
 		}
-		l, pending, err := tracker.OpenStartLog(img)
+		_, pending, err := tracker.OpenStartLog(img)
 		must(t, err)
-		l.Close()
 		if len(pending) > 0 {
 			continue // the next watcher puts it back
 		}
@@ -305,7 +297,6 @@ func TestReplayAfterAReplayCutShort(t *testing.T) {
 			if err := w.openStartLog(); err != nil {
 				t.Fatalf("the replay after one cut short: %v", err)
 			}
-			w.startLog.log.Close()
 			if _, err := os.Lstat(leftover); !os.IsNotExist(err) {
 				t.Errorf("%s is still there (%v)", leftover, err)
 			}
@@ -339,7 +330,6 @@ func TestSyncLoggedAfterTheRunWasDeleted(t *testing.T) {
 	w, _ := loggedLaunch(t)
 	l, pending, err := tracker.OpenStartLog(w.cfg.Root)
 	must(t, err)
-	defer l.Close()
 	w.startLog.log, w.startLog.ids, w.startLog.seq = l, []string{"r1"}, pending[len(pending)-1].Seq
 	w.histUnsynced = true
 	must(t, os.RemoveAll(w.store.RunDir("r1"))) // trashed, durably
@@ -378,7 +368,6 @@ func TestReplayLeavesTheSpoolToRecovery(t *testing.T) {
 	if err := w.openStartLog(); err != nil { // the next watcher, before its recovery
 		t.Fatal(err)
 	}
-	w.startLog.log.Close()
 	f.Freeze()
 	must(t, f.Unmount())
 	img := filepath.Join(t.TempDir(), "image")
@@ -413,7 +402,6 @@ func TestReplayRejectsWhatElseIsInTheSpool(t *testing.T) {
 		other := filepath.Join(w.spool.Spool(), "r1.start")
 		must(t, os.WriteFile(other, []byte(body), 0o644))
 		must(t, w.openStartLog())
-		w.startLog.log.Close()
 		if _, err := os.Lstat(other); !os.IsNotExist(err) {
 			t.Errorf("%q: still in the spool (%v)", body, err)
 		}
@@ -447,11 +435,9 @@ func TestReplayStartAndEnd(t *testing.T) {
 	records, errs := w.store.WriteLogged([]*tracker.State{st})
 	must(t, errs[0])
 	must(t, l.Write([]tracker.LogEntry{{ID: "r1", Record: records[0], Events: []tracker.Event{end}}}))
-	l.Close()
 	must(t, os.RemoveAll(w.store.RunDir("r1")))
 	must(t, os.Truncate(filepath.Join(w.cfg.Root, "history.jsonl"), 0))
 	must(t, w.openStartLog())
-	defer w.startLog.log.Close()
 	got, err := w.store.Read("r1")
 	if err != nil || got.State != tracker.Completed || got.Rev != 3 {
 		t.Fatalf("r1 put back as %+v, %v: want completed, rev 3", got, err)
@@ -477,7 +463,6 @@ func TestReplayRequestOfARunThatWentOn(t *testing.T) {
 	must(t, w.store.Write(st))
 	must(t, os.WriteFile(w.store.Run("r1").Request(), nil, 0o600))
 	must(t, w.openStartLog())
-	defer w.startLog.log.Close()
 	if b, err := os.ReadFile(w.store.Run("r1").Request()); err != nil || !bytes.Equal(b, e.Request) {
 		t.Errorf("request: %q, %v: want it put back", b, err)
 	}

@@ -344,7 +344,6 @@ func runWatcher(cfg Config, started *bool) error {
 	if err := w.openStartLog(); err != nil {
 		return err
 	}
-	defer w.startLog.log.Close()
 	defer w.syncLogged() // what the log holds, for the next watcher to find synced
 	w.takePassed()
 	if err := w.recoverRuns(); err != nil {
