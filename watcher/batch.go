@@ -162,6 +162,9 @@ func (w *watcher) flush() {
 	defer func() { w.batch.active = b.active }()
 	w.syncMovedOut() // before the ends of the runs whose requests moved
 	plan := w.logPlan(b)
+	if plan != nil && !w.makeLogRoom(len(plan)) {
+		plan = nil
+	}
 	if !w.appendHistory(b.events) {
 		plan = nil
 		maps.DeleteFunc(b.kinds, func(_ *tracker.State, k saveKind) bool {

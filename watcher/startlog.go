@@ -104,7 +104,9 @@ func (w *watcher) claimBody(id string, f spool.File) {
 // claimed from the spool this batch: another's directory is handed over
 // to it, which the log does not hold), and nothing else waits to be synced with them
 // (a claim into claims/, a queued request kept or moved, another
-// request's content), the batch syncs what it must the usual way.
+// request's content), the batch syncs what it must the usual way. It
+// only plans: whether the log has room for the entries is makeLogRoom's
+// to tell, and to make.
 func (w *watcher) logPlan(b batch) []tracker.LogEntry {
 	bodies := w.startLog.bodies
 	w.startLog.bodies = nil
@@ -153,13 +155,17 @@ func (w *watcher) logPlan(b batch) []tracker.LogEntry {
 		}
 		entries[i].Events = append(entries[i].Events, ev)
 	}
-	if w.startLog.log.Free() < len(entries) {
-		w.syncLogged() // makes room, if its syncs succeed
-		if w.startLog.log.Free() < len(entries) {
-			return nil
-		}
-	}
 	return entries
+}
+
+// makeLogRoom makes room in the start log for n entries, if it has not,
+// by syncing the files of the changes it holds (syncLogged), and reports
+// whether it has room.
+func (w *watcher) makeLogRoom(n int) bool {
+	if w.startLog.log.Free() < n {
+		w.syncLogged() // makes room, if its syncs succeed
+	}
+	return w.startLog.log.Free() >= n
 }
 
 // writeLogged writes the records of states, the changes of entries

@@ -470,3 +470,26 @@ func TestReplayRequestOfARunThatWentOn(t *testing.T) {
 		t.Errorf("record: %+v, %v: want rev 3 left as it is", got, err)
 	}
 }
+
+// A batch meeting a full start log first syncs the files of the changes
+// the log holds, which frees every slot, and is then logged: without
+// room made, every flush after the log filled (64 changes within one
+// startLogSyncDelay) would be synced the usual way until the timer came.
+func TestMakeLogRoomSyncsAFullLog(t *testing.T) {
+	w, e := loggedLaunch(t)
+	var more []tracker.LogEntry
+	for range w.startLog.log.Free() {
+		more = append(more, tracker.LogEntry{ID: "r1", Record: e.Record})
+	}
+	must(t, w.startLog.log.Write(more))
+	w.startLog.ids, w.startLog.seq = []string{"r1"}, w.startLog.log.Seq()
+	if !w.makeLogRoom(0) || w.startLog.log.Free() != 0 {
+		t.Fatalf("room for no entry: synced a log that needed no room (%d free)", w.startLog.log.Free())
+	}
+	if !w.makeLogRoom(2) {
+		t.Fatalf("a full log, synced, has no room for 2 entries (%d free, holding %q)", w.startLog.log.Free(), w.startLog.ids)
+	}
+	if len(w.startLog.ids) != 0 {
+		t.Errorf("after making room the watcher still holds %q to sync", w.startLog.ids)
+	}
+}
