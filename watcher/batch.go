@@ -299,7 +299,11 @@ func (w *watcher) writeRecords(states []*tracker.State, kinds map[*tracker.State
 	if !w.histUnsynced && !w.spoolUnsynced && len(ends) == 0 && len(w.unsyncedClaims) == 0 {
 		return w.store.WriteAll(rest, launches)
 	}
-	claimDirs := w.claimDirsLeft(rest)
+	ids := make([]string, len(rest))
+	for i, st := range rest {
+		ids[i] = st.ID
+	}
+	claimDirs := w.claimDirsLeft(ids)
 	claimDirsSynced := true
 	var wg sync.WaitGroup
 	var histErr, spoolErr error
@@ -420,12 +424,12 @@ func (w *watcher) claimedInto(dir string, made bool) {
 }
 
 // claimDirsLeft returns the directories of claimDirs that the records of
-// states, about to be written, do not sync: those of other runs, and
-// runs/ for one made with no record there.
-func (w *watcher) claimDirsLeft(states []*tracker.State) []string {
-	recorded := make(map[string]bool, len(states))
-	for _, st := range states {
-		recorded[w.store.RunDir(st.ID)] = true
+// runs ids, about to be written or synced, do not sync: those of other
+// runs, and runs/ for one made with no record there.
+func (w *watcher) claimDirsLeft(ids []string) []string {
+	recorded := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		recorded[w.store.RunDir(id)] = true
 	}
 	var dirs []string
 	runs := false

@@ -451,11 +451,7 @@ func TestClaimDirsLeft(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w.claimDirs = tc.claimed
-			var states []*tracker.State
-			for _, id := range tc.recorded {
-				states = append(states, &tracker.State{ID: id})
-			}
-			got := w.claimDirsLeft(states)
+			got := w.claimDirsLeft(tc.recorded)
 			slices.Sort(got)
 			slices.Sort(tc.want)
 			if !slices.Equal(got, tc.want) {
@@ -520,7 +516,7 @@ func TestFailingRecordHoldsBackOnlyItsClaim(t *testing.T) {
 func TestClaimsLeftBehindSyncRunsDir(t *testing.T) {
 	w := batchWatcher(t)
 	w.claimsLeftBehind()
-	got := w.claimDirsLeft([]*tracker.State{{ID: "x"}})
+	got := w.claimDirsLeft([]string{"x"})
 	if !slices.Contains(got, w.store.Dir()) || slices.Contains(got, w.spool.Claims()) {
 		t.Errorf("after recovery, the directories synced before the spool are %q; want runs/, and not claims/ (see syncRestored)", got)
 	}

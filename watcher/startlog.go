@@ -236,7 +236,7 @@ func (w *watcher) syncLogged() {
 		wg.Go(func() { histErr = w.hist.Sync() })
 	}
 	wg.Go(func() { reqErr = w.syncRequests(launched) })
-	wg.Go(func() { dirsSynced = syncClaimDirs(w.claimDirsLeft(w.statesOf(ids)), w.syncFailed) })
+	wg.Go(func() { dirsSynced = syncClaimDirs(w.claimDirsLeft(ids), w.syncFailed) })
 	recErr = w.store.SyncLogged(ids)
 	wg.Wait()
 	if hist {
@@ -260,16 +260,6 @@ func (w *watcher) syncLogged() {
 		return
 	}
 	w.startLog.ids, w.startLog.launched = nil, nil
-}
-
-// statesOf returns records that name runs ids, for claimDirsLeft: only
-// their IDs are read.
-func (w *watcher) statesOf(ids []string) []*tracker.State {
-	states := make([]*tracker.State, len(ids))
-	for i, id := range ids {
-		states[i] = &tracker.State{ID: id}
-	}
-	return states
 }
 
 // syncRequests fdatasyncs the claimed requests of runs ids, opened by
