@@ -1,7 +1,6 @@
 package tracker
 
 import (
-	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
@@ -221,123 +220,6 @@ func TestStartLogNotItsOwnIsMovedAside(t *testing.T) {
 				t.Fatalf("the one there was not moved aside: %v", err)
 			}
 		})
-	}
-}
-
-// tend fsck reports launches the start log holds and their files lack,
-// and tend fsck --repair puts them back as a watcher would.
-func TestFsckRepairsFromTheStartLog(t *testing.T) {
-	root := t.TempDir()
-	key, _, err := LoadKey(root, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewStore(root)
-	s.SetKey(key)
-	if err := s.MakeRunDir("r1"); err != nil {
-		t.Fatal(err)
-	}
-	body := []byte("echo hi\n")
-	if err := os.WriteFile(s.Run("r1").Request(), body, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	st := &State{ID: "r1", State: Starting, OwnerUID: os.Getuid(), Command: []string{"sh", "-c", "echo hi"}, CreatedAt: now, Rev: 1}
-	events := []Event{EventOf(st, now)}
-	st.State, st.Rev, st.PID = Running, 2, 1
-	events = append(events, EventOf(st, now))
-	records, errs := s.WriteLogged([]*State{st})
-	if errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	l, _ := openLog(t, root)
-	if err := l.Write([]LogEntry{{ID: "r1", Name: "r1.start", Record: records[0], Request: body, Events: events}}); err != nil {
-		t.Fatal(err)
-	}
-	// The power loss took the run's directory and its history lines.
-	if err := os.RemoveAll(s.RunDir("r1")); err != nil {
-		t.Fatal(err)
-	}
-	found := false
-	for _, p := range Check(root, func(int, uint64) bool { return false }) {
-		found = found || p.Path == layout.Root(root).StartLog() && strings.Contains(p.What, "holds 1 change of runs not yet")
-	}
-	if !found {
-		t.Fatal("tend fsck does not report the launch the start log holds")
-	}
-	done, _, err := Repair(root, func(int, string) (uint64, bool) { return 0, false })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(done) == 0 || !strings.Contains(done[0], "put back its directory, its record, its request, 2 history lines") {
-		t.Fatalf("the repair did: %q", done)
-	}
-	if b, err := os.ReadFile(s.Run("r1").State()); err != nil || !bytes.Equal(b, records[0]) {
-		t.Fatalf("record after the repair: %v", err)
-	}
-	for _, p := range Check(root, func(int, uint64) bool { return false }) {
-		if p.Path == layout.Root(root).StartLog() {
-			t.Errorf("after the repair: %v", p)
-		}
-	}
-}
-
-// A power loss that cut a logged launch's history append short leaves
-// its line torn at the history's end: tend fsck --repair, which puts
-// the log back first, puts that line back too, at its first try (it
-// waits in the pending changes until the torn line is moved aside,
-// as a watcher's append does), rather than failing with the torn end
-// it is about to repair.
-func TestFsckRepairsFromTheStartLogBeforeATornEnd(t *testing.T) {
-	root := t.TempDir()
-	key, _, err := LoadKey(root, true)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := NewStore(root)
-	s.SetKey(key)
-	if err := s.MakeRunDir("r1"); err != nil {
-		t.Fatal(err)
-	}
-	body := []byte("echo hi\n")
-	if err := os.WriteFile(s.Run("r1").Request(), body, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	st := &State{ID: "r1", State: Starting, OwnerUID: os.Getuid(), Command: []string{"sh", "-c", "echo hi"}, CreatedAt: now, Rev: 1}
-	events := []Event{EventOf(st, now)}
-	st.State, st.Rev, st.PID = Running, 2, 1
-	events = append(events, EventOf(st, now.Add(time.Millisecond)))
-	if err := OpenHistory(root).Append(events...); err != nil {
-		t.Fatal(err)
-	}
-	records, errs := s.WriteLogged([]*State{st})
-	if errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	l, _ := openLog(t, root)
-	if err := l.Write([]LogEntry{{ID: "r1", Name: "r1.start", Record: records[0], Request: body, Events: events}}); err != nil {
-		t.Fatal(err)
-	}
-	// The power loss tore the second line.
-	hist := layout.Root(root).History()
-	b, err := os.ReadFile(hist)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(hist, b[:len(b)-20], 0o644); err != nil {
-		t.Fatal(err)
-	}
-	done, _, err := Repair(root, func(int, string) (uint64, bool) { return 0, false })
-	if err != nil {
-		t.Fatalf("tend fsck --repair: %v (did %q)", err, done)
-	}
-	got, err := ReadAllHistory(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(got) != 2 || got[1].Rev != 2 {
-		t.Errorf("the history after the repair: %+v", got)
 	}
 }
 

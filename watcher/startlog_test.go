@@ -13,12 +13,13 @@ import (
 	"github.com/tendhq/tend/spool"
 	"github.com/tendhq/tend/tracker"
 	"github.com/tendhq/tend/tracker/crashfs"
+	"github.com/tendhq/tend/tracker/startlogtest"
 )
 
 // loggedLaunch makes, in a new root, run "r1" launched as writeLogged
-// leaves it: its directory, record and request, its two history lines
-// appended, and its launch in the start log, not applied. It returns the
-// watcher (its log open) and the entry.
+// leaves it (startlogtest.Launch): its directory, record and request,
+// its two history lines appended, and its launch in the start log, not
+// applied. It returns the watcher (its start log opened) and the entry.
 func loggedLaunch(t *testing.T) (*watcher, tracker.LogEntry) {
 	t.Helper()
 	return loggedLaunchIn(t, t.TempDir())
@@ -37,31 +38,7 @@ func loggedLaunchIn(t *testing.T, root string) (*watcher, tracker.LogEntry) {
 	if err := w.openStartLog(); err != nil {
 		t.Fatal(err)
 	}
-	body := []byte("echo hi\n")
-	if err := w.store.MakeRunDir("r1"); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(w.store.Run("r1").Request(), body, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now().UTC()
-	st := &tracker.State{ID: "r1", State: tracker.Starting, OwnerUID: w.uid, Command: []string{"sh", "-c", "echo hi"}, CreatedAt: now, Rev: 1}
-	events := []tracker.Event{tracker.EventOf(st, now)}
-	st.State, st.PID, st.Rev = tracker.Running, 4242, 2
-	events = append(events, tracker.EventOf(st, now.Add(time.Millisecond)))
-	if err := w.hist.Append(events...); err != nil {
-		t.Fatal(err)
-	}
-	records, errs := w.store.WriteLogged([]*tracker.State{st})
-	if errs[0] != nil {
-		t.Fatal(errs[0])
-	}
-	e := tracker.LogEntry{ID: "r1", Name: "r1.start", Record: records[0], Request: body, Events: events}
-	entries := []tracker.LogEntry{e}
-	if err := w.startLog.log.Write(entries); err != nil {
-		t.Fatal(err)
-	}
-	return w, entries[0]
+	return w, startlogtest.Launch(t, w.store, w.hist, w.startLog.log)
 }
 
 // startUp does what a watcher does with the start log as it starts: it
