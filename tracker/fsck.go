@@ -79,9 +79,7 @@ func Check(root string, alive Liveness) []Problem {
 	if n := PendingChanges(root); n > 0 {
 		problems = append(problems, Problem{layout.Root(root).PendingHistory(), pendingWhat(n)})
 	}
-	if p, ok := startLogProblem(root); ok {
-		problems = append(problems, p)
-	}
+	problems = append(problems, startLogProblems(root)...)
 	if p, ok := syncFailureProblem(root); ok {
 		problems = append(problems, p)
 	}
@@ -825,20 +823,42 @@ func PendingProblem(root string) string {
 	return ""
 }
 
-// startLogProblem says that root's start log holds changes not applied
-// (a power loss, or a watcher's crash, cut them short), or that it
-// cannot be read.
-func startLogProblem(root string) (Problem, bool) {
+// startLogProblems says that root's start log holds changes not applied
+// (a power loss, or a watcher's crash, cut them short), that they do not
+// verify with the root's key, or that it cannot be read; and names each
+// log set aside as unverified (SetAsideUnverified).
+func startLogProblems(root string) []Problem {
 	path := layout.Root(root).StartLog()
-	n, err := PendingLaunches(root)
+	var problems []Problem
+	entries, err := pendingEntries(root)
+	_, bad := unverified(fsckStore(root), entries) // none without the key
+	n := len(entries)
+	them := map[bool]string{true: "them", false: "it"}[n != 1]
 	switch {
 	case err != nil:
-		return Problem{path, fmt.Sprintf("cannot be read: %v: the launches it holds may not be put back", err)}, true
+		problems = append(problems, Problem{path, fmt.Sprintf("cannot be read: %v: the launches it holds may not be put back", err)})
+	case bad:
+		problems = append(problems, Problem{path, fmt.Sprintf("holds %d change%s whose records do not verify with %s (the key was lost and made anew, or replaced): the next watcher, as tend fsck --repair does, moves it to %s and puts none back", n, plural(n), layout.Root(root).RecordKey(), path+UnverifiedSuffix)})
 	case n > 0:
-		return Problem{path, fmt.Sprintf("holds %d change%s of runs not yet all in their files (a power loss or a crash cut %s short): the next watcher puts %s back, as tend fsck --repair does", n, map[bool]string{true: "s", false: ""}[n != 1], map[bool]string{true: "them", false: "it"}[n != 1], map[bool]string{true: "them", false: "it"}[n != 1])}, true
+		problems = append(problems, Problem{path, fmt.Sprintf("holds %d change%s of runs not yet all in their files (a power loss or a crash cut %s short): the next watcher puts %s back, as tend fsck --repair does", n, plural(n), them, them)})
 	}
-	return Problem{}, false
+	aside, _ := filepath.Glob(path + UnverifiedSuffix + "*")
+	sort.Strings(aside)
+	for _, p := range aside {
+		if strings.HasSuffix(p, ".error") {
+			continue
+		}
+		why, _, err := durable.ReadRegular(p+".error", 64<<10)
+		if err != nil {
+			why = []byte(fmt.Sprintf("its reason cannot be read: %v", err))
+		}
+		problems = append(problems, Problem{p, fmt.Sprintf("a start log set aside, unverified: %s (remove it and its .error once read)", strings.TrimSpace(string(why)))})
+	}
+	return problems
 }
+
+// plural is "s" for a count other than one.
+func plural(n int) string { return map[bool]string{true: "s", false: ""}[n != 1] }
 
 // repairStartLog puts back what root's start log holds of launches not
 // applied, as a watcher does as it starts (ReplayStartLog).
@@ -856,6 +876,13 @@ func repairStartLog(root string) ([]string, error) {
 	}
 	s := NewStore(root)
 	s.SetKey(key)
+	aside, why, err := SetAsideUnverified(s, l, pending)
+	if aside != "" {
+		return []string{fmt.Sprintf("%s: moved to %s, and made anew: %s", l.path, aside, why)}, err
+	}
+	if err != nil {
+		return nil, err
+	}
 	d := spool.Dir{Root: root}
 	done, err := ReplayStartLog(s, OpenHistory(root), d, l, pending)
 	if err != nil {

@@ -130,6 +130,64 @@ func OpenStartLog(root string) (*StartLog, []LogEntry, error) {
 	return l, pending, nil
 }
 
+// UnverifiedSuffix ends the name a start log whose records do not
+// verify is moved aside to (SetAsideUnverified), with its reason in a
+// file of that name and ".error" beside it.
+const UnverifiedSuffix = ".unverified"
+
+// SetAsideUnverified moves l's file aside, to startlog.unverified (or
+// startlog.unverified.N, where that is taken), with why in a file of
+// that name and ".error", and makes the log anew, if a record among
+// entries, its pending ones, does not verify with s's key: sealed with a
+// key the root no longer has (record.key lost, and made anew), the
+// changes cannot be told from forged ones, and are not put back; the
+// runs' records, sealed with that key too, are not trusted until tend
+// fsck --repair rebuilds them from the history, as any record sealed
+// with a lost key. Left in place, the log would stop every watcher from
+// starting. It returns the path the log was moved to and why, or ""
+// where every record verifies.
+func SetAsideUnverified(s *Store, l *StartLog, entries []LogEntry) (aside, why string, err error) {
+	id, ok := unverified(s, entries)
+	if !ok {
+		return "", "", nil
+	}
+	why = fmt.Sprintf("run %s's record in it does not verify with %s (the key was lost and made anew, or replaced): the %d changes it held are not put back; the runs' records, sealed with that key too, are not trusted until tend fsck --repair rebuilds them from the history",
+		id, s.root.RecordKey(), len(entries))
+	aside, err = l.setAside(why)
+	return aside, why, err
+}
+
+// unverified returns the ID of the first run among entries whose record
+// does not verify with s's key.
+func unverified(s *Store, entries []LogEntry) (string, bool) {
+	for _, e := range entries {
+		if _, err := s.ParseLogged(e.ID, e.Record); errors.Is(err, ErrUnsealed) {
+			return e.ID, true
+		}
+	}
+	return "", false
+}
+
+// setAside renames the log to a free name ending UnverifiedSuffix (or
+// that and .N), writes why beside it, and makes the log anew.
+func (l *StartLog) setAside(why string) (string, error) {
+	aside := l.path + UnverifiedSuffix
+	for n := 2; ; n++ {
+		err := unix.Renameat2(unix.AT_FDCWD, l.path, unix.AT_FDCWD, aside, unix.RENAME_NOREPLACE)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, unix.EEXIST) || n > 1000 {
+			return "", &os.LinkError{Op: "rename", Old: l.path, New: aside, Err: err}
+		}
+		aside = fmt.Sprintf("%s%s.%d", l.path, UnverifiedSuffix, n)
+	}
+	if err := durable.Replace(aside+".error", []byte(why+"\n"), durable.Perm{Mode: 0o600}, durable.Durable{File: durable.FlushReason, Dir: durable.FlushReasonDir}); err != nil {
+		return aside, err
+	}
+	return aside, l.make() // which syncs the root, and so the rename
+}
+
 // use opens the log, as the file it was opened as, for f, and closes it.
 func (l *StartLog) use(f func(fd int) error) error {
 	fd, err := unix.Open(l.path, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
@@ -166,21 +224,27 @@ func checkStartLog(root string, st *unix.Stat_t) error {
 // are not applied (see StartLog): 0 where there is none. It only reads:
 // for tend fsck and tend status.
 func PendingLaunches(root string) (int, error) {
+	entries, err := pendingEntries(root)
+	return len(entries), err
+}
+
+// pendingEntries returns the changes root's start log holds that are not
+// applied, reading it only.
+func pendingEntries(root string) ([]LogEntry, error) {
 	path := layout.Root(root).StartLog()
 	fd, st, err := durable.OpenRegular(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return 0, nil
+		return nil, nil
 	}
 	if err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer unix.Close(fd)
 	if err := checkStartLog(root, &st); err != nil {
-		return 0, fmt.Errorf("%s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	l := &StartLog{path: path}
-	entries, err := l.read(fd)
-	return len(entries), err
+	return l.read(fd)
 }
 
 // make writes the log anew beside its path, zeros in every block, syncs

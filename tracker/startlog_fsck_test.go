@@ -97,3 +97,57 @@ func TestFsckRepairsFromTheStartLogBeforeATornEnd(t *testing.T) {
 		t.Errorf("the history after the repair: %+v", got)
 	}
 }
+
+// A start log whose records do not verify with the root's key (its
+// record.key lost, and made anew) stopped every watcher, and tend fsck
+// --repair, until it was removed by hand. tend fsck names it; --repair,
+// as a watcher does, moves it aside with its reason, makes it anew and
+// puts none of its changes back; tend fsck then names the log set aside.
+// A second one is set aside beside the first, which is kept.
+func TestFsckSetsAsideAnUnverifiedStartLog(t *testing.T) {
+	root, _, _ := loggedLaunch(t)
+	r := layout.Root(root)
+	if err := os.Remove(r.RecordKey()); err != nil {
+		t.Fatal(err)
+	}
+	if _, created, err := tracker.LoadKey(root, true); err != nil || !created {
+		t.Fatalf("a new key: %v", err)
+	}
+	want := func(path, what string) {
+		t.Helper()
+		for _, p := range tracker.Check(root, func(int, uint64) bool { return false }) {
+			if p.Path == path && strings.Contains(p.What, what) {
+				return
+			}
+		}
+		t.Errorf("tend fsck does not report %s: %s", path, what)
+	}
+	want(r.StartLog(), "holds 1 change whose records do not verify with "+r.RecordKey())
+	for i, aside := range []string{r.StartLog() + ".unverified", r.StartLog() + ".unverified.2"} {
+		if i > 0 { // another launch, logged under the old key
+			if err := os.Rename(r.StartLog()+".unverified", r.StartLog()); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(r.StartLog()+".unverified", []byte("the first\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		done, _, err := tracker.Repair(root, noPeers)
+		if err != nil {
+			t.Fatalf("tend fsck --repair: %v (did %q)", err, done)
+		}
+		if len(done) == 0 || !strings.Contains(done[0], "moved to "+aside+", and made anew: run r1's record in it does not verify") {
+			t.Errorf("the repair did: %q", done)
+		}
+		if n, err := tracker.PendingLaunches(root); err != nil || n != 0 {
+			t.Errorf("the log made anew holds %d changes (%v)", n, err)
+		}
+		if b, err := os.ReadFile(aside + ".error"); err != nil || !strings.Contains(string(b), "are not put back") {
+			t.Errorf("the reason beside %s: %q, %v", aside, b, err)
+		}
+		want(aside, "a start log set aside, unverified: run r1's record in it does not verify")
+	}
+	if b, _ := os.ReadFile(r.StartLog() + ".unverified"); string(b) != "the first\n" {
+		t.Errorf("the first log set aside was replaced by the second")
+	}
+}

@@ -55,7 +55,9 @@ type startLogState struct {
 const startLogSyncDelay = 20 * time.Millisecond
 
 // openStartLog opens the root's start log and puts back what a power loss
-// took of the changes it holds.
+// took of the changes it holds. A log whose records do not verify with
+// the root's key (record.key lost) is set aside, and the watcher goes on
+// (tracker.SetAsideUnverified).
 //
 // With durability watcher_crash it makes none, but one there is replayed
 // all the same: its changes were answered under power_loss, and it is
@@ -75,6 +77,19 @@ func (w *watcher) openStartLog() error {
 		return err
 	}
 	w.startLog.log = l
+	aside, why, err := tracker.SetAsideUnverified(w.store, l, pending)
+	if aside != "" {
+		w.log.Printf("start log: %s moved to %s, and made anew: %s", layout.Root(w.cfg.Root).StartLog(), aside, why)
+		pending = nil
+	}
+	if errors.Is(err, tracker.ErrStartLogNotMade) {
+		w.log.Printf("%v: starts are synced the usual way", err)
+		w.startLog.log = nil
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("start log: setting it aside: %w", err)
+	}
 	return w.replayStartLog(pending)
 }
 
