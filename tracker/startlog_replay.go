@@ -40,6 +40,15 @@ func ReplayStartLog(s *Store, h *History, d spool.Dir, l *StartLog, entries []Lo
 	for _, e := range entries {
 		ids[e.ID] = true
 	}
+	// The whole history, not a tail: an entry stays pending for as long
+	// as its syncs fail (a watcher's whole life, while the history
+	// rotates), so no byte window (RecentEvents's) nor time (the clock
+	// may be stepped) surely reaches back to its lines, and the ID's last
+	// deletion before them may be older still (missingEvents). The log
+	// keeps no place in the history to start from, and one it kept would
+	// not survive a rotation or the loss of the history's unsynced end.
+	// This is read only after a crash or a power loss left entries
+	// pending, once, as the watcher starts.
 	events, err := EventsOf(string(s.root), ids)
 	if err != nil {
 		return nil, fmt.Errorf("start log: reading the history of the %d runs it holds: %w", len(ids), err)
