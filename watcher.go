@@ -101,6 +101,8 @@ func (c *Client) EnsureWatcher(ctx context.Context, opts WatcherOptions) (pid in
 					hurried, started = time.Now(), true
 				}
 				k.Close()
+			} else if err := tracker.CheckWritable(c.root); err != nil {
+				return 0, false, err
 			} else if err := c.spawnKeeper(ctx, opts); err != nil {
 				return 0, false, err
 			} else {

@@ -206,3 +206,15 @@ func chmodDir(path string, mode uint32) error {
 	}
 	return nil
 }
+
+// CheckWritable returns an error naming root if its file system is
+// mounted read-only: a watcher writes there as it starts (its pid files,
+// its log, the start log), and would stop on whichever came first, with
+// an error that named that file and not why.
+func CheckWritable(root string) error {
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err == nil && fs.Flags&unix.ST_RDONLY != 0 {
+		return fmt.Errorf("%s: its file system is read-only: no watcher can start on it until it is writable again", root)
+	}
+	return nil
+}

@@ -146,6 +146,11 @@ func Keep(cfg KeeperConfig) (int, error) {
 	if cfg.Log == nil {
 		cfg.Log = io.Discard
 	}
+	if !cfg.Successor { // a successor keeps the runs its watcher had, writable or not
+		if err := tracker.CheckWritable(cfg.Root); err != nil {
+			return 1, err
+		}
+	}
 	k := &keeper{cfg: cfg, log: log.New(lineWriter{cfg.Log}, "keeper: ", log.LstdFlags|log.Lmicroseconds),
 		held: make(map[int]*heldProc), heldExited: make(chan *heldProc, len(cfg.Held)), unrecorded: make(map[int]bool)}
 	k.hold(cfg.Held)
