@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -845,8 +846,8 @@ func startLogProblems(root string) []Problem {
 	aside, _ := filepath.Glob(path + UnverifiedSuffix + "*")
 	sort.Strings(aside)
 	for _, p := range aside {
-		if strings.HasSuffix(p, ".error") {
-			continue
+		if !setAsideName.MatchString(filepath.Base(p)) {
+			continue // its reason, or a temporary file of one
 		}
 		why, _, err := durable.ReadRegular(p+".error", 64<<10)
 		if err != nil {
@@ -856,6 +857,10 @@ func startLogProblems(root string) []Problem {
 	}
 	return problems
 }
+
+// setAsideName matches the names a start log is set aside under
+// (StartLog.setAside).
+var setAsideName = regexp.MustCompile(`^startlog\.unverified(\.[0-9]+)?$`)
 
 // plural is "s" for a count other than one.
 func plural(n int) string { return map[bool]string{true: "s", false: ""}[n != 1] }

@@ -150,4 +150,14 @@ func TestFsckSetsAsideAnUnverifiedStartLog(t *testing.T) {
 	if b, _ := os.ReadFile(r.StartLog() + ".unverified"); string(b) != "the first\n" {
 		t.Errorf("the first log set aside was replaced by the second")
 	}
+	// What a write of a reason cut short leaves is no log set aside.
+	tmp := r.StartLog() + ".unverified.error123"
+	if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range tracker.Check(root, func(int, uint64) bool { return false }) {
+		if p.Path == tmp && strings.Contains(p.What, "set aside") {
+			t.Errorf("a temporary file is reported as a log set aside: %v", p)
+		}
+	}
 }
