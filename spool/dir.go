@@ -271,14 +271,25 @@ func (d Dir) Reject(name, reason string) (string, error) {
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	markRejected(src)
 	private(src) // before it is in rejected/, which the root's group may read
-	return d.rejectAs(name, reason, func(dst string) error {
+	var moved string
+	dst, err := d.rejectAs(name, reason, func(dst string) error {
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err != nil {
 			return &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 		}
 		private(dst) // what was moved: src may have been replaced in between
+		moved = dst
 		return nil
 	})
+	if err == nil && moved != "" {
+		// Its move into rejected/ is durable (rejectAs synced it): the
+		// request is gone from where it was taken, and its mark is
+		// spent, or a hard link to it, made before or in rejected/
+		// (which the root's group may enter), would be a request of
+		// root's once the rejected file expires (see spentMark).
+		spend(moved, rejectedMark)
+	}
+	return dst, err
 }
 
 // private takes from the file or directory at path every permission but
@@ -717,6 +728,9 @@ func (d Dir) SubmitFile(n Name, body []byte, replace bool) (uint64, error) {
 	if cerr := unix.Close(fd); err == nil {
 		err = cerr
 	}
+	if err == nil && replace && exchanged(dir, tmp, n.String()) {
+		return st.Ino, nil
+	}
 	if err == nil {
 		flags := uint(unix.RENAME_NOREPLACE)
 		if replace {
@@ -789,6 +803,151 @@ func markRejected(src string) {
 	if st.Uid == 0 && !CarriesMark(fd) {
 		unix.Fsetxattr(fd, markAttr, []byte(rejectedMark), 0)
 	}
+}
+
+// spentMark is the value of the mark on a request of root's whose last
+// name of its own is gone (its run deleted, replaced by a newer version,
+// removed as carried out): no request to take from a spool any more
+// (see marked). The mark is on the inode, which has every name the file
+// has: where the kernel lets a member hard-link root's files
+// (fs.protected_hardlinks=0), one who linked a request of root's while
+// it waited in the spool would otherwise hold, once the request was
+// carried out and its run deleted, a file of root's with one name and
+// the mark, and move it into the spool to run root's command as root
+// again, whenever they chose. It is never spent where a power loss could
+// bring the request back under a name it is taken from (see
+// docs/design.md, "A request's mark is spent where its last name goes").
+const spentMark = "spent"
+
+// spend changes the mark of the regular file of root's at path from
+// "request" to value, on the descriptor of the file it names, never
+// through a link. Where the file system has no such attributes, or this
+// process is not root's, it does nothing.
+func spend(path, value string) {
+	var pre unix.Stat_t
+	if os.Geteuid() != 0 || unix.Lstat(path, &pre) != nil || pre.Uid != 0 {
+		return // a member's file is not opened: they may hold a lease on it
+	}
+	fd, _, err := durable.OpenRegular(path)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	spendFd(fd, value)
+}
+
+// spendFd is spend for the file open as fd.
+func spendFd(fd int, value string) {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) == nil && st.Uid == 0 && marked(fd) {
+		unix.Fsetxattr(fd, markAttr, []byte(value), 0)
+	}
+}
+
+// SpendAt spends the mark of the request named name in the directory
+// open as dir: a run's, about to be removed with its directory (a
+// deleted run's), which is its last name of its own.
+func SpendAt(dir int, name string) {
+	if fd := openRoots(dir, name); fd >= 0 {
+		spendFd(fd, spentMark)
+		unix.Close(fd)
+	}
+}
+
+// openRoots opens the regular file of root's named name in dir, never
+// through a link; -1 if there is none, or this process is not root's (a
+// member's file is not opened: they may hold a lease on it).
+func openRoots(dir int, name string) int {
+	var st unix.Stat_t
+	if os.Geteuid() != 0 || unix.Fstatat(dir, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil || st.Uid != 0 || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return -1
+	}
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// RemoveRequest removes the request file at path (in the spool, or in
+// claims/), which leaves tend for good: carried out, or a queued run's
+// bad version. If it is a request of root's that another name keeps (a
+// hard link; see spentMark), other than those at kept (where the request
+// has names of its own: its run's request, its claim), its mark is spent
+// once the removal is durable: its directory is synced first, so a power
+// loss never brings it back under path spent, a request of root's
+// refused as not one. Without such a link nothing is synced.
+func RemoveRequest(path string, kept ...string) error {
+	dir, err := unix.Open(filepath.Dir(path), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: filepath.Dir(path), Err: err}
+	}
+	defer unix.Close(dir)
+	name := filepath.Base(path)
+	fd := openRoots(dir, name)
+	if fd >= 0 {
+		defer unix.Close(fd)
+	}
+	if err := unix.Unlinkat(dir, name, 0); err != nil {
+		return &os.PathError{Op: "remove", Path: path, Err: err}
+	}
+	if fd < 0 || !linkedElsewhere(fd, kept) {
+		return nil
+	}
+	if err := durable.FlushClaim.Fsync(dir); err != nil {
+		// Not spent: a power loss may still bring it back under path.
+		return fmt.Errorf("%s: removed, but its mark not spent: %w", path, err)
+	}
+	spendFd(fd, spentMark)
+	return nil
+}
+
+// linkedElsewhere reports whether the request of root's open as fd
+// carries the mark and has a name that is not one of kept.
+func linkedElsewhere(fd int, kept []string) bool {
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Nlink == 0 || !marked(fd) {
+		return false
+	}
+	own := 0
+	for _, p := range kept {
+		var k unix.Stat_t
+		if unix.Lstat(p, &k) == nil && k.Dev == st.Dev && k.Ino == st.Ino {
+			own++
+		}
+	}
+	return int(st.Nlink) > own
+}
+
+// exchanged puts the new request tmp in place of the request of root's
+// named name in the spool open as dir (a newer version by root's client:
+// an edit of a queued run, a control request sent again), exchanging
+// the two names, and removes the version replaced. If a hard link keeps
+// that version elsewhere (see spentMark), its mark is spent once the
+// spool is synced: never while a power loss could bring it back as the
+// request under name, spent. It reports false, having done nothing, if
+// there is no request of root's under name (taken meanwhile, or
+// another's) or the file system cannot exchange names: tmp is then
+// renamed in as before.
+func exchanged(dir int, tmp, name string) bool {
+	old := openRoots(dir, name)
+	if old < 0 {
+		return false
+	}
+	defer unix.Close(old)
+	if unix.Renameat2(dir, tmp, dir, name, unix.RENAME_EXCHANGE) != nil {
+		return false
+	}
+	// tmp now names what was under name: the version read, or one that
+	// took its place meanwhile (only root may rename over a file of
+	// root's in the sticky spool). Either is replaced.
+	var was, st unix.Stat_t
+	same := unix.Fstatat(dir, tmp, &was, unix.AT_SYMLINK_NOFOLLOW) == nil && unix.Fstat(old, &st) == nil && was.Dev == st.Dev && was.Ino == st.Ino
+	unix.Unlinkat(dir, tmp, 0)
+	if same && linkedElsewhere(old, nil) && durable.FlushClaim.Fsync(dir) == nil {
+		spendFd(old, spentMark)
+	}
+	return true
 }
 
 // marked reports whether the file open as fd carries the mark.

@@ -1034,3 +1034,142 @@ func TestParseRefusesUTF16(t *testing.T) {
 		}
 	}
 }
+
+// A hard link a member made to a request of root's while it waited in
+// the spool (where fs.protected_hardlinks=0 lets them link what is not
+// theirs) is, once the request's last name of its own is gone, no
+// request of root's: a single-named marked file of root's moved back
+// into the spool would run root's command as root again, whenever the
+// member chose. The mark is spent there (its run's directory removed,
+// removed as done, rejected, replaced by root's own newer version), and
+// never at the claim, which a power loss may undo after the mark's
+// change is durable (the regression of 42d7c85: an accepted request
+// refused as not root's).
+func TestLinkedRootRequestSpent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the mark is root's to set and read")
+	}
+	d := newDir(t)
+	elsewhere := t.TempDir()
+	probe := filepath.Join(elsewhere, "probe")
+	os.WriteFile(probe, nil, 0o600)
+	if unix.Setxattr(probe, markAttr, []byte("request"), 0) != nil {
+		t.Skip("no trusted attributes on this file system")
+	}
+	n := Name{ID: "r", Verb: VerbCancel}
+	spooled := filepath.Join(d.Spool(), n.String())
+	link := filepath.Join(elsewhere, "link")
+	submit := func() File {
+		t.Helper()
+		os.Remove(link)
+		if err := d.Submit(n, []byte(`{"command": "id"}`), true); err != nil {
+			t.Fatal(err)
+		}
+		f, err := d.Read(n.String())
+		if err != nil || !f.Marked {
+			t.Fatalf("Read of root's request: marked %v, %v", f.Marked, err)
+		}
+		// The member's link, made after the watcher read it.
+		if err := os.Link(spooled, link); err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	mark := func(path string) string {
+		buf := make([]byte, 16)
+		n, err := unix.Getxattr(path, markAttr, buf)
+		if err != nil {
+			return err.Error()
+		}
+		return string(buf[:n])
+	}
+	replayed := func(how string) {
+		t.Helper()
+		back := filepath.Join(d.Spool(), "evil.start")
+		if err := os.Rename(link, back); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(back)
+		f, err := d.Read("evil.start")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f.Links != 1 || f.Marked {
+			t.Errorf("%s: the member's link back in the spool has %d links, marked %v: want it unmarked", how, f.Links, f.Marked)
+		}
+	}
+
+	// Claimed into its run's directory: not spent (a power loss may
+	// bring it back into the spool), and the link makes two names.
+	f := submit()
+	run := t.TempDir()
+	dst := filepath.Join(run, "request")
+	if _, err := d.Claim(f, dst); err != nil {
+		t.Fatal(err)
+	}
+	if got := mark(dst); got != "request" {
+		t.Errorf("claimed: mark %q, want request: a power loss may bring it back into the spool", got)
+	}
+	// Its run deleted: spent as its directory is removed.
+	dir, err := unix.Open(run, unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	SpendAt(dir, "request")
+	unix.Close(dir)
+	os.Remove(dst)
+	replayed("its run directory removed")
+
+	submit()
+	if err := RemoveRequest(spooled); err != nil {
+		t.Fatal(err)
+	}
+	replayed("removed as done")
+
+	// A claim in claims/ removed once carried out; its name in the
+	// spool, as a power loss may bring it back, is its own.
+	submit()
+	claim := filepath.Join(t.TempDir(), "0:"+n.String())
+	os.Link(spooled, claim)
+	os.Remove(link)
+	if err := RemoveRequest(claim, spooled); err != nil {
+		t.Fatal(err)
+	}
+	if got := mark(spooled); got != "request" {
+		t.Errorf("a claim removed, the request's own name in the spool left: mark %q, want request", got)
+	}
+	os.Remove(spooled)
+
+	// Removed without another name: the mark is left as it is.
+	submit()
+	os.Remove(link)
+	fd, err := unix.Open(spooled, unix.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	RemoveRequest(spooled)
+	if !marked(fd) {
+		t.Errorf("removed with no other name: spent")
+	}
+	unix.Close(fd)
+
+	submit()
+	if _, err := d.Reject(n.String(), "bad"); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(d.Rejected())
+	replayed("rejected")
+
+	submit()
+	if err := d.Submit(n, []byte(`{"command": "true"}`), true); err != nil {
+		t.Fatal(err)
+	}
+	if f, err := d.Read(n.String()); err != nil || !f.Marked || string(f.Body) != `{"command": "true"}` {
+		t.Errorf("the newer version: %q, marked %v, %v; want it marked", f.Body, f.Marked, err)
+	}
+	if ents, _ := os.ReadDir(d.Spool()); len(ents) != 1 {
+		t.Errorf("after a replace the spool holds %d files, want 1", len(ents))
+	}
+	replayed("replaced")
+	os.Remove(spooled)
+}

@@ -95,11 +95,26 @@ func hasContent(body []byte) bool {
 // unclaim removes claimed control request taken, carried out, and takes
 // the requests of the same name and owner that waited for it.
 func (w *watcher) unclaim(taken string) {
-	os.Remove(taken)
+	w.removeClaim(taken)
 	waiting := w.claims[taken]
 	delete(w.claims, taken)
 	for _, name := range waiting {
 		w.examineAfter(name, 0) // from the loop, not from inside a flush's effects
+	}
+}
+
+// removeClaim removes claimed control request taken, in claims/, which
+// leaves tend (carried out, or a newer one of its name waits). Its name
+// in the spool, which a power loss may bring back with the claim's (a
+// claim is a rename), is the request's own: a hard link elsewhere spends
+// its mark (see spool.RemoveRequest).
+func (w *watcher) removeClaim(taken string) {
+	inSpool := ""
+	if name, ok := spool.ParseClaimedName(filepath.Base(taken)); ok {
+		inSpool = filepath.Join(w.spool.Spool(), name)
+	}
+	if err := spool.RemoveRequest(taken, inSpool); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		w.log.Printf("%v", err)
 	}
 }
 
@@ -694,7 +709,7 @@ func (w *watcher) restoreClaim(taken, name string) (putBack bool, answer func())
 		return false, nil
 	}
 	if errors.Is(err, unix.EEXIST) && unix.Lstat(dst, &there) == nil && there.Uid == mine.Uid {
-		os.Remove(taken) // a newer request of the same name, its owner's: it will do
+		w.removeClaim(taken) // a newer request of the same name, its owner's: it will do
 		return false, nil
 	}
 	reason := fmt.Sprintf("claimed before the watcher stopped, and not to be put back in the spool (%v): send it again", err)
@@ -733,7 +748,7 @@ func (w *watcher) restoreLegacyClaims() {
 		}
 		dst := filepath.Join(w.spool.Spool(), name)
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
-			os.Remove(taken) // a newer request of the same name waits: it will do
+			spool.RemoveRequest(taken, dst) // a newer request of the same name waits: it will do
 			continue
 		}
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)

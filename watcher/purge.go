@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tendhq/tend/procfs"
+	"github.com/tendhq/tend/spool"
 
 	"golang.org/x/sys/unix"
 )
@@ -190,6 +191,14 @@ func (w *watcher) removeTree(trash string) error {
 	var owner unix.Stat_t
 	if err := unix.Fstat(fd, &owner); err != nil {
 		return fmt.Errorf("%s: %w", trash, err)
+	}
+	if owner.Uid == 0 {
+		// Its request's last name of its own: a hard link to it, made
+		// while it waited in the spool, is no request of root's once
+		// the run is gone. Spent before the removal: a watcher that
+		// stops in between leaves the directory for the next one,
+		// which spends it again; nothing reads a deleted run's request.
+		spool.SpendAt(fd, "request")
 	}
 	ctx, cancel := context.WithTimeout(w.purges.ctx, purgeTimeout)
 	defer cancel()

@@ -558,7 +558,9 @@ func (w *watcher) keepGood(q *queuedRun, n spool.Name) {
 		// it.
 		var st unix.Stat_t
 		if unix.Lstat(path, &st) == nil && st.Dev == f.Dev && st.Ino == f.Ino {
-			if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// A hard link to it is no request of root's once it is gone
+			// (see spool.RemoveRequest): it is only here.
+			if err := spool.RemoveRequest(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				w.log.Printf("run %s: removing its bad version from the spool: %v", q.st.ID, err)
 			}
 		}

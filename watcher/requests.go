@@ -182,7 +182,13 @@ func (w *watcher) carriedOut(name string, n spool.Name, f spool.File) bool {
 	if ok, _ := permitted(f.UID, "", st); !ok {
 		return false
 	}
-	os.Remove(filepath.Join(w.spool.Spool(), name))
+	// Gone for good: a hard link to it elsewhere is no request of
+	// root's (see spool.RemoveRequest). Its claim, which a power loss
+	// may bring back with it, is its own name.
+	path := filepath.Join(w.spool.Spool(), name)
+	if err := spool.RemoveRequest(path, takenPath(w.spool, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		w.log.Printf("%s: %v", spool.Printable(name), err)
+	}
 	w.forget(name)
 	w.answerDone(n, st)
 	return true
