@@ -87,7 +87,24 @@ tend_submit() {
 			_tend_replace "$_t" "$_r" "$1" 9<"$_d" 2>/dev/null
 		fi
 	fi
-	[ ! -e "$_t" ] || mv "$_t" "$_r/spool/$1" || { rm -f "$_t"; return 1; }
+	[ ! -e "$_t" ] || _tend_mv "$_t" "$_r/spool/$1" || { rm -f "$_t"; return 1; }
+}
+
+# _tend_mv TMP DST: rename TMP to DST, never into a directory DST names.
+# mv moves a file into the directory its destination is, or links to: a
+# member of a shared root who put such a link in the spool under the name
+# of root's next request would get root's request, marked, in their own
+# directory, to move into the spool and run as root when they chose.
+# -T (GNU, BusyBox) renames onto the name itself; where mv has no -T, a
+# directory there is refused first (a link planted after that check is
+# still followed).
+_tend_mv() {
+	mv -T "$1" "$2" 2>/dev/null && return
+	if [ -d "$2" ]; then
+		echo "tend.sh: cannot write request ${2##*/}: $2 is a directory, or a link to one" >&2
+		return 1
+	fi
+	mv "$1" "$2"
 }
 
 # _tend_replace TMP ROOT NAME: move TMP over spool/NAME in ROOT, whose
@@ -100,7 +117,7 @@ tend_submit() {
 # NAME spent, refused), and not if the name it has is the request's own:
 # its run's, or its claim, which the watcher took it to meanwhile.
 _tend_replace() {
-	mv "$1" "$2/spool/$3" || return
+	_tend_mv "$1" "$2/spool/$3" || return
 	set -- "$2" "$3" $(stat -L -c '%h %i' /proc/self/fd/9)
 	[ "${3:-0}" -gt 0 ] || return 0
 	[ "$(stat -c %i "$1/runs/${2%.start}/request" 2>/dev/null)" != "$4" ] || return 0
