@@ -14,14 +14,19 @@ import (
 	"github.com/tendhq/tend/tracker"
 )
 
-// need PROGRAM...: each program is on the PATH; one that is not is
-// installed with apt-get (after apt-get update), which takes root: a
-// script that may run without it skips first ([!exec:P] [!root] skip).
+// need PROGRAM[:PACKAGE]...: each program is on the PATH; one that is
+// not is installed with apt-get (after apt-get update), from the Debian
+// package of its name or PACKAGE, which takes root: a script that may
+// run without it skips first ([!exec:P] [!root] skip).
 func cmdNeed(ts *testscript.TestScript, neg bool, args []string) {
 	var missing []string
-	for _, p := range args {
+	for _, arg := range args {
+		p, pkg, ok := strings.Cut(arg, ":")
+		if !ok {
+			pkg = p
+		}
 		if _, err := exec.LookPath(p); err != nil {
-			missing = append(missing, p)
+			missing = append(missing, pkg)
 		}
 	}
 	if len(missing) == 0 {
