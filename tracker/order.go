@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/tendhq/tend/tracker/durable"
 	"golang.org/x/sys/unix"
@@ -165,9 +166,25 @@ type Interleaver struct {
 	// switched says there was one.
 	current  int
 	switched bool
+	// unordered is when a read first found new bytes in both streams that
+	// no switch ordered yet (zero while it has not), and grace how long
+	// it waits for that switch before it passes them all the same.
+	unordered time.Time
+	grace     time.Duration
+	// sized, if not nil, is called after each read of a stream's size: a
+	// test writes there, between two reads, as a run can.
+	sized func(stream int)
 	// Dropped counts the bytes that were gone (capped) when their turn came.
 	Dropped int64
 }
+
+// orderGrace is how long a reader that follows a run waits for the switch
+// that orders new bytes of both streams before it passes them in stream
+// order, the stream written to last first. The watcher records a switch
+// within capCheckDelay (100 ms) of the writes; it takes longer only when
+// the watcher is far behind, or not watching (none runs, or inotify
+// refused it the run's directory), and then the order is not known.
+const orderGrace = 2 * time.Second
 
 var streams = [2]string{"stdout", "stderr"}
 
@@ -183,7 +200,7 @@ func streamIndex(name string) int {
 // as those Next gave an earlier Interleaver, since the switches before
 // them are read again to tell which stream comes next.
 func (s *Store) Interleave(id string, from [2]int64) *Interleaver {
-	return &Interleaver{store: s, id: id, pos: from}
+	return &Interleaver{store: s, id: id, pos: from, grace: orderGrace}
 }
 
 // Next returns where an Interleaver made now would go on from, for
@@ -201,7 +218,9 @@ func (it *Interleaver) Next() [2]int64 {
 }
 
 // InterleaveTail returns an Interleaver of run st's last bytes: at most
-// tail bytes of each stream.
+// tail bytes of each stream. It reads once, so it does not wait for a
+// switch: new bytes of both streams that none orders yet are passed in
+// stream order, the stream written to last first.
 func (s *Store) InterleaveTail(st *State, tail int64) *Interleaver {
 	it := &Interleaver{store: s, id: st.ID}
 	for i, name := range streams {
@@ -212,17 +231,21 @@ func (s *Store) InterleaveTail(st *State, tail int64) *Interleaver {
 
 // Read passes to emit every line that can be placed now, given st, the
 // run's record as just read: those the recorded switches order, then the
-// stream being written now. The other stream's newer bytes wait for the
-// switch that places them, and lines not ended yet wait for their end,
-// unless final is set (the run has ended, or one read is all there will
-// be), which passes everything, the stream being written first.
+// new bytes of one stream while the other has none that they could have
+// followed. New bytes of both streams wait for the switch that orders
+// them (for the Interleaver's grace, then they pass in stream order, the
+// stream written to last first), and lines not ended yet wait for their
+// end, unless final is set (the run has ended, or one read is all there
+// will be), which passes everything, the stream written to last first.
 func (it *Interleaver) Read(st *State, final bool, emit func(Line) error) error {
 	// Sizes first, then switches: a byte counted here was written before
 	// any switch recorded after it, so none is passed ahead of its place.
+	// Stdout's size is read again after stderr's (see rest).
 	var size [2]int64
-	for i, name := range streams {
-		size[i] = it.store.OutputSize(st, name)
+	for i := range streams {
+		size[i] = it.size(st, i)
 	}
+	stdoutAgain := it.size(st, 0)
 	sw, next, err := it.store.ReadSwitches(it.id, it.orderOff)
 	if err != nil {
 		return err
@@ -235,17 +258,14 @@ func (it *Interleaver) Read(st *State, final bool, emit func(Line) error) error 
 		}
 		it.current, it.switched = 1-i, true
 	}
-	order := []int{it.current, 1 - it.current}
-	if !final && it.switched {
-		order = order[:1]
+	if !final {
+		return it.rest(st, size, stdoutAgain, emit)
 	}
+	order := []int{it.current, 1 - it.current}
 	for _, i := range order {
 		if err := it.take(st, i, size[i], emit); err != nil {
 			return err
 		}
-	}
-	if !final {
-		return nil
 	}
 	for _, i := range order {
 		if p := it.partial[i]; len(p.Data) > 0 {
@@ -256,6 +276,55 @@ func (it *Interleaver) Read(st *State, final bool, emit func(Line) error) error 
 		}
 	}
 	return nil
+}
+
+// rest passes the bytes past the last switch, size[i] of stream i as read
+// in that order, and stdout's size read again after stderr's, for a read
+// that is not final. A stream's new bytes are placed only if the other
+// had none waiting when looked at after them: then they were all written
+// before any the other will get. The two sizes are read microseconds
+// apart, and a run may write both streams in between (its last line of
+// one, the first of the other): each is checked against a size of the
+// other read later, never earlier.
+func (it *Interleaver) rest(st *State, size [2]int64, stdoutAgain int64, emit func(Line) error) error {
+	if size[1] <= it.pos[1] {
+		if err := it.take(st, 0, size[0], emit); err != nil {
+			return err
+		}
+	}
+	if stdoutAgain <= it.pos[0] {
+		if err := it.take(st, 1, size[1], emit); err != nil {
+			return err
+		}
+	}
+	if size[0] <= it.pos[0] || size[1] <= it.pos[1] {
+		it.unordered = time.Time{}
+		return nil
+	}
+	// Both streams grew and no switch says in what order: the watcher
+	// records it within a moment, unless it is behind or not watching.
+	if it.unordered.IsZero() {
+		it.unordered = time.Now()
+	}
+	if time.Since(it.unordered) < it.grace {
+		return nil
+	}
+	it.unordered = time.Time{}
+	for _, i := range []int{it.current, 1 - it.current} {
+		if err := it.take(st, i, size[i], emit); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// size returns the size of stream i of st's output.
+func (it *Interleaver) size(st *State, i int) int64 {
+	n := it.store.OutputSize(st, streams[i])
+	if it.sized != nil {
+		it.sized(i)
+	}
+	return n
 }
 
 // take passes stream i's lines up to offset end.

@@ -112,6 +112,114 @@ func TestInterleaveFollows(t *testing.T) {
 	}
 }
 
+// A follower that finds new bytes in both streams, which no switch
+// orders yet, waits for the switch: the run may have written either
+// first. Before, it passed stdout's, then stderr's, and a run that wrote
+// stderr first was shown the other way round.
+func TestInterleaveWaitsForTheSwitch(t *testing.T) {
+	f := newFollowing(t)
+	f.add("stderr", "e1\n")
+	f.add("stdout", "o1\n")
+	f.read(false)
+	f.want()
+	f.switched("stderr", 3)
+	f.read(false)
+	f.want("stderr:e1\n", "stdout:o1\n")
+}
+
+// The two streams' sizes are read one after the other, and a run may
+// write its last line of one and its first of the other in between (the
+// flake of output.txtar's tail -f of both: stderr's "d" came before
+// stdout's "partial"). Neither is passed ahead of the other.
+func TestInterleaveSizesReadApart(t *testing.T) {
+	f := newFollowing(t)
+	f.add("stdout", "o1\npar")
+	f.read(false)
+	f.want("stdout:o1\n")
+	f.it.sized = func(i int) {
+		if i == 0 { // between stdout's size and stderr's
+			f.it.sized = nil
+			f.add("stdout", "tial\n")
+			f.add("stderr", "e1\n")
+		}
+	}
+	f.read(false)
+	f.read(false)
+	f.want("stdout:o1\n")
+	f.switched("stdout", 11)
+	f.read(false)
+	f.want("stdout:o1\n", "stdout:partial\n", "stderr:e1\n")
+}
+
+// Bytes of both streams that no switch orders pass after the grace, in
+// stream order: a watcher that is not watching the run records none.
+func TestInterleaveUnorderedAfterGrace(t *testing.T) {
+	f := newFollowing(t)
+	f.add("stdout", "o1\n")
+	f.add("stderr", "e1\n")
+	f.read(false)
+	f.want()
+	f.it.grace = 0
+	f.read(false)
+	f.want("stdout:o1\n", "stderr:e1\n")
+}
+
+// following is a run's output read by one Interleaver as it grows.
+type following struct {
+	t   *testing.T
+	s   *Store
+	st  *State
+	it  *Interleaver
+	got []string
+}
+
+func newFollowing(t *testing.T) *following {
+	s, _ := newStore(t)
+	if err := os.MkdirAll(s.RunDir("r"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return &following{t: t, s: s, st: &State{ID: "r", State: Running}, it: s.Interleave("r", [2]int64{})}
+}
+
+// add appends data to stream name, as the run writes it.
+func (f *following) add(name, data string) {
+	f.t.Helper()
+	fh, err := os.OpenFile(filepath.Join(f.s.RunDir("r"), name), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.WriteString(data); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// switched records a switch, as the watcher does.
+func (f *following) switched(from string, at int64) {
+	f.t.Helper()
+	if err := f.s.AppendSwitches("r", 0, []Switch{{From: from, At: at}}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+func (f *following) read(final bool) {
+	f.t.Helper()
+	if err := f.it.Read(f.st, final, func(l Line) error {
+		f.got = append(f.got, l.Stream+":"+string(l.Data))
+		return nil
+	}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// want checks every line passed so far.
+func (f *following) want(lines ...string) {
+	f.t.Helper()
+	if !slices.Equal(f.got, lines) {
+		f.t.Errorf("passed %q, want %q", f.got, lines)
+	}
+}
+
 func TestTrimSwitches(t *testing.T) {
 	s, _ := newStore(t)
 	os.MkdirAll(s.RunDir("r"), 0o755)
