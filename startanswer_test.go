@@ -81,3 +81,65 @@ func inode(t *testing.T, path string) uint64 {
 	}
 	return st.Ino
 }
+
+// A start request moved into rejected/ is answered by its reason there,
+// whatever the answer to its name says: the watcher leaves the answer a
+// second start is written over (another client's accepted, written after
+// this one removed it), and this client's answer may never come.
+func TestMovedAside(t *testing.T) {
+	tests := []struct {
+		name       string
+		mineWent   string // "spool", "run" or a name in rejected/
+		others     []string
+		reason     string // in <name>.error, if not ""
+		wantReason string
+		want       bool
+	}{
+		{name: "still in the spool", mineWent: "spool"},
+		{name: "taken", mineWent: "run", others: []string{"race.start"}, reason: "race.start: old\n"},
+		{name: "rejected", mineWent: "race.start", reason: "race.start: run race already exists\n",
+			wantReason: "run race already exists", want: true},
+		{name: "rejected after others of its name", mineWent: "race.start.2", others: []string{"race.start", "race.start.1"},
+			reason: "race.start: run race already exists (completed)\n", wantReason: "run race already exists (completed)", want: true},
+		{name: "its reason unreadable", mineWent: "race.start", want: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := filepath.Join(t.TempDir(), ".tend")
+			c, err := Open(root, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.dir.Make(); err != nil {
+				t.Fatal(err)
+			}
+			n := spool.Name{ID: "race", Verb: spool.VerbStart}
+			rejected := filepath.Join(root, "rejected")
+			os.MkdirAll(rejected, 0o755)
+			for _, o := range tt.others {
+				write(t, filepath.Join(rejected, o))
+				if err := os.WriteFile(filepath.Join(rejected, o+".error"), []byte("race.start: another's\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			runReq := c.store.Run(n.ID).Request()
+			if err := os.MkdirAll(filepath.Dir(runReq), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			dst := map[string]string{"run": runReq, "spool": c.spoolPath(n)}[tt.mineWent]
+			if dst == "" {
+				dst = filepath.Join(rejected, tt.mineWent)
+				if tt.reason != "" {
+					if err := os.WriteFile(dst+".error", []byte(tt.reason), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			write(t, dst)
+			reason, ok := c.movedAside(n, inode(t, dst))
+			if ok != tt.want || tt.wantReason != "" && reason != tt.wantReason {
+				t.Errorf("movedAside = %q, %v; want %q, %v", reason, ok, tt.wantReason, tt.want)
+			}
+		})
+	}
+}

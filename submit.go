@@ -123,6 +123,11 @@ func (c *Client) submit(ctx context.Context, reqs []request) ([]Outcome, error) 
 	err := c.watchAnswers(ctx, owner, func() (bool, error) {
 		for done < len(reqs) {
 			n := reqs[done].name
+			if reason, ok := c.movedAside(n, reqs[done].ino); ok {
+				outcomes[done] = Outcome{ID: n.ID, Verb: n.Verb, Outcome: spool.Rejected, Detail: reason}
+				done++
+				continue
+			}
 			if ino, ok := stale[n]; ok {
 				var st unix.Stat_t
 				if unix.Stat(c.dir.OutcomePath(n), &st) != nil || st.Ino == ino {
@@ -251,7 +256,8 @@ func fullText(fs unix.Statfs_t) string {
 // name was rejected after it); where another's request made the run,
 // only a rejection answers it, once it has left the spool; still in the
 // spool, with no run of another's request, only accepted (a queued run)
-// answers it; elsewhere, it was moved aside, and the answer is its own.
+// answers it; elsewhere, it was moved aside, and the answer is its own
+// (submit looks in rejected/ first: see movedAside).
 // A client that cannot look (another user's run directory) takes the
 // answer as it is.
 func (c *Client) startAnswer(n spool.Name, ino uint64, outcome, detail string) (string, string, bool) {
@@ -272,6 +278,25 @@ func (c *Client) startAnswer(n spool.Name, ino uint64, outcome, detail string) (
 		return outcome, detail, outcome == spool.Accepted
 	}
 	return outcome, detail, true
+}
+
+// movedAside returns the reason start request n, whose file had inode
+// ino, was rejected with, once the watcher has moved that file into
+// rejected/. Its answer may never come: the watcher leaves the answer
+// to a second start's name as it is when its writer could have removed
+// it and did not (docs/protocol.md, "When a request is taken"), and
+// another client of this user that started the same ID at once may have
+// been answered there after this one removed it. The request's own file
+// says what became of it, whatever the answer there says.
+func (c *Client) movedAside(n spool.Name, ino uint64) (string, bool) {
+	if n.Verb != spool.VerbStart || ino == 0 {
+		return "", false
+	}
+	var waiting unix.Stat_t
+	if unix.Lstat(c.spoolPath(n), &waiting) == nil && waiting.Ino == ino {
+		return "", false
+	}
+	return c.dir.RejectedReason(n.String(), ino)
 }
 
 // answeredAs returns whose requests the watcher answers this client's as

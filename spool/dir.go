@@ -462,6 +462,43 @@ func rejectedName(name string, i int) string {
 	return name + suffix
 }
 
+// RejectedReason returns the reason request name was rejected with, if
+// the file of inode ino that its writer put in the spool is in rejected/
+// (Reject moves a request, so it keeps its inode): a client whose answer
+// another request of the same name took finds its own there. It looks
+// at the names Reject gives name in turn, up to the first that neither a
+// request nor a reason holds.
+func (d Dir) RejectedReason(name string, ino uint64) (string, bool) {
+	for i := 0; i < maxRejectedLook; i++ {
+		dst := filepath.Join(d.Rejected(), rejectedName(name, i))
+		var st unix.Stat_t
+		if err := unix.Lstat(dst, &st); err != nil {
+			if _, err := os.Lstat(dst + ".error"); err != nil {
+				return "", false
+			}
+			continue // a reason whose request expired first
+		}
+		if st.Ino != ino || st.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		b, _, err := durable.ReadRegular(dst+".error", maxReasonRead)
+		if err != nil || !IsReason(filepath.Base(dst), b) {
+			return "see " + dst + ".error", true // rejected all the same
+		}
+		line := strings.TrimSuffix(string(b), "\n")
+		return strings.TrimPrefix(line, Printable(name)+": "), true
+	}
+	return "", false
+}
+
+// maxRejectedLook bounds the names RejectedReason looks at: rejected/
+// keeps requests for days, and a name rejected thousands of times has
+// thousands there. maxReasonRead bounds what it reads of a reason.
+const (
+	maxRejectedLook = 10000
+	maxReasonRead   = 1 << 20
+)
+
 // IsReason reports whether b is what Reject writes in rejected/ beside a
 // request it moved there as file: one line, "<name>: <reason>", naming a
 // request that file is the rejected name of (cut short, numbered).

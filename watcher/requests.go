@@ -268,35 +268,38 @@ func (w *watcher) reject(name string, n spool.Name, nameErr error, reason string
 
 // rejectDuplicate rejects start request n, read as f, of the run whose
 // directory dir exists. It is moved aside with its reason all the same,
-// but an answer a client may have seen is not taken back where its
-// writer did not ask for a new one:
+// but an answer there is not taken back where its writer could have
+// removed it and did not (answerStands), as a client that waits for its
+// answer does (tend start, tend.sh) before it writes: that answer is
+// another request's (the run's accepted, which its client may read
+// late), never this one's. The reason, in rejected/, says which case:
 //   - a version of a queued run's request that was not examined yet when
 //     the run ended without starting (still open for writing, or saved
 //     within the settle period: see leaveToExamine), written while the
-//     run was queued, leaves the answer its name has (the run's accepted,
-//     or the last answer to a version of its request), if its writer
-//     could have removed it, as a client that waits for its answer does
-//     (tend start, tend.sh) before it writes (answerStands);
+//     run was queued;
 //   - the run's own request written again, byte for byte, by its owner
 //     (an editor saving an unchanged buffer just after the run was taken,
-//     a script that wrote it twice) leaves the answer accepted it had
-//     (writtenAgain).
+//     a script that wrote it twice: writtenAgain);
+//   - any other second start written over the answer.
 //
-// Any other second start is answered rejected: a client that waits for
-// its answer removed the one there before it wrote, but another start
-// of the same ID (its own user's, at the same moment) may have been
-// answered since, and its client must not wait for ever.
+// A second start whose answer its writer removed is answered rejected, as
+// is a member's, whose client waits for a new answer by its inode. A
+// client whose answer was written by another start of the same ID after
+// it removed it (two clients of one user starting it at once) finds its
+// reason in rejected/, beside its request file (tend.Client does).
 func (w *watcher) rejectDuplicate(n spool.Name, f spool.File, dir string) {
 	left := w.leftVersions[n.ID]
 	delete(w.leftVersions, n.ID)
 	reason := fmt.Sprintf("run %s already exists%s: run ids are used once (see %s)", n.ID, w.existingAs(n.ID), dir)
 	switch {
-	case left && w.answerStands(n):
+	case !w.answerStands(n):
+		w.reject(n.String(), n, nil, reason)
+	case left:
 		w.rejectAnswered(n.String(), n, nil, reason+"; this version was written while the run was queued, and the answer already in outcomes/ to this name stands", false)
 	case w.writtenAgain(n, f):
 		w.rejectAnswered(n.String(), n, nil, reason+"; this is the request it was started from, written again, and the answer it had stands", false)
 	default:
-		w.reject(n.String(), n, nil, reason)
+		w.rejectAnswered(n.String(), n, nil, reason+"; it was written over the answer to this name, which stands (a client that waits for its own answer removes the old one first)", false)
 	}
 }
 
