@@ -47,9 +47,14 @@ func journaled(base string) (string, func(), error) {
 		return "", nil, err
 	}
 	return mnt, func() {
-		exec.Command("umount", mnt).Run()
+		if out, err := exec.Command("umount", mnt).CombinedOutput(); err != nil {
+			// Still busy (a process of a run left behind): detached all
+			// the same, and freed once that process ends.
+			fmt.Fprintf(os.Stderr, "bench: umount %s: %v: %s; unmounting it lazily\n", mnt, err, out)
+			exec.Command("umount", "-l", mnt).Run()
+		}
 		os.Remove(image)
-		os.Remove(mnt)
+		os.RemoveAll(mnt) // unmounted: what a straggler made in its place
 	}, nil
 }
 

@@ -1,6 +1,8 @@
 // Command bench measures tend against the machine's own floor, in one run,
 // and prints each figure with its ratio to the floor and the target of
-// issue #8. It exits 1 if a target is missed.
+// issue #8. It exits 1 if a target is missed. Interrupted (Ctrl-C, or
+// SIGTERM), it stops the watchers it started and removes what it made
+// (its roots, its ext4 image) before it exits, with 128+the signal.
 //
 //	go run ./scripts/bench bin/tend     (make bench)
 package main
@@ -15,11 +17,13 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,7 +60,13 @@ func main() {
 		}
 	}
 	b := &bench{tend: tend, only: *only, disk: scratch(dir), unmount: unmount}
-	defer b.clean()
+	b.stopOnSignals()
+	defer func() {
+		if b.signaled.Load() {
+			select {} // a call its signal failed: the handler cleans up and exits
+		}
+		b.clean()
+	}()
 	b.replace = replaceFloor(b.disk.path)
 	fmt.Printf("disk: %s; one durable replace there: %v (p50 of 100)\n", fs, b.replace.Round(time.Microsecond))
 	fmt.Printf("one durable overwrite of a file's written block there (no commit): %v (p50 of 100)\n", overwriteFloor(b.disk.path).Round(time.Microsecond))
@@ -128,6 +138,75 @@ type bench struct {
 	unmount func()
 	// replace is one durable replace on disk, p50 (replaceFloor).
 	replace time.Duration
+	// mu guards roots, the roots whose watcher is up, and stopped, set
+	// once clean has begun: no watcher is started after it.
+	mu      sync.Mutex
+	roots   []*root
+	stopped bool
+	cleaned sync.Once
+	// signaled is set once SIGINT or SIGTERM came (stopOnSignals).
+	signaled atomic.Bool
+}
+
+// stopOnSignals has an interrupted bench (Ctrl-C, SIGINT; or SIGTERM) stop
+// the watchers it started and remove the roots and the ext4 image it
+// made, then exit non-zero: killed with them in place, it left watchers
+// running on roots in an image still mounted in .bench.
+func (b *bench) stopOnSignals() {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		sig := <-sigs
+		b.signaled.Store(true)
+		fmt.Fprintf(os.Stderr, "bench: %v: stopping the watchers it started, removing what it made\n", sig)
+		b.clean()
+		os.Exit(128 + int(sig.(syscall.Signal)))
+	}()
+}
+
+// stopChildren sends SIGTERM to the bench's own children, and waits up
+// to 5 s for them to end: a tend call in flight when the bench alone is
+// signaled (kill PID; Ctrl-C reaches the whole group) would make its
+// root again after clean removed it. Each is signaled through a pidfd
+// opened while it is still this process's child, never by a PID alone.
+func stopChildren() {
+	var held []int
+	for _, pid := range children() {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue
+		}
+		if st, err := procfs.ReadStat(pid); err != nil || st.PPID != os.Getpid() {
+			unix.Close(fd)
+			continue
+		}
+		unix.PidfdSendSignal(fd, unix.SIGTERM, nil, 0)
+		held = append(held, fd)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, fd := range held {
+		// A pidfd polls readable once its process has exited.
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		if wait := time.Until(deadline); wait > 0 {
+			unix.Poll(fds, int(wait.Milliseconds()))
+		}
+		unix.Close(fd)
+	}
+}
+
+// children returns the PIDs of this process's children.
+func children() []int {
+	tasks, _ := filepath.Glob("/proc/self/task/*/children")
+	var pids []int
+	for _, t := range tasks {
+		b, _ := os.ReadFile(t)
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
 }
 
 // measure runs workload w unless -only leaves it out.
@@ -182,12 +261,20 @@ type root struct {
 }
 
 func (b *bench) up() *root {
+	// Under b.mu, so that clean, once begun, never misses a watcher
+	// started: a workload that goes on meanwhile waits for the exit.
 	dir := b.tempDir(b.base, "tend-bench-")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		select {} // clean, under way, ends the process
+	}
 	r := &root{dir: dir, path: filepath.Join(dir, ".tend"), b: b}
 	args := []string{"up"}
 	if b.durability != "" {
 		args = append(args, "--durability", b.durability)
 	}
+	b.roots = append(b.roots, r)
 	r.tend(args...)
 	return r
 }
@@ -203,7 +290,12 @@ func (r *root) tend(args ...string) []byte {
 }
 
 func (r *root) down() {
-	r.tend("down", "--timeout", "30s")
+	r.b.mu.Lock()
+	defer r.b.mu.Unlock()
+	if i := slices.Index(r.b.roots, r); i >= 0 {
+		r.b.roots = slices.Delete(r.b.roots, i, i+1)
+		r.tend("down", "--timeout", "30s")
+	}
 }
 
 // drop writes request name with body into the spool the safe way.
@@ -877,25 +969,44 @@ func scratch(path string) scratchDir {
 
 // tempDir makes a new directory in base, which clean removes.
 func (b *bench) tempDir(base, prefix string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.stopped {
+		select {} // clean, under way, ends the process
+	}
 	dir, err := os.MkdirTemp(base, prefix)
 	check(err)
 	b.made = append(b.made, dir)
 	return dir
 }
 
-// clean removes what the measurements made, once they are all done.
+// clean removes what the measurements made, once they are all done or
+// the bench is stopped (by a signal, or a failed check): it first stops
+// the calls still in flight and the watchers still up, whose roots it
+// removes and whose image it unmounts. It runs once; a second call waits
+// for the first to end.
 func (b *bench) clean() {
-	for _, dir := range b.made {
-		os.RemoveAll(dir)
-	}
-	b.made = nil
-	if b.disk.made {
-		os.Remove(b.disk.path)
-	}
-	if b.unmount != nil {
-		b.unmount()
-		b.unmount = nil
-	}
+	b.cleaned.Do(func() {
+		b.mu.Lock()
+		b.stopped = true
+		roots, made := b.roots, b.made
+		b.roots, b.made = nil, nil
+		b.mu.Unlock()
+		stopChildren()
+		for _, r := range roots {
+			r.tend("down", "--timeout", "30s")
+		}
+		for _, dir := range made {
+			os.RemoveAll(dir)
+		}
+		if b.disk.made {
+			os.Remove(b.disk.path)
+		}
+		if b.unmount != nil {
+			b.unmount()
+			b.unmount = nil
+		}
+	})
 }
 
 func check(err error) {
