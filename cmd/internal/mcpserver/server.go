@@ -231,8 +231,16 @@ type lsOut struct {
 	// Unreadable says what ls leaves out: a run whose record cannot be
 	// read is not in runs, and an agent that is not told takes it for
 	// gone, though it may run on.
-	Unreadable []string `json:"unreadable,omitempty" jsonschema:"the run records that could not be read, each error naming its file: those runs (of any session: an unread record names none) are not in runs"`
+	Unreadable []string `json:"unreadable,omitempty" jsonschema:"the run records that could not be read, each error naming its file: those runs (of any session: an unread record names none) are not in runs; at most 20 (see unreadable_total)"`
+	// UnreadableTotal and UnreadableTruncated say how many records could
+	// not be read, when Unreadable lists some only: a root whose file
+	// system broke may have thousands, each error a line.
+	UnreadableTotal     int  `json:"unreadable_total,omitempty" jsonschema:"how many run records could not be read"`
+	UnreadableTruncated bool `json:"unreadable_truncated,omitempty" jsonschema:"more records could not be read than unreadable lists (the first 20 by run ID): tend ls, or tend fsck, says them all"`
 }
+
+// maxUnreadable is the most errors ls's unreadable lists.
+const maxUnreadable = 20
 
 type showIn struct {
 	ID   string `json:"id" jsonschema:"the run's ID"`
@@ -339,7 +347,7 @@ var toolNames = []string{"start", "ls", "show", "cancel_all", "logs", "cancel", 
 func addTools(s *mcp.Server, t *tools) map[string]*jsonschema.Schema {
 	schemas := map[string]*jsonschema.Schema{}
 	add(s, schemas, t, "start", "Start a shell command in the background as a run of this session, on this host or on the Slurm cluster (slurm); returns its view (an error, with the view, if it could not start). An ID is used once: to run it again, delete the ended run first, or give another id.", (*tools).start)
-	add(s, schemas, t, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness; its labels capped, saying so), or with full its whole record. At most limit runs, the newest (50 unless set); total and truncated say how many match.", (*tools).ls)
+	add(s, schemas, t, "ls", "List this session's runs (every run if the server has no session): active ones and those that ended in the last day, with their position if queued and their usage if live: each run's view (what an agent acts on: state, exit code, reason, times, labels, notes, readiness; its labels and notes capped, saying so), or with full its whole record. At most limit runs, the newest (50 unless set); total and truncated say how many match.", (*tools).ls)
 	add(s, schemas, t, "show", "One run, of any session (a session scopes writes, not reads): its view (state, exit code, reason, times, labels, notes, readiness, position, usage), or with full its whole record.", (*tools).show)
 	add(s, schemas, t, "cancel_all", "Cancel, with one request, every active run of this session (all: true; refused if the server has no session), or those with the given labels; returns once each has ended, with its outcome.", (*tools).cancelAll)
 	add(s, schemas, t, "logs", "Read a run's output from an absolute offset; read again from the returned next, so no byte is read twice. With stream both, at most 4 MiB of lines: read on from next (as offset) and next_stderr (as stderr_offset). size is how much the stream holds: an offset past it reads nothing (past_end). Output is bytes, data is text: invalid_utf8 counts the bytes that were not UTF-8, each U+FFFD in data.", (*tools).logs)
@@ -615,6 +623,10 @@ func (t *tools) ls(ctx context.Context, in lsIn) (*mcp.CallToolResult, *lsOut, e
 	out.Runs = make([]shownRun, 0, len(runs))
 	for _, err := range bad {
 		out.Unreadable = append(out.Unreadable, err.Error())
+	}
+	slices.Sort(out.Unreadable) // each names its record's file: by run ID
+	if out.UnreadableTotal = len(bad); len(bad) > maxUnreadable {
+		out.Unreadable, out.UnreadableTruncated = out.Unreadable[:maxUnreadable], true
 	}
 	for _, l := range runs {
 		r, err := shown(l, t.client.OutputSize(l.Record), in.Full)

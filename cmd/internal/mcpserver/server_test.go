@@ -145,6 +145,12 @@ func TestShown(t *testing.T) {
 		many[fmt.Sprintf("l%02d", i)] = "v"
 	}
 	labeled := &tend.Record{ID: "lab", State: tracker.Completed, Labels: many, CreatedAt: now}
+	// So are notes, to the newest: a run may be noted on all its life.
+	var notes []tracker.Note
+	for i := range 25 {
+		notes = append(notes, tracker.Note{Time: now, Text: fmt.Sprintf("n%02d", i)})
+	}
+	noted := &tend.Record{ID: "noted", State: tracker.Running, Notes: notes, CreatedAt: now}
 	schema, err := describeResult(schemaOf[shownRun]()).Resolve(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -171,6 +177,11 @@ func TestShown(t *testing.T) {
 				`"labels_cut":"12 of 62 labels left out (at most 50 shown, keys of at most 256 bytes); 1 value cut to 256 bytes (ending …): show with full has them whole"`},
 			[]string{`"l49"`, `"kkkk`}},
 		{tend.Listed{Record: labeled}, true, []string{`"l59":"v"`, `"kkkk`, `"big":"` + strings.Repeat("é", 200) + `"`}, []string{`"labels_cut"`}},
+		{tend.Listed{Record: noted}, false,
+			[]string{`{"time":"2026-01-02T03:04:05Z","text":"n15"}`, `"n24"`, `"notes_total":25`, `"notes_truncated":true`},
+			[]string{`"n14"`, `"n00"`}},
+		{tend.Listed{Record: noted}, true, []string{`"n00"`, `"n24"`}, []string{`"notes_total"`, `"notes_truncated"`}},
+		{tend.Listed{Record: rec}, false, []string{`"notes_total":1`}, []string{`"notes_truncated"`}},
 		{tend.Listed{Record: rec}, true,
 			[]string{`"seal":"seal"`, `"sum":"sum"`, `"boot":"b00t"`, `"proc_start":123`, `"ready":true`, `"health_status":`,
 				`"size":{"stdout":12,"stderr":3}`},

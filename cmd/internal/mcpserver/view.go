@@ -50,14 +50,18 @@ type runView struct {
 	Ready     bool              `json:"ready" jsonschema:"it is running and ready (its health check passed, or it created its ready file; without either, once it runs)"`
 	PausedAt  *time.Time        `json:"paused_at,omitempty" jsonschema:"while it is paused: since when"`
 	Progress  string            `json:"progress,omitempty" jsonschema:"what it last wrote to $TEND_PROGRESS"`
-	Notes     []tracker.Note    `json:"notes,omitempty" jsonschema:"lines of text attached to it"`
-	Job       *tracker.Job      `json:"job,omitempty" jsonschema:"a Slurm run's job"`
-	Dropped   *droppedView      `json:"dropped,omitempty" jsonschema:"how many bytes of its output were dropped (the output is capped), if any"`
-	Size      tend.LogPlace     `json:"size" jsonschema:"each stream's size, as logs answers it (the offset just past the last byte written): more than the next of the last read means more to read"`
-	Position  int               `json:"position,omitempty"`
-	Usage     *tend.Usage       `json:"usage,omitempty" jsonschema:"what a live run's process group uses now"`
-	QuietFor  *float64          `json:"quiet_seconds,omitempty"`
-	LastLine  string            `json:"last_line,omitempty"`
+	Notes     []tracker.Note    `json:"notes,omitempty" jsonschema:"lines of text attached to it, oldest first (in a view, the newest 10: see notes_truncated)"`
+	// NotesTotal and NotesTruncated say that notes holds the newest
+	// of them only, as ls's total and truncated say of its runs.
+	NotesTotal     int           `json:"notes_total,omitempty" jsonschema:"how many notes it has"`
+	NotesTruncated bool          `json:"notes_truncated,omitempty" jsonschema:"it has more notes than a view holds: notes has the newest; show with full has them all"`
+	Job            *tracker.Job  `json:"job,omitempty" jsonschema:"a Slurm run's job"`
+	Dropped        *droppedView  `json:"dropped,omitempty" jsonschema:"how many bytes of its output were dropped (the output is capped), if any"`
+	Size           tend.LogPlace `json:"size" jsonschema:"each stream's size, as logs answers it (the offset just past the last byte written): more than the next of the last read means more to read"`
+	Position       int           `json:"position,omitempty"`
+	Usage          *tend.Usage   `json:"usage,omitempty" jsonschema:"what a live run's process group uses now"`
+	QuietFor       *float64      `json:"quiet_seconds,omitempty"`
+	LastLine       string        `json:"last_line,omitempty"`
 }
 
 // droppedView is how much of each stream's output is gone.
@@ -74,7 +78,7 @@ func viewOf(l tend.Listed, size tend.LogPlace) runView {
 		CreatedAt: st.CreatedAt, StartedAt: st.StartedAt, EndedAt: st.EndedAt, Duration: st.DurationSeconds,
 		Timeout: st.Timeout, NotBefore: st.NotBefore, Attempt: st.Attempt, Restarts: st.Restarts,
 		NextStart: st.NextStartAt, Ready: tend.Ready(st), PausedAt: st.PausedAt, Progress: st.Progress,
-		Notes: st.Notes, Job: st.Job, Position: l.Position, Usage: l.Usage, QuietFor: l.QuietFor, LastLine: l.LastLine, Size: size}
+		Job: st.Job, Position: l.Position, Usage: l.Usage, QuietFor: l.QuietFor, LastLine: l.LastLine, Size: size}
 	if tend.Live(st) {
 		// Once its process has exited (ended, or in backoff), its PID is
 		// no longer its: an agent that signals it may hit another.
@@ -84,6 +88,10 @@ func viewOf(l tend.Listed, size tend.LogPlace) runView {
 		v.After = st.After // what it waits for: once it has started, history
 	}
 	v.Labels, v.LabelsCut = viewLabels(st.Labels)
+	v.Notes, v.NotesTotal = st.Notes, len(st.Notes)
+	if len(v.Notes) > maxViewNotes {
+		v.Notes, v.NotesTruncated = v.Notes[len(v.Notes)-maxViewNotes:], true
+	}
 	if st.HealthStatus != nil && tend.Live(st) {
 		// Only while its process is: an ended run (or one in backoff)
 		// keeps the status its last check left, "starting" if none
@@ -104,6 +112,11 @@ const (
 	maxViewLabels = 50
 	maxViewLabel  = 256
 )
+
+// A view's notes are capped too, to the newest maxViewNotes: a run may be
+// noted on for as long as it lives (each note up to 4 KiB, within the
+// room its labels and notes share), and ls answers 50 runs at a time.
+const maxViewNotes = 10
 
 // viewLabels returns labels capped for a view, and what was cut ("" if
 // nothing was): the first maxViewLabels keys in order, less those longer
