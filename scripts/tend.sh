@@ -50,6 +50,7 @@ tend_submit() {
 	[ -d "$_r/spool" ] || { echo "tend.sh: no spool in $_r (is it a tend root?)" >&2; return 1; }
 	_tend_old_name=$1
 	_tend_old_ino=
+	_tend_req_ino=
 	rm -f "$(tend_outcomes)/$1" 2>/dev/null ||
 		_tend_old_ino=$(_tend_ino "$(tend_outcomes)/$1")
 	# The hidden name is made anew, 0600, by mktemp (O_EXCL): in a shared
@@ -72,6 +73,9 @@ tend_submit() {
 		echo "tend.sh: cannot write request $1 in $_r/spool: ${_e##*: }" >&2
 		return 1
 	fi
+	# Its inode, which a rename keeps, tells where the watcher moved it
+	# (see _tend_aside).
+	_tend_req_ino=$(_tend_ino "$_t")
 	# Root's requests carry a mark in a shared root, where anyone could
 	# move a file of root's into the spool (setfattr is in Debian's attr).
 	if [ "$(id -u)" = 0 ] && command -v setfattr >/dev/null; then
@@ -157,23 +161,53 @@ _tend_ino() {
 }
 
 # _tend_answered NAME: return 0 if request NAME's answer is there, and is
-# not the earlier one tend_submit could not remove.
+# not the earlier one tend_submit could not remove, nor, for a start
+# still in the spool, the answer to another's request that made its run
+# (two clients starting one ID at once share its answer's name).
 _tend_answered() {
 	test -s "$(tend_outcomes)/$1" || return 1
 	[ "$1" != "${_tend_old_name:-}" ] || [ -z "${_tend_old_ino:-}" ] ||
-		[ "$(_tend_ino "$(tend_outcomes)/$1")" != "$_tend_old_ino" ]
+		[ "$(_tend_ino "$(tend_outcomes)/$1")" != "$_tend_old_ino" ] || return 1
+	case $1 in *.start) ;; *) return 0 ;; esac
+	[ "$1" = "${_tend_old_name:-}" ] && [ -n "${_tend_req_ino:-}" ] || return 0
+	[ "$(_tend_ino "$(tend_root)/spool/$1")" = "$_tend_req_ino" ] || return 0
+	_tend_run_ino=$(_tend_ino "$(tend_root)/runs/${1%.start}/request")
+	[ -z "$_tend_run_ino" ] || [ "$_tend_run_ino" = "$_tend_req_ino" ]
+}
+
+# _tend_aside NAME: print the answer to start request NAME, the file
+# tend_submit wrote, if the watcher moved it into rejected/: "rejected: "
+# and its reason there. The watcher leaves the answer to the name as it
+# is for a second start written over it, which may be another client's
+# accepted written after this one removed it: its own request says.
+_tend_aside() {
+	case $1 in *.start) ;; *) return 1 ;; esac
+	[ "$1" = "${_tend_old_name:-}" ] && [ -n "${_tend_req_ino:-}" ] || return 1
+	[ "$(_tend_ino "$(tend_root)/spool/$1")" != "$_tend_req_ino" ] || return 1
+	_tend_as=$1
+	_tend_n=0
+	while [ -e "$(tend_root)/rejected/$_tend_as" ] || [ -e "$(tend_root)/rejected/$_tend_as.error" ]; do
+		if [ "$(_tend_ino "$(tend_root)/rejected/$_tend_as")" = "$_tend_req_ino" ]; then
+			_tend_why=$(head -n 1 "$(tend_root)/rejected/$_tend_as.error" 2>/dev/null)
+			printf 'rejected: %s\n' "${_tend_why#"$1: "}"
+			return 0
+		fi
+		_tend_n=$((_tend_n + 1))
+		_tend_as=$1.$_tend_n
+	done
+	return 1
 }
 
 # tend_outcome NAME: wait for request NAME's outcome, and print it.
 tend_outcome() {
 	_i=0
 	_max=$(_tend_polls) || return 2
-	until _tend_answered "$1"; do
+	until _tend_answered "$1" || _tend_aside "$1" >/dev/null; do
 		_i=$((_i + 1))
 		[ "$_i" -lt "$_max" ] || { echo "tend.sh: timed out waiting for the answer to $1 ($(tend_outcomes)/$1) after ${TEND_SH_TIMEOUT:-3600}s" >&2; return 1; }
 		sleep 0.05
 	done
-	cat "$(tend_outcomes)/$1"
+	_tend_aside "$1" || cat "$(tend_outcomes)/$1"
 }
 
 # tend_field ID FIELD: print a top-level field of run ID's state.json: a
