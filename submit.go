@@ -292,9 +292,10 @@ func (c *Client) movedAside(n spool.Name, ino uint64) (string, bool) {
 	if n.Verb != spool.VerbStart || ino == 0 {
 		return "", false
 	}
-	var waiting unix.Stat_t
-	if unix.Lstat(c.spoolPath(n), &waiting) == nil && waiting.Ino == ino {
-		return "", false
+	var waiting, taken unix.Stat_t
+	if unix.Lstat(c.spoolPath(n), &waiting) == nil && waiting.Ino == ino ||
+		unix.Lstat(c.store.Run(n.ID).Request(), &taken) == nil && taken.Ino == ino {
+		return "", false // waiting, or taken: not aside
 	}
 	return c.dir.RejectedReason(n.String(), ino)
 }
