@@ -39,6 +39,11 @@ func (c *fsckCmd) Run(e *env) error {
 		if err := tracker.CheckSafe(e.root, os.Geteuid()); err != nil {
 			return exitf(exitRefused, "fsck --repair: %v", err)
 		}
+		// Said as tend up says it, naming the root: the repair would stop
+		// on the first file it wrote (the start log), naming that file.
+		if err := tracker.CheckWritable(e.root); err != nil {
+			return exitf(exitFailed, "fsck --repair: %v", err)
+		}
 		release, err := tracker.HoldOffWatcher(e.root)
 		if err != nil {
 			return exitf(exitRefused, "fsck --repair: %v", err)
