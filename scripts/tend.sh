@@ -82,13 +82,13 @@ tend_submit() {
 		setfattr -n trusted.tend -v request "$_t" 2>/dev/null
 		# A request of root's this one replaces (an edit of a queued
 		# run, a control request sent again) loses its last name: it is
-		# held open across the move (_tend_replace). Only a regular file
-		# of root's is opened (no other user may rename or remove it in
-		# the sticky spool); one the watcher takes first leaves the move
-		# to below.
+		# held open across the move (_tend_replace), where the name is a
+		# regular file of root's (no other user may rename or remove it
+		# in the sticky spool); one the watcher takes first leaves the
+		# move to below.
 		_d="$_r/spool/$1"
 		if [ ! -h "$_d" ] && [ -f "$_d" ] && [ -O "$_d" ]; then
-			_tend_replace "$_t" "$_r" "$1" 9<"$_d" 2>/dev/null
+			_tend_replace "$_t" "$_r" "$1" 2>/dev/null
 		fi
 	fi
 	[ ! -e "$_t" ] || _tend_mv "$_t" "$_r/spool/$1" || { rm -f "$_t"; return 1; }
@@ -112,23 +112,36 @@ _tend_mv() {
 }
 
 # _tend_replace TMP ROOT NAME: move TMP over spool/NAME in ROOT, whose
-# request of root's is open as fd 9, then spend that request's mark if a
-# hard link keeps it elsewhere: where fs.protected_hardlinks=0, a member
-# who linked it while it waited would otherwise hold a single-named
-# marked file of root's, to move into the spool and run the old command
-# as root (see docs/protocol.md, "Who may do what"). It is spent only
-# once the spool is synced (a power loss must not bring it back under
-# NAME spent, refused), and not if the name it has is the request's own:
-# its run's, or its claim, which the watcher took it to meanwhile.
+# request of root's is held open across the move, then spend that
+# request's mark if a hard link keeps it elsewhere: where
+# fs.protected_hardlinks=0, a member who linked it while it waited would
+# otherwise hold a single-named marked file of root's, to move into the
+# spool and run the old command as root (see docs/protocol.md, "Who may
+# do what"). It is spent only once the spool is synced (a power loss
+# must not bring it back under NAME spent, refused), and not if the name
+# it has is the request's own: its run's, or its claim, which the
+# watcher took it to meanwhile.
+# The name is opened in a child given 5 seconds, and what it opened is
+# used only if the name, unfollowed, is that file, regular and root's:
+# root's request seen there a moment before may since have been taken by
+# the watcher, and the name made anew by a member (the spool is theirs
+# to write in): a FIFO, whose open would block root's shell for ever, or
+# a link to another request of root's, whose mark would be spent. The
+# move is then left to the caller, as is one that mv -T cannot make.
 _tend_replace() {
-	_tend_mv "$1" "$2/spool/$3" || return
-	set -- "$2" "$3" $(stat -L -c '%h %i' /proc/self/fd/9)
-	[ "${3:-0}" -gt 0 ] || return 0
-	[ "$(stat -c %i "$1/runs/${2%.start}/request" 2>/dev/null)" != "$4" ] || return 0
-	[ "$(stat -c %i "$1/claims/0:$2" 2>/dev/null)" != "$4" ] || return 0
-	[ "$(getfattr -n trusted.tend --only-values /proc/self/fd/9)" = request ] || return 0
-	sync "$1/claims" 2>/dev/null # a claim removed meanwhile, if any
-	sync "$1/spool" && setfattr -n trusted.tend -v spent /proc/self/fd/9
+	timeout 5 sh -c '
+		exec 9<"$2/spool/$3" || exit
+		[ -f /proc/self/fd/9 ] && [ -O /proc/self/fd/9 ] || exit 0
+		[ "$(stat -c %d:%i "$2/spool/$3")" = "$(stat -L -c %d:%i /proc/self/fd/9)" ] || exit 0
+		mv -T "$1" "$2/spool/$3" || exit
+		set -- "$2" "$3" $(stat -L -c "%h %i" /proc/self/fd/9)
+		[ "${3:-0}" -gt 0 ] || exit 0
+		[ "$(stat -c %i "$1/runs/${2%.start}/request" 2>/dev/null)" != "$4" ] || exit 0
+		[ "$(stat -c %i "$1/claims/0:$2" 2>/dev/null)" != "$4" ] || exit 0
+		[ "$(getfattr -n trusted.tend --only-values /proc/self/fd/9)" = request ] || exit 0
+		sync "$1/claims" 2>/dev/null # a claim removed meanwhile, if any
+		sync "$1/spool" && setfattr -n trusted.tend -v spent /proc/self/fd/9
+	' _tend_replace "$@"
 }
 
 # _tend_json TEXT: print TEXT as a JSON string. Backslashes, quotes, tabs
