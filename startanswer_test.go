@@ -94,6 +94,7 @@ func TestMovedAside(t *testing.T) {
 		reason     string // in <name>.error, if not ""
 		wantReason string
 		want       bool
+		another    bool // mine in rejected/ is another user's: its inode reused
 	}{
 		{name: "still in the spool", mineWent: "spool"},
 		{name: "taken", mineWent: "run", others: []string{"race.start"}, reason: "race.start: old\n"},
@@ -102,6 +103,7 @@ func TestMovedAside(t *testing.T) {
 		{name: "rejected after others of its name", mineWent: "race.start.2", others: []string{"race.start", "race.start.1"},
 			reason: "race.start: run race already exists (completed)\n", wantReason: "run race already exists (completed)", want: true},
 		{name: "its reason unreadable", mineWent: "race.start", want: true},
+		{name: "its inode another's in rejected/", mineWent: "race.start", reason: "race.start: a member's\n", another: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,6 +138,14 @@ func TestMovedAside(t *testing.T) {
 				}
 			}
 			write(t, dst)
+			if tt.another {
+				if os.Geteuid() != 0 {
+					t.Skip("another user's file: needs root")
+				}
+				if err := os.Chown(dst, 65534, 65534); err != nil {
+					t.Fatal(err)
+				}
+			}
 			reason, ok := c.movedAside(n, inode(t, dst))
 			if ok != tt.want || tt.wantReason != "" && reason != tt.wantReason {
 				t.Errorf("movedAside = %q, %v; want %q, %v", reason, ok, tt.wantReason, tt.want)

@@ -467,7 +467,10 @@ func rejectedName(name string, i int) string {
 // (Reject moves a request, so it keeps its inode): a client whose answer
 // another request of the same name took finds its own there. It looks
 // at the names Reject gives name in turn, up to the first that neither a
-// request nor a reason holds.
+// request nor a reason holds. Only a file of this process's user is its
+// own: once its file is gone (its run deleted), an inode is soon another
+// file's, and a member could have theirs rejected under name in a
+// shared root, to answer root's client with their request's reason.
 func (d Dir) RejectedReason(name string, ino uint64) (string, bool) {
 	for i := 0; i < maxRejectedLook; i++ {
 		dst := filepath.Join(d.Rejected(), rejectedName(name, i))
@@ -478,7 +481,7 @@ func (d Dir) RejectedReason(name string, ino uint64) (string, bool) {
 			}
 			continue // a reason whose request expired first
 		}
-		if st.Ino != ino || st.Mode&unix.S_IFMT != unix.S_IFREG {
+		if st.Ino != ino || st.Mode&unix.S_IFMT != unix.S_IFREG || int(st.Uid) != os.Geteuid() {
 			continue
 		}
 		b, _, err := durable.ReadRegular(dst+".error", maxReasonRead)
