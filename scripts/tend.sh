@@ -193,6 +193,10 @@ _tend_answered() {
 # and its reason there. The watcher leaves the answer to the name as it
 # is for a second start written over it, which may be another client's
 # accepted written after this one removed it: its own request says.
+# Only a file of this user's there is its own: once its file is gone
+# (its run deleted), its inode is soon another file's, and a member of a
+# shared root could have theirs rejected under NAME, to answer root with
+# their request's reason.
 _tend_aside() {
 	case $1 in *.start) ;; *) return 1 ;; esac
 	[ "$1" = "${_tend_old_name:-}" ] && [ -n "${_tend_req_ino:-}" ] || return 1
@@ -200,7 +204,8 @@ _tend_aside() {
 	_tend_as=$1
 	_tend_n=0
 	while [ -e "$(tend_root)/rejected/$_tend_as" ] || [ -e "$(tend_root)/rejected/$_tend_as.error" ]; do
-		if [ "$(_tend_ino "$(tend_root)/rejected/$_tend_as")" = "$_tend_req_ino" ]; then
+		if [ "$(_tend_ino "$(tend_root)/rejected/$_tend_as")" = "$_tend_req_ino" ] &&
+			[ "$(stat -c %u "$(tend_root)/rejected/$_tend_as")" = "$(id -u)" ]; then
 			_tend_why=$(head -n 1 "$(tend_root)/rejected/$_tend_as.error" 2>/dev/null)
 			printf 'rejected: %s\n' "${_tend_why#"$1: "}"
 			return 0
