@@ -93,9 +93,17 @@ func hasContent(body []byte) bool {
 }
 
 // unclaim removes claimed control request taken, carried out, and takes
-// the requests of the same name and owner that waited for it.
+// the requests of the same name and owner that waited for it. A link to
+// it in the spool spends its mark, whatever its name there (see
+// spool.RemoveRequest): while this watcher runs, the claim (a rename)
+// took the request's name from the spool, so a file of it there now is
+// no power loss's (see removeClaim), but a member's link, made from one
+// of their own where fs.protected_hardlinks=0; it would wait for the
+// claim as a request of its name and owner, and be carried out again.
 func (w *watcher) unclaim(taken string) {
-	w.removeClaim(taken)
+	if err := spool.RemoveRequest(taken); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		w.log.Printf("%v", err)
+	}
 	waiting := w.claims[taken]
 	delete(w.claims, taken)
 	for _, name := range waiting {
@@ -103,11 +111,11 @@ func (w *watcher) unclaim(taken string) {
 	}
 }
 
-// removeClaim removes claimed control request taken, in claims/, which
-// leaves tend (carried out, or a newer one of its name waits). Its name
-// in the spool, which a power loss may bring back with the claim's (a
-// claim is a rename), is the request's own: a hard link elsewhere spends
-// its mark (see spool.RemoveRequest).
+// removeClaim removes claimed control request taken, in claims/, found
+// as the watcher starts with a request of its name and owner in the
+// spool, which will do. Its name in the spool, which a power loss may
+// bring back with the claim's (a claim is a rename), is the request's
+// own: a hard link elsewhere spends its mark (see spool.RemoveRequest).
 func (w *watcher) removeClaim(taken string) {
 	inSpool := ""
 	if name, ok := spool.ParseClaimedName(filepath.Base(taken)); ok {
