@@ -91,6 +91,14 @@ func (r Root) ListCache() string { return r.join("list.cache") }
 // durable where they belong.
 func (r Root) StartLog() string { return r.join("startlog") }
 
+// UnverifiedStartLog is where a start log whose records do not verify
+// with the root's key is moved aside (a second one is this and ".2",
+// and so on), and UnverifiedStartLogReason the file that says why.
+func (r Root) UnverifiedStartLog() string { return r.join("startlog.unverified") }
+
+// UnverifiedStartLogReason: see UnverifiedStartLog.
+func (r Root) UnverifiedStartLogReason() string { return r.join("startlog.unverified.error") }
+
 // RecordKey is the key of the records' seals.
 func (r Root) RecordKey() string { return r.join("record.key") }
 
