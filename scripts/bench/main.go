@@ -260,16 +260,23 @@ type root struct {
 	b         *bench
 }
 
-func (b *bench) up() *root {
+func (b *bench) up() *root { return b.upIn(b.tempDir(b.base, "tend-bench-"), nil) }
+
+// upIn is up, for a root in dir, with config as its config.json if it
+// is not nil. Every root is started here, so that clean stops it.
+func (b *bench) upIn(dir string, config []byte) *root {
 	// Under b.mu, so that clean, once begun, never misses a watcher
 	// started: a workload that goes on meanwhile waits for the exit.
-	dir := b.tempDir(b.base, "tend-bench-")
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.stopped {
 		select {} // clean, under way, ends the process
 	}
 	r := &root{dir: dir, path: filepath.Join(dir, ".tend"), b: b}
+	if config != nil {
+		check(os.Mkdir(r.path, 0o700))
+		check(os.WriteFile(filepath.Join(r.path, "config.json"), config, 0o644))
+	}
 	args := []string{"up"}
 	if b.durability != "" {
 		args = append(args, "--durability", b.durability)

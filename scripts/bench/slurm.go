@@ -40,12 +40,8 @@ func (b *bench) s1() {
 
 	floor := sbatchLoop(b.tempDir(b.disk.path, "tend-bench-sbatch-"))
 
-	dir := b.tempDir(b.disk.path, "tend-bench-slurm-")
-	r := &root{dir: dir, path: filepath.Join(dir, ".tend"), b: b}
-	check(os.Mkdir(r.path, 0o700))
-	check(os.WriteFile(filepath.Join(r.path, "config.json"),
-		[]byte(fmt.Sprintf(`{"slurm": {"default": {}, "poll_interval": %q}}`, slurmPoll)), 0o644))
-	r.tend("up")
+	r := b.upIn(b.tempDir(b.disk.path, "tend-bench-slurm-"),
+		[]byte(fmt.Sprintf(`{"slurm": {"default": {}, "poll_interval": %q}}`, slurmPoll)))
 	defer r.down()
 	start := time.Now()
 	for i := range slurmJobs {
