@@ -215,7 +215,7 @@ func (w *watcher) drainGroups(left map[*run][]procfs.Stat) {
 	// Runs that end together are recorded together (see batch).
 	w.batched(func() {
 		for _, r := range done {
-			w.finishAfterOutput(r)
+			w.finish(r)
 		}
 	})
 }
@@ -255,7 +255,7 @@ func orNone(id string) string {
 
 func (w *watcher) anyDraining() bool {
 	for _, r := range w.runs {
-		if r.exit != nil && r.endWait == nil { // (one waiting for its output's events has no process left)
+		if r.exit != nil {
 			return true
 		}
 	}

@@ -32,66 +32,7 @@ func (w *watcher) watchRunDir(r *run) {
 	}
 	if err := w.fsw.Add(w.store.RunDir(r.st.ID)); err != nil {
 		w.log.Printf("run %s: watching its directory: %v (its output is capped only when it ends, and --both shows its streams one after the other)", r.st.ID, procfs.InotifyError(err))
-		return
 	}
-	r.watched = true
-}
-
-// endWaitMost is how long a run's end waits for the mark of
-// finishAfterOutput: it comes within a turn of the loop, unless inotify's
-// queue overflowed and lost it.
-const endWaitMost = time.Second
-
-// finishAfterOutput finishes r, whose processes are all gone, once the
-// events of their last writes are handled: finished at once, its
-// directory was no longer watched when they came, and a last switch of
-// stream they would have recorded was lost (the order of the last lines
-// of tend logs --both was then a guess). Every write of theirs is in
-// inotify's queue already, and one inotify instance's events come in
-// order: the watcher marks the queue with a change of its own that comes
-// after them (the run directory's mode set to what it is), and r is
-// finished when that change comes, or after endWaitMost.
-func (w *watcher) finishAfterOutput(r *run) {
-	if r.endWait != nil {
-		return // its mark is on its way
-	}
-	if !r.watched {
-		w.finish(r)
-		return
-	}
-	if err := markDir(w.store.RunDir(r.st.ID)); err != nil {
-		w.log.Printf("run %s: marking the end of its output's events: %v (the order of its last lines may be a guess)", r.st.ID, err)
-		w.finish(r)
-		return
-	}
-	r.endWait = w.after(endWaitMost, func() { w.endMarked(r) })
-}
-
-// endMarked finishes r, if finishAfterOutput's mark is what it waits for.
-func (w *watcher) endMarked(r *run) {
-	if r.endWait == nil || w.runs[r.st.ID] != r {
-		return
-	}
-	r.endWait.Stop()
-	w.batched(func() { w.finish(r) })
-}
-
-// markDir sets the mode of directory path to what it is, for the
-// inotify event (IN_ATTRIB) that comes of it, never through a link.
-func markDir(path string) error {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return &os.PathError{Op: "open", Path: path, Err: err}
-	}
-	defer unix.Close(fd)
-	var st unix.Stat_t
-	if err := unix.Fstat(fd, &st); err != nil {
-		return &os.PathError{Op: "stat", Path: path, Err: err}
-	}
-	if err := unix.Fchmod(fd, st.Mode&0o7777); err != nil {
-		return &os.PathError{Op: "chmod", Path: path, Err: err}
-	}
-	return nil
 }
 
 func (w *watcher) unwatchRunDir(id string) {

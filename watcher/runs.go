@@ -90,11 +90,6 @@ type run struct {
 	switches   []tracker.Switch
 	switchedAt map[string]int64
 	orderSize  int64
-	// watched is whether its directory is watched, and endWait, while
-	// its end waits for the events of its last writes (see
-	// finishAfterOutput), when it is finished all the same.
-	watched bool
-	endWait *time.Timer
 }
 
 func (r *run) grace() time.Duration { return r.st.Grace.D() }

@@ -737,14 +737,6 @@ func (w *watcher) fsEvent(ev fsnotify.Event) error {
 		w.runDirEvent(filepath.Base(dir), filepath.Base(ev.Name))
 		return nil
 	}
-	if filepath.Dir(ev.Name) == w.store.Dir() {
-		// A change of a run's directory itself: the mark that the
-		// events of an ended run's writes are all handled.
-		if r := w.runs[filepath.Base(ev.Name)]; r != nil && ev.Has(fsnotify.Chmod) {
-			w.endMarked(r)
-		}
-		return nil
-	}
 	if filepath.Dir(ev.Name) == w.root().Exits() {
 		if ev.Has(fsnotify.Create) {
 			w.exitRecorded(filepath.Base(ev.Name))
