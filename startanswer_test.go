@@ -36,14 +36,7 @@ func TestStartAnswer(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := filepath.Join(t.TempDir(), ".tend")
-			c, err := Open(root, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.dir.Make(); err != nil {
-				t.Fatal(err)
-			}
+			c, root := raceRoot(t)
 			n := spool.Name{ID: "race", Verb: spool.VerbStart}
 			mine := write(t, filepath.Join(t.TempDir(), "mine"))
 			runReq := c.store.Run(n.ID).Request()
@@ -63,6 +56,20 @@ func TestStartAnswer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// raceRoot returns a client of a new root, made, and the root's path:
+// where two starts of the ID race run.
+func raceRoot(t *testing.T) (*Client, string) {
+	root := filepath.Join(t.TempDir(), ".tend")
+	c, err := Open(root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.dir.Make(); err != nil {
+		t.Fatal(err)
+	}
+	return c, root
 }
 
 func write(t *testing.T, path string) string {
@@ -107,14 +114,7 @@ func TestMovedAside(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			root := filepath.Join(t.TempDir(), ".tend")
-			c, err := Open(root, Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := c.dir.Make(); err != nil {
-				t.Fatal(err)
-			}
+			c, root := raceRoot(t)
 			n := spool.Name{ID: "race", Verb: spool.VerbStart}
 			rejected := filepath.Join(root, "rejected")
 			os.MkdirAll(rejected, 0o755)

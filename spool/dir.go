@@ -831,18 +831,34 @@ func CarriesMark(fd int) bool {
 // may rename or remove (in the spool, sticky, and in claims/, root's
 // alone). Where the file system has no such attributes it does nothing.
 func markRejected(src string) {
-	var pre unix.Stat_t
-	if os.Geteuid() != 0 || unix.Lstat(src, &pre) != nil || pre.Uid != 0 {
-		return // a member's file is not opened: they may hold a lease on it
-	}
-	fd, st, err := durable.OpenRegular(src)
-	if err != nil {
+	fd := openRootsFile(src)
+	if fd < 0 {
 		return
 	}
 	defer unix.Close(fd)
-	if st.Uid == 0 && !CarriesMark(fd) {
+	if !CarriesMark(fd) {
 		unix.Fsetxattr(fd, markAttr, []byte(rejectedMark), 0)
 	}
+}
+
+// openRootsFile opens the regular file of root's at path, never through
+// a link, checked on the descriptor; -1 if there is none, or this
+// process is not root's (a member's file is not opened: they may hold a
+// lease on it).
+func openRootsFile(path string) int {
+	var pre unix.Stat_t
+	if os.Geteuid() != 0 || unix.Lstat(path, &pre) != nil || pre.Uid != 0 {
+		return -1
+	}
+	fd, st, err := durable.OpenRegular(path)
+	if err != nil {
+		return -1
+	}
+	if st.Uid != 0 {
+		unix.Close(fd)
+		return -1
+	}
+	return fd
 }
 
 // spentMark is the value of the mark on a request of root's whose last
@@ -864,16 +880,10 @@ const spentMark = "spent"
 // through a link. Where the file system has no such attributes, or this
 // process is not root's, it does nothing.
 func spend(path, value string) {
-	var pre unix.Stat_t
-	if os.Geteuid() != 0 || unix.Lstat(path, &pre) != nil || pre.Uid != 0 {
-		return // a member's file is not opened: they may hold a lease on it
+	if fd := openRootsFile(path); fd >= 0 {
+		spendFd(fd, value)
+		unix.Close(fd)
 	}
-	fd, _, err := durable.OpenRegular(path)
-	if err != nil {
-		return
-	}
-	defer unix.Close(fd)
-	spendFd(fd, value)
 }
 
 // spendFd is spend for the file open as fd.
