@@ -53,20 +53,23 @@ func TestReadStatSelfAndMissing(t *testing.T) {
 // ReadProcess reads a process's owner, stat and arguments (an empty one
 // and one with spaces kept apart), and names a missing one.
 func TestReadProcess(t *testing.T) {
-	cmd := exec.Command("sleep", "60", "", "a b")
+	// (sleep itself would take "" and "a b" for bad intervals, and end.)
+	cmd := exec.Command("sh", "-c", "sleep 60; :", "x", "", "a b")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
 	var p Process
-	for deadline := time.Now().Add(10 * time.Second); p.Comm != "sleep"; {
+	// Until its exec is done: the new comm comes a moment before the
+	// new arguments.
+	for deadline := time.Now().Add(10 * time.Second); p.Comm != "sh" || len(p.Args) == 0; {
 		var err error
 		if p, err = ReadProcess(cmd.Process.Pid); err != nil || time.Now().After(deadline) {
 			t.Fatalf("ReadProcess = %+v, %v", p, err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if p.PID != cmd.Process.Pid || p.UID != uint32(os.Geteuid()) || fmt.Sprintf("%q", p.Args) != `["sleep" "60" "" "a b"]` {
+	if p.PID != cmd.Process.Pid || p.UID != uint32(os.Geteuid()) || p.State == 'Z' || fmt.Sprintf("%q", p.Args) != `["sh" "-c" "sleep 60; :" "x" "" "a b"]` {
 		t.Errorf("ReadProcess = %+v", p)
 	}
 	if _, err := ReadProcess(1 << 30); !errors.Is(err, ErrNoProcess) {

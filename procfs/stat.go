@@ -354,9 +354,11 @@ func ReadProcess(pid int) (Process, error) {
 	if err != nil {
 		return Process{}, err
 	}
-	var args []string
-	for a := range bytes.SplitSeq(bytes.TrimSuffix(cmdline, []byte{0}), []byte{0}) {
-		args = append(args, string(a))
+	var args []string // none for a zombie, a kernel thread, one mid-exec
+	if len(cmdline) > 0 {
+		for a := range bytes.SplitSeq(bytes.TrimSuffix(cmdline, []byte{0}), []byte{0}) {
+			args = append(args, string(a))
+		}
 	}
 	return Process{Stat: st, UID: owner.Uid, Args: args}, nil
 }

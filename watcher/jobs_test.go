@@ -314,7 +314,8 @@ func TestSubmissionsInFlightByTagAndUser(t *testing.T) {
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		if st, err := procfs.ReadStat(cmd.Process.Pid); err == nil && st.Comm == "sbatch" {
+		// Its exec done: the new comm comes a moment before the new arguments.
+		if p, err := procfs.ReadProcess(cmd.Process.Pid); err == nil && p.Comm == "sbatch" && len(p.Args) > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
