@@ -41,6 +41,32 @@ func loggedLaunchIn(t *testing.T, root string) (*watcher, tracker.LogEntry) {
 	return w, startlogtest.Launch(t, w.store, w.hist, w.startLog.log)
 }
 
+// wantLoggedRecord checks that run r1's record is launch e's, as logged.
+func wantLoggedRecord(t *testing.T, w *watcher, e tracker.LogEntry) {
+	t.Helper()
+	if b, err := os.ReadFile(w.store.Run("r1").State()); err != nil || !bytes.Equal(b, e.Record) {
+		t.Errorf("record: %q, %v: want the logged one", b, err)
+	}
+}
+
+// wantNotInSpool checks that r1's claimed request is not back in the
+// spool, to be started again.
+func wantNotInSpool(t *testing.T, w *watcher) {
+	t.Helper()
+	if _, err := os.Lstat(filepath.Join(w.spool.Spool(), "r1.start")); !os.IsNotExist(err) {
+		t.Errorf("the claimed request is back in the spool, to be started again (%v)", err)
+	}
+}
+
+// wantApplied checks that the start log holds no pending entry: a
+// watcher after puts back nothing.
+func wantApplied(t *testing.T, w *watcher) {
+	t.Helper()
+	if _, pending, err := tracker.OpenStartLog(w.cfg.Root); err != nil || len(pending) != 0 {
+		t.Errorf("after the replay the log holds %d entries (%v)", len(pending), err)
+	}
+}
+
 // startUp does what a watcher does with the start log as it starts: it
 // replays it, then, once recovery is done with the claims a watcher
 // before left behind, syncs what the replay put back and marks the log.
@@ -107,23 +133,17 @@ func TestReplayStartLog(t *testing.T) {
 					t.Errorf("the deleted run's directory was made again (%v)", err)
 				}
 			} else {
-				if b, err := os.ReadFile(w.store.Run("r1").State()); err != nil || !bytes.Equal(b, e.Record) {
-					t.Errorf("record: %q, %v: want the logged one", b, err)
-				}
+				wantLoggedRecord(t, w, e)
 				if b, err := os.ReadFile(w.store.Run("r1").Request()); err != nil || !bytes.Equal(b, e.Request) {
 					t.Errorf("request: %q, %v: want %q", b, err, e.Request)
 				}
 				if n := strings.Count(string(histAfter), `"id":"r1"`); n != 2 {
 					t.Errorf("the history has %d lines of r1, want 2:\n%s", n, histAfter)
 				}
-				if _, err := os.Lstat(filepath.Join(w.spool.Spool(), "r1.start")); !os.IsNotExist(err) {
-					t.Errorf("the claimed request is back in the spool (%v)", err)
-				}
+				wantNotInSpool(t, w)
 			}
 			// Applied: a second watcher puts back nothing.
-			if _, pending, err := tracker.OpenStartLog(w.cfg.Root); err != nil || len(pending) != 0 {
-				t.Errorf("after the replay the log holds %d entries (%v)", len(pending), err)
-			}
+			wantApplied(t, w)
 		})
 	}
 }
@@ -141,15 +161,9 @@ func TestReplayWithDurabilityWatcherCrash(t *testing.T) {
 	must(t, os.WriteFile(filepath.Join(w.spool.Spool(), "r1.start"), e.Request, 0o644))
 	w.settings.Durability = tracker.WatcherCrash
 	startUp(t, w)
-	if b, err := os.ReadFile(w.store.Run("r1").State()); err != nil || !bytes.Equal(b, e.Record) {
-		t.Errorf("record: %q, %v: want the logged one", b, err)
-	}
-	if _, err := os.Lstat(filepath.Join(w.spool.Spool(), "r1.start")); !os.IsNotExist(err) {
-		t.Errorf("the claimed request is back in the spool, to be started again (%v)", err)
-	}
-	if _, pending, err := tracker.OpenStartLog(w.cfg.Root); err != nil || len(pending) != 0 {
-		t.Errorf("after the replay the log holds %d entries (%v)", len(pending), err)
-	}
+	wantLoggedRecord(t, w, e)
+	wantNotInSpool(t, w)
+	wantApplied(t, w)
 }
 
 // A run made anew with the ID of one deleted, whose logged launch a
@@ -173,12 +187,8 @@ func TestReplayAfterTheIDWasUsedAgain(t *testing.T) {
 	if err := w.openStartLog(); err != nil {
 		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(w.store.Run("r1").State()); err != nil || !bytes.Equal(b, e.Record) {
-		t.Errorf("record: %q, %v: want the logged one", b, err)
-	}
-	if _, err := os.Lstat(filepath.Join(w.spool.Spool(), "r1.start")); !os.IsNotExist(err) {
-		t.Errorf("the claimed request is back in the spool, to be started again (%v)", err)
-	}
+	wantLoggedRecord(t, w, e)
+	wantNotInSpool(t, w)
 }
 
 // A power loss that took back a logged launch's claim (the request's
@@ -277,9 +287,7 @@ func TestReplayAfterAReplayCutShort(t *testing.T) {
 			if _, err := os.Lstat(leftover); !os.IsNotExist(err) {
 				t.Errorf("%s is still there (%v)", leftover, err)
 			}
-			if _, err := os.Lstat(filepath.Join(w.spool.Spool(), "r1.start")); !os.IsNotExist(err) {
-				t.Errorf("the claimed request is back in the spool (%v)", err)
-			}
+			wantNotInSpool(t, w)
 			rejected, _ := filepath.Glob(filepath.Join(w.spool.Rejected(), "r1.start*"))
 			if tt.leftover != string(e.Request) {
 				found := false
