@@ -385,3 +385,23 @@ func mountExt4(t *testing.T, mkfs, mount []string) string {
 	}
 	return dir
 }
+
+// A process's user is the effective one of its status's Uid line (real,
+// effective, saved, fs), never the owner of /proc/<pid>.
+func TestEffectiveUID(t *testing.T) {
+	for _, tt := range []struct {
+		status string
+		want   uint32
+		ok     bool
+	}{
+		{"Name:\tsbatch\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n", 0, true},
+		{"Uid:\t0\t1000\t1000\t1000\n", 1000, true},
+		{"Name:\tx\n", 0, false},
+		{"Uid:\t1000\n", 0, false},
+	} {
+		got, err := effectiveUID([]byte(tt.status))
+		if (err == nil) != tt.ok || got != tt.want {
+			t.Errorf("effectiveUID(%q) = %d, %v; want %d, ok %v", tt.status, got, err, tt.want, tt.ok)
+		}
+	}
+}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -317,7 +318,9 @@ func BootID() (string, error) {
 // Process is what ReadProcess reads of one process.
 type Process struct {
 	Stat
-	// UID is its effective user: the owner of /proc/<pid>.
+	// UID is its effective user, as /proc/<pid>/status says: not the
+	// owner of /proc/<pid>, which some kernels make root for a process
+	// that made itself not dumpable (PR_SET_DUMPABLE), as anyone may.
 	UID uint32
 	// Args is its command line, as /proc/<pid>/cmdline holds it.
 	Args []string
@@ -338,9 +341,13 @@ func ReadProcess(pid int) (Process, error) {
 		return Process{}, &os.PathError{Op: "open", Path: dir, Err: err}
 	}
 	defer unix.Close(fd)
-	var owner unix.Stat_t
-	if err := unix.Fstat(fd, &owner); err != nil {
-		return Process{}, &os.PathError{Op: "fstat", Path: dir, Err: err}
+	status, err := readAt(fd, dir, "status")
+	if err != nil {
+		return Process{}, err
+	}
+	uid, err := effectiveUID(status)
+	if err != nil {
+		return Process{}, fmt.Errorf("%s/status: %w", dir, err)
 	}
 	b, err := readAt(fd, dir, "stat")
 	if err != nil {
@@ -360,7 +367,21 @@ func ReadProcess(pid int) (Process, error) {
 			args = append(args, string(a))
 		}
 	}
-	return Process{Stat: st, UID: owner.Uid, Args: args}, nil
+	return Process{Stat: st, UID: uid, Args: args}, nil
+}
+
+// effectiveUID returns the effective user of a /proc/<pid>/status: the
+// second figure of its "Uid:" line (real, effective, saved, fs).
+func effectiveUID(status []byte) (uint32, error) {
+	for line := range bytes.SplitSeq(status, []byte{'\n'}) {
+		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
+			if f := strings.Fields(string(rest)); len(f) >= 2 {
+				uid, err := strconv.ParseUint(f[1], 10, 32)
+				return uint32(uid), err
+			}
+		}
+	}
+	return 0, errors.New("no Uid line")
 }
 
 // readAt reads the file name of /proc/<pid>, open as dirfd (at dir), whole.
