@@ -756,7 +756,10 @@ func (w *watcher) restoreLegacyClaims() {
 		}
 		dst := filepath.Join(w.spool.Spool(), name)
 		if err := unix.Renameat2(unix.AT_FDCWD, taken, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE); err != nil {
-			spool.RemoveRequest(taken, dst) // a newer request of the same name waits: it will do
+			// A newer request of the same name waits: it will do.
+			if err := spool.RemoveRequest(taken, dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				w.log.Printf("%v", err)
+			}
 			continue
 		}
 		w.log.Printf("recover: %s was claimed but maybe not carried out: taking it again", name)

@@ -69,6 +69,17 @@ func (w *watcher) openStartLog() error {
 		}
 	}
 	l, pending, err := tracker.OpenStartLog(w.cfg.Root)
+	if err == nil {
+		var aside, why string
+		aside, why, err = tracker.SetAsideUnverified(w.store, l, pending)
+		if aside != "" {
+			w.log.Printf("start log: %s moved to %s, and made anew: %s", layout.Root(w.cfg.Root).StartLog(), aside, why)
+			pending = nil
+		}
+		if err != nil && !errors.Is(err, tracker.ErrStartLogNotMade) {
+			err = fmt.Errorf("start log: setting it aside: %w", err)
+		}
+	}
 	if errors.Is(err, tracker.ErrStartLogNotMade) {
 		w.log.Printf("%v: starts are synced the usual way", err)
 		return nil
@@ -77,19 +88,6 @@ func (w *watcher) openStartLog() error {
 		return err
 	}
 	w.startLog.log = l
-	aside, why, err := tracker.SetAsideUnverified(w.store, l, pending)
-	if aside != "" {
-		w.log.Printf("start log: %s moved to %s, and made anew: %s", layout.Root(w.cfg.Root).StartLog(), aside, why)
-		pending = nil
-	}
-	if errors.Is(err, tracker.ErrStartLogNotMade) {
-		w.log.Printf("%v: starts are synced the usual way", err)
-		w.startLog.log = nil
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("start log: setting it aside: %w", err)
-	}
 	return w.replayStartLog(pending)
 }
 

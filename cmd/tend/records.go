@@ -218,15 +218,6 @@ func (c *gcCmd) Run(e *env) error {
 	return rejErr
 }
 
-// expireRejected removes the requests in rejected/ refused longer than
-// keep ago, each with its reason (tracker.ExpireRejected), and says how
-// many on stderr (stdout lists the runs). It does nothing with --session
-// (a refused request's session is in a body that may not parse), with a
-// keep of 0 (keep_finished_for 0 keeps everything) unless all (--older-than
-// 0: every one), or for a member of a shared root: rejected/ is the
-// watcher's user's, and the watcher's own retention removes them. An error
-// is said at once and returned, to fail the command once the runs are
-// done with.
 // removed is how tend gc says it removed something, or would have with
 // --dry-run.
 func (c *gcCmd) removed() string {
@@ -236,6 +227,15 @@ func (c *gcCmd) removed() string {
 	return "removed"
 }
 
+// expireRejected removes the requests in rejected/ refused longer than
+// keep ago, each with its reason (tracker.ExpireRejected), and says how
+// many on stderr (stdout lists the runs). It does nothing with --session
+// (a refused request's session is in a body that may not parse), with a
+// keep of 0 (keep_finished_for 0 keeps everything) unless all (--older-than
+// 0: every one), or for a member of a shared root: rejected/ is the
+// watcher's user's, and the watcher's own retention removes them. An error
+// is said at once and returned, to fail the command once the runs are
+// done with.
 func (c *gcCmd) expireRejected(e *env, keep time.Duration, all bool) error {
 	if c.Session != "" || (keep <= 0 && !all) || !watchersFiles(e) {
 		return nil
