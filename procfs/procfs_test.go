@@ -69,7 +69,7 @@ func TestReadProcess(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if p.PID != cmd.Process.Pid || p.UID != uint32(os.Geteuid()) || p.State == 'Z' || fmt.Sprintf("%q", p.Args) != `["sh" "-c" "sleep 60; :" "x" "" "a b"]` {
+	if p.PID != cmd.Process.Pid || p.UID != uint32(os.Geteuid()) || p.RealUID != uint32(os.Getuid()) || p.State == 'Z' || fmt.Sprintf("%q", p.Args) != `["sh" "-c" "sleep 60; :" "x" "" "a b"]` {
 		t.Errorf("ReadProcess = %+v", p)
 	}
 	if _, err := ReadProcess(1 << 30); !errors.Is(err, ErrNoProcess) {
@@ -386,22 +386,22 @@ func mountExt4(t *testing.T, mkfs, mount []string) string {
 	return dir
 }
 
-// A process's user is the effective one of its status's Uid line (real,
-// effective, saved, fs), never the owner of /proc/<pid>.
-func TestEffectiveUID(t *testing.T) {
+// A process's users are the real and effective ones of its status's
+// Uid line (real, effective, saved, fs), never the owner of /proc/<pid>.
+func TestUIDs(t *testing.T) {
 	for _, tt := range []struct {
-		status string
-		want   uint32
-		ok     bool
+		status          string
+		real, effective uint32
+		ok              bool
 	}{
-		{"Name:\tsbatch\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n", 0, true},
-		{"Uid:\t0\t1000\t1000\t1000\n", 1000, true},
-		{"Name:\tx\n", 0, false},
-		{"Uid:\t1000\n", 0, false},
+		{"Name:\tsbatch\nUid:\t1000\t0\t0\t0\nGid:\t5\t5\t5\t5\n", 1000, 0, true},
+		{"Uid:\t0\t1000\t1000\t1000\n", 0, 1000, true},
+		{"Name:\tx\n", 0, 0, false},
+		{"Uid:\t1000\n", 0, 0, false},
 	} {
-		got, err := effectiveUID([]byte(tt.status))
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("effectiveUID(%q) = %d, %v; want %d, ok %v", tt.status, got, err, tt.want, tt.ok)
+		r, e, err := uids([]byte(tt.status))
+		if (err == nil) != tt.ok || r != tt.real || e != tt.effective {
+			t.Errorf("uids(%q) = %d, %d, %v; want %d, %d, ok %v", tt.status, r, e, err, tt.real, tt.effective, tt.ok)
 		}
 	}
 }

@@ -318,10 +318,12 @@ func BootID() (string, error) {
 // Process is what ReadProcess reads of one process.
 type Process struct {
 	Stat
-	// UID is its effective user, as /proc/<pid>/status says: not the
-	// owner of /proc/<pid>, which some kernels make root for a process
-	// that made itself not dumpable (PR_SET_DUMPABLE), as anyone may.
-	UID uint32
+	// UID and RealUID are its effective and real users, as
+	// /proc/<pid>/status says: not the owner of /proc/<pid>, which some
+	// kernels make root for a process that made itself not dumpable
+	// (PR_SET_DUMPABLE), as anyone may. A set-user-ID program (sudo,
+	// run under another name) has an effective user its real one is not.
+	UID, RealUID uint32
 	// Args is its command line, as /proc/<pid>/cmdline holds it.
 	Args []string
 }
@@ -345,7 +347,7 @@ func ReadProcess(pid int) (Process, error) {
 	if err != nil {
 		return Process{}, err
 	}
-	uid, err := effectiveUID(status)
+	real, uid, err := uids(status)
 	if err != nil {
 		return Process{}, fmt.Errorf("%s/status: %w", dir, err)
 	}
@@ -367,21 +369,22 @@ func ReadProcess(pid int) (Process, error) {
 			args = append(args, string(a))
 		}
 	}
-	return Process{Stat: st, UID: uid, Args: args}, nil
+	return Process{Stat: st, UID: uid, RealUID: real, Args: args}, nil
 }
 
-// effectiveUID returns the effective user of a /proc/<pid>/status: the
-// second figure of its "Uid:" line (real, effective, saved, fs).
-func effectiveUID(status []byte) (uint32, error) {
+// uids returns the real and effective users of a /proc/<pid>/status:
+// the first two figures of its "Uid:" line (real, effective, saved, fs).
+func uids(status []byte) (real, effective uint32, err error) {
 	for line := range bytes.SplitSeq(status, []byte{'\n'}) {
 		if rest, ok := bytes.CutPrefix(line, []byte("Uid:")); ok {
 			if f := strings.Fields(string(rest)); len(f) >= 2 {
-				uid, err := strconv.ParseUint(f[1], 10, 32)
-				return uint32(uid), err
+				r, err1 := strconv.ParseUint(f[0], 10, 32)
+				e, err2 := strconv.ParseUint(f[1], 10, 32)
+				return uint32(r), uint32(e), errors.Join(err1, err2)
 			}
 		}
 	}
-	return 0, errors.New("no Uid line")
+	return 0, 0, errors.New("no Uid line")
 }
 
 // readAt reads the file name of /proc/<pid>, open as dirfd (at dir), whole.

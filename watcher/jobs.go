@@ -1106,8 +1106,10 @@ func (w *watcher) rebuiltJob(st *tracker.State) {
 // user its sbatch runs as) whose sbatch, started by an earlier watcher,
 // still runs: the job it submits may not be known to squeue yet, so it is
 // not looked for by its tag until that sbatch is gone. Its process group
-// is no run's stray meanwhile. Only a process of the job's own user,
-// named sbatch and submitting exactly that tag, counts: in a shared root
+// is no run's stray meanwhile. Only a process of the job's own user (its
+// real and effective user both: a set-user-ID program such as sudo, run
+// as "sbatch", is another's), named sbatch and submitting exactly that
+// tag, counts: in a shared root
 // a member may start a process that calls itself sbatch and names another
 // member's tag (tags are in records), which held up the look-up of every
 // job of the root for as long as it ran; now it can hold up only their
@@ -1132,7 +1134,7 @@ func (w *watcher) submissionsInFlight(resolving map[string]uint32) map[string]bo
 		}
 		for _, arg := range proc.Args {
 			tag, ok := strings.CutPrefix(arg, "--job-name=")
-			if uid, want := resolving[tag]; ok && want && proc.UID == uid {
+			if uid, want := resolving[tag]; ok && want && proc.UID == uid && proc.RealUID == uid {
 				inFlight[tag] = true
 				orphans[proc.PGID] = true
 			}
