@@ -271,23 +271,21 @@ func (d Dir) Reject(name, reason string) (string, error) {
 func (d Dir) RejectFrom(src, name, reason string) (string, error) {
 	markRejected(src)
 	private(src) // before it is in rejected/, which the root's group may read
-	var moved string
 	dst, err := d.rejectAs(name, reason, func(dst string) error {
 		err := unix.Renameat2(unix.AT_FDCWD, src, unix.AT_FDCWD, dst, unix.RENAME_NOREPLACE)
 		if err != nil {
 			return &os.LinkError{Op: "rename", Old: src, New: dst, Err: err}
 		}
 		private(dst) // what was moved: src may have been replaced in between
-		moved = dst
 		return nil
 	})
-	if err == nil && moved != "" {
+	if err == nil {
 		// Its move into rejected/ is durable (rejectAs synced it): the
 		// request is gone from where it was taken, and its mark is
 		// spent, or a hard link to it, made before or in rejected/
 		// (which the root's group may enter), would be a request of
 		// root's once the rejected file expires (see spentMark).
-		spend(moved, rejectedMark)
+		spend(dst, rejectedMark)
 	}
 	return dst, err
 }

@@ -347,14 +347,11 @@ func parseEntry(slot []byte) (e LogEntry, applied uint64, ok bool) {
 // returns nil they survive a power loss. It gives each its Seq. With
 // ErrStartLogFull or ErrEntryTooLarge nothing was written.
 func (l *StartLog) Write(entries []LogEntry) error {
-	if len(entries) > startLogSlots {
-		return ErrStartLogFull // its last entries would take its first's slots
+	if len(entries) > l.Free() {
+		return ErrStartLogFull // (Free is at most its slots: its last entries never take its first's)
 	}
 	slots := make([][]byte, len(entries))
 	for i := range entries {
-		if l.slots[(l.next+i)%startLogSlots] > l.applied {
-			return ErrStartLogFull
-		}
 		payload, err := json.Marshal(&entries[i])
 		if err != nil {
 			return fmt.Errorf("start log: run %s: %w", entries[i].ID, err)
